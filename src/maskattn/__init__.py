@@ -1,0 +1,25 @@
+"""maskattn — mask-based self-attention for PyTorch: MTSA / Fast-DiSA, Mask Attention Networks and
+Convolutional Self-Attention Networks on one attention engine."""
+
+from . import backends, functional, masks
+from .attention import (
+    MultiHeadAttention,
+    attention_info,
+    create_attention,
+    list_attentions,
+    register_attention,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "backends",
+    "functional",
+    "masks",
+    "MultiHeadAttention",
+    "attention_info",
+    "create_attention",
+    "list_attentions",
+    "register_attention",
+    "__version__",
+]

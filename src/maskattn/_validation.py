@@ -1,0 +1,91 @@
+"""Argument checks shared by the public functions: errors name the argument, what it got and what it
+expected, and are raised before any computation starts."""
+
+from __future__ import annotations
+
+import torch
+
+
+def describe(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"a {x.dtype} tensor of shape {tuple(x.shape)}"
+    return f"{type(x).__name__} {x!r}" if isinstance(x, (int, float, str, bool)) else type(x).__name__
+
+
+def check_tensor(x, name: str, ndim: int, layout: str) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of shape {layout}, got {describe(x)}")
+    if x.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions {layout}, got shape {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    return x
+
+
+def check_same_float(tensors: dict[str, torch.Tensor]) -> None:
+    items = list(tensors.items())
+    name0, t0 = items[0]
+    for name, t in items[1:]:
+        if t.dtype != t0.dtype:
+            raise TypeError(f"{name} has dtype {t.dtype} but {name0} has dtype {t0.dtype}; expected one dtype")
+        if t.device != t0.device:
+            raise ValueError(f"{name} is on {t.device} but {name0} is on {t0.device}; expected one device")
+
+
+def broadcastable(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    if len(shape) > len(target):
+        return False
+    for s, t in zip(reversed(shape), reversed(target)):
+        if s != 1 and s != t:
+            return False
+    return True
+
+
+def check_attn_mask(mask, name: str, target: tuple[int, int, int, int]) -> torch.Tensor:
+    """A bool mask broadcastable to ``target`` = (B, H, n, m), returned as a 4-D view."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a bool tensor broadcastable to {target} (True = attend), got {describe(mask)}")
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name} must have dtype torch.bool (True = attend), got {mask.dtype}; "
+                        "convert a float mask with `mask > 0` or pass an additive bias where supported")
+    if not broadcastable(tuple(mask.shape), target):
+        raise ValueError(f"{name} has shape {tuple(mask.shape)}, which does not broadcast to "
+                         f"(batch, heads, queries, keys) = {target}")
+    while mask.dim() < 4:
+        mask = mask.unsqueeze(0)
+    return mask
+
+
+def check_key_padding_mask(kpm, name: str, batch: int, length: int, context: str) -> torch.Tensor | None:
+    if kpm is None:
+        return None
+    if not isinstance(kpm, torch.Tensor):
+        raise TypeError(f"{name} must be a bool tensor of shape ({batch}, {length}) with True = padding, "
+                        f"got {describe(kpm)}")
+    if kpm.dtype != torch.bool:
+        raise TypeError(f"{name} must have dtype torch.bool (True = padding), got {kpm.dtype}")
+    if tuple(kpm.shape) != (batch, length):
+        raise ValueError(f"{name} has shape {tuple(kpm.shape)} but {context}; expected ({batch}, {length})")
+    return kpm
+
+
+def check_choice(value, name: str, choices) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; expected one of {', '.join(repr(c) for c in choices)}")
+    return value
+
+
+def check_probability(p, name: str) -> float:
+    if isinstance(p, bool) or not isinstance(p, (int, float)):
+        raise TypeError(f"{name} must be a float in [0, 1), got {describe(p)}")
+    if not 0.0 <= float(p) < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {p}")
+    return float(p)
+
+
+def check_positive_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {describe(value)}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return value

@@ -1,0 +1,216 @@
+"""Backend dispatch: one switch, one truth (DESIGN.md §2).
+
+* ``reference`` — explicit math with materialised scores; float64-capable; the specification.
+* ``sdpa``      — PyTorch's dense kernels: ``F.scaled_dot_product_attention`` where the score is a plain
+  (masked) dot product, and :func:`masked_sigmoid_attention` — a query-chunked matmul kernel that
+  recomputes in backward — where the probabilities are ``sigmoid`` of the score (``softmax`` of
+  ``log_sigmoid`` scores, up to a row normalisation that cancels in MTSA). Neither keeps an
+  ``n × n`` tensor alive for backward beyond one query chunk (SDPA's fused path keeps none).
+* ``flex``      — ``torch.nn.attention.flex_attention`` with ``score_mod`` / ``mask_mod`` and a block
+  mask. Compiled on CUDA (training and inference); eager, inference only, on CPU (torch raises
+  "FlexAttention does not support backward on CPU").
+* ``auto``      — the fastest valid backend for the device, dtype and whether gradients are needed.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+
+import torch
+
+from ._validation import check_choice
+from .masks import Mask
+
+BACKENDS = ("reference", "sdpa", "flex")
+BACKEND_CHOICES = ("auto",) + BACKENDS
+
+__all__ = ["BACKENDS", "BACKEND_CHOICES", "flex_available", "resolve_backend", "masked_sigmoid_attention",
+           "flex_attention_call"]
+
+
+@functools.cache
+def flex_available() -> bool:
+    """Whether ``torch.nn.attention.flex_attention`` can be imported in this PyTorch."""
+    try:
+        from torch.nn.attention import flex_attention  # noqa: F401
+    except Exception:  # pragma: no cover - depends on the installed torch
+        return False
+    return True
+
+
+def resolve_backend(backend: str, *, device: torch.device, needs_grad: bool, flex_ok: bool = True,
+                    prefer_flex_on_cuda: bool = True) -> str:
+    """Validate ``backend`` and turn ``"auto"`` into a concrete backend.
+
+    ``needs_grad`` is True when autograd will run through the call; ``flex_ok`` is False when the
+    caller needs a feature flex lacks (e.g. attention dropout). An explicit choice that cannot run
+    raises ``ValueError`` saying why.
+    """
+    check_choice(backend, "backend", BACKEND_CHOICES)
+    on_cuda = device.type == "cuda"
+    if backend == "auto":
+        if on_cuda and prefer_flex_on_cuda and flex_ok and flex_available():
+            return "flex"
+        return "sdpa"
+    if backend == "flex":
+        if not flex_available():
+            raise ValueError("backend='flex' needs torch.nn.attention.flex_attention (PyTorch >= 2.5)")
+        if not flex_ok:
+            raise ValueError("backend='flex' does not support attention dropout; use backend='sdpa' or 'auto'")
+        if needs_grad and not on_cuda:
+            raise ValueError("backend='flex' supports backward only on CUDA (PyTorch raises 'FlexAttention does "
+                             "not support backward on CPU'); use backend='sdpa' or 'auto' for CPU training, or "
+                             "call under torch.no_grad() for CPU inference")
+    return backend
+
+
+# --------------------------------------------------------------------------------------------------
+# sdpa backend: chunked sigmoid attention
+# --------------------------------------------------------------------------------------------------
+
+#: elements of one (batch × heads × query-chunk × keys) score block; bounds the kernel's workspace.
+CHUNK_ELEMENTS = 1 << 22
+
+
+def _chunk_size(batch_heads: int, q_len: int, kv_len: int) -> int:
+    return max(1, min(q_len, CHUNK_ELEMENTS // max(1, batch_heads * kv_len)))
+
+
+class _MaskedSigmoidAttention(torch.autograd.Function):
+    """``out = (sigmoid(scale · q kᵀ) ⊙ mask) @ x`` with the first ``n_drop`` columns of ``x`` seeing a
+    dropped-out copy of the weights. Saves only q, k, x (and the bool mask); the weights are rebuilt
+    chunk by chunk in backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, x, mask, scale, n_drop, drop_p, seed):
+        B, H, n, _ = q.shape
+        chunk = _chunk_size(B * H, n, k.shape[-2])
+        out = q.new_empty(B, H, n, x.shape[-1])
+        kt = k.transpose(-1, -2)
+        gen = _generator(q.device, seed) if drop_p > 0 else None
+        for start in range(0, n, chunk):
+            stop = min(n, start + chunk)
+            a = _sigmoid_weights(q[:, :, start:stop], kt, mask, start, stop, scale)  # (B, H, c, m)
+            if gen is None:
+                torch.matmul(a, x, out=out[:, :, start:stop])
+            else:
+                keep = _keep_mask(a, drop_p, gen)
+                out[:, :, start:stop, :n_drop] = torch.matmul(a * keep, x[..., :n_drop])
+                out[:, :, start:stop, n_drop:] = torch.matmul(a, x[..., n_drop:])
+        ctx.save_for_backward(q, k, x, mask if mask is not None else torch.empty(0))
+        ctx.has_mask = mask is not None
+        ctx.scale, ctx.n_drop, ctx.drop_p, ctx.seed, ctx.chunk = scale, n_drop, drop_p, seed, chunk
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        q, k, x, mask = ctx.saved_tensors
+        mask = mask if ctx.has_mask else None
+        n = q.shape[-2]
+        kt = k.transpose(-1, -2)
+        xt = x.transpose(-1, -2)
+        grad_q = torch.empty_like(q) if ctx.needs_input_grad[0] else None
+        grad_k = torch.zeros_like(k) if ctx.needs_input_grad[1] else None
+        grad_x = torch.zeros_like(x) if ctx.needs_input_grad[2] else None
+        gen = _generator(q.device, ctx.seed) if ctx.drop_p > 0 else None
+        nd = ctx.n_drop
+        for start in range(0, n, ctx.chunk):
+            stop = min(n, start + ctx.chunk)
+            q_c = q[:, :, start:stop]
+            g_c = grad_out[:, :, start:stop]
+            a = _sigmoid_weights(q_c, kt, mask, start, stop, ctx.scale)  # (B, H, c, m)
+            if gen is None:
+                grad_a = torch.matmul(g_c, xt)
+                if grad_x is not None:
+                    grad_x += torch.matmul(a.transpose(-1, -2), g_c)
+            else:
+                keep = _keep_mask(a, ctx.drop_p, gen)
+                grad_a = torch.matmul(g_c[..., :nd], xt[..., :nd, :]) * keep
+                grad_a += torch.matmul(g_c[..., nd:], xt[..., nd:, :])
+                if grad_x is not None:
+                    grad_x[..., :nd] += torch.matmul((a * keep).transpose(-1, -2), g_c[..., :nd])
+                    grad_x[..., nd:] += torch.matmul(a.transpose(-1, -2), g_c[..., nd:])
+            # d sigmoid(r) / dr = a (1 - a); masked entries have a = 0 and so get no gradient.
+            grad_r = grad_a.mul_(a).mul_(1 - a).mul_(ctx.scale)
+            if grad_q is not None:
+                torch.matmul(grad_r, k, out=grad_q[:, :, start:stop])
+            if grad_k is not None:
+                grad_k += torch.matmul(grad_r.transpose(-1, -2), q_c)
+        return grad_q, grad_k, grad_x, None, None, None, None, None
+
+
+def _sigmoid_weights(q_c, kt, mask, start, stop, scale):
+    a = torch.matmul(q_c, kt).mul_(scale).sigmoid_()
+    if mask is not None:
+        a = a.masked_fill_(~mask[:, :, start:stop], 0.0)
+    return a
+
+
+def _generator(device, seed):
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return gen
+
+
+def _keep_mask(a, drop_p, gen):
+    keep = torch.rand(a.shape, generator=gen, device=a.device, dtype=a.dtype) >= drop_p
+    return keep.to(a.dtype).div_(1.0 - drop_p)
+
+
+def masked_sigmoid_attention(q: torch.Tensor, k: torch.Tensor, x: torch.Tensor, mask: torch.Tensor | None,
+                             scale: float, *, n_drop: int = 0, drop_p: float = 0.0) -> torch.Tensor:
+    """``(sigmoid(scale · q kᵀ) ⊙ mask) @ x`` without keeping the ``n × m`` weights for backward.
+
+    q: (B, H, n, d_k), k: (B, H, m, d_k), x: (B, H, m, d_x); mask: bool broadcastable to
+    (B, H, n, m) or None. With ``drop_p > 0`` the first ``n_drop`` output columns use the weights after
+    inverted dropout (probability ``drop_p``); the remaining columns use them undropped.
+    """
+    seed = int(torch.randint(0, 2**62, (1,)).item()) if drop_p > 0 else 0
+    return _MaskedSigmoidAttention.apply(q, k, x, mask, float(scale), int(n_drop), float(drop_p), seed)
+
+
+# --------------------------------------------------------------------------------------------------
+# flex backend
+# --------------------------------------------------------------------------------------------------
+
+@functools.cache
+def _compiled_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def _mask_mod_from(mask, batch: int, heads: int, q_len: int, kv_len: int):
+    if mask is None:
+        return None
+    if isinstance(mask, Mask):
+        return mask.mask_mod
+    dense = mask.expand(batch, heads, q_len, kv_len)
+    return lambda b, h, q, kv: dense[b, h, q, kv]
+
+
+def flex_attention_call(q, k, v, *, score_mod=None, mask=None, scale: float | None = None) -> torch.Tensor:
+    """FlexAttention with a ``score_mod`` and a mask (a :class:`~maskattn.masks.Mask` or a bool tensor
+    broadcastable to (B, H, n, m)); empty blocks are skipped through a block mask."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    B, H, n, _ = q.shape
+    m = k.shape[-2]
+    mask_mod = _mask_mod_from(mask, B, H, n, m)
+    block_mask = None
+    if mask_mod is not None:
+        per_batch = not (isinstance(mask, Mask) and mask.static) and not (
+            isinstance(mask, torch.Tensor) and mask.shape[0] == 1)
+        block_mask = create_block_mask(mask_mod, B if per_batch else None, H, n, m, device=q.device)
+    if q.device.type == "cuda":
+        return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+
+
+def default_scale(d_k: int) -> float:
+    return 1.0 / math.sqrt(d_k)
