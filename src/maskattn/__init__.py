@@ -3,12 +3,17 @@ Convolutional Self-Attention Networks on one attention engine."""
 
 from . import backends, functional, masks
 from .attention import (
+    AttentionCache,
+    DynamicMaskAttention,
     MultiHeadAttention,
+    StaticMaskAttention,
     attention_info,
     create_attention,
     list_attentions,
     register_attention,
 )
+from . import analysis
+from .layers import MANLayer, MANLayerCache
 
 __version__ = "0.1.0"
 
@@ -17,6 +22,12 @@ __all__ = [
     "functional",
     "masks",
     "MultiHeadAttention",
+    "AttentionCache",
+    "DynamicMaskAttention",
+    "StaticMaskAttention",
+    "MANLayer",
+    "MANLayerCache",
+    "analysis",
     "attention_info",
     "create_attention",
     "list_attentions",

@@ -2,6 +2,7 @@
 
 from .registry import AttentionInfo, attention_info, create_attention, list_attentions, register_attention
 from .multihead import MultiHeadAttention
+from .man import AttentionCache, DynamicMaskAttention, StaticMaskAttention
 
 __all__ = [
     "AttentionInfo",
@@ -10,4 +11,7 @@ __all__ = [
     "list_attentions",
     "register_attention",
     "MultiHeadAttention",
+    "AttentionCache",
+    "DynamicMaskAttention",
+    "StaticMaskAttention",
 ]

@@ -6,5 +6,20 @@ from .tensorized import (
     tensorized_attention_maps,
     tensorized_attention_reference,
 )
+from .mask_attention import (
+    dynamic_mask,
+    dynamic_mask_attention,
+    dynamic_mask_attention_reference,
+    dynamic_mask_logits,
+    log_weight_bias,
+    mask_attention,
+    mask_attention_reference,
+    mask_attention_weights,
+    relative_distance_index,
+    static_window_mask,
+)
 
-__all__ = ["SCALES", "tensorized_attention", "tensorized_attention_maps", "tensorized_attention_reference"]
+__all__ = ["SCALES", "tensorized_attention", "tensorized_attention_maps", "tensorized_attention_reference",
+           "mask_attention", "mask_attention_reference", "mask_attention_weights", "log_weight_bias",
+           "dynamic_mask", "dynamic_mask_attention", "dynamic_mask_attention_reference", "dynamic_mask_logits",
+           "relative_distance_index", "static_window_mask"]
