@@ -441,19 +441,28 @@ def _dman_flex(q, k, v, a, table, u, causal, kpm, q_offset):
 CHUNK_MIN_ELEMENTS = 1 << 16
 
 
+#: query blocks smaller than this (elements of the bias) use the explicit softmax instead of one
+#: ``F.scaled_dot_product_attention`` call (incremental decoding steps, small test shapes).
+SDPA_MIN_ELEMENTS = 1 << 15
+
+
 def _chunk_rows(B, H, n, m, d) -> int:
     budget = max(CHUNK_MIN_ELEMENTS, B * H * m * d)
     return max(1, min(n, budget // max(1, B * H * m)))
 
 
 def _chunk_bias(a, table, u, idx, allowed):
-    """log M for one query chunk, (B, H, c, m), with -inf where not allowed; also returns z."""
-    z = table[idx][None, None] + a[:, None, :, None]  # (B, 1, c, m)
-    z = z + u[None, :, None, None]  # (B, H, c, m)
-    bias = F.logsigmoid(z)
+    """log M for one query chunk, (B, H, c, m), with -inf where not allowed; also returns ``−z``.
+
+    ``log sigmoid(z) = −softplus(−z)``: ``−z`` is assembled from the negated (small) parameters, so the
+    chunk costs one fused softplus pass (and ``sigmoid(−z) = 1 − M`` is what backward needs).
+    """
+    neg_z = (-table)[idx][None, None] + (-a)[:, None, :, None]  # (B, 1, c, m)
+    neg_z = neg_z + (-u)[None, :, None, None]  # (B, H, c, m)
+    bias = F.softplus(neg_z).neg_()
     if allowed is not None:
         bias.masked_fill_(~allowed, float("-inf"))
-    return bias, z
+    return bias, neg_z
 
 
 def _chunk_probs(q_c, kt, bias, scale):
@@ -486,14 +495,16 @@ class _DynamicMaskAttention(torch.autograd.Function):
             idx = relative_distance_index(stop - start, m, D, q_offset=q_offset + start, device=q.device)
             allowed = _allowed(B, stop - start, m, q_offset + start, causal, kpm, q.device)
             bias, _ = _chunk_bias(a[:, start:stop], table, u, idx, allowed)
-            if gen is None:
+            if gen is None and bias.numel() >= SDPA_MIN_ELEMENTS:
                 if allowed is not None:  # empty rows: finite bias (their output is zeroed below)
                     bias = torch.where(allowed.any(-1, keepdim=True), bias, torch.zeros((), dtype=bias.dtype,
                                                                                         device=bias.device))
                 out[:, :, start:stop] = F.scaled_dot_product_attention(q[:, :, start:stop], k, v, attn_mask=bias)
-            else:
+            else:  # small blocks (one fused call costs more than it saves) and dropout: explicit softmax
                 p = _chunk_probs(q[:, :, start:stop], kt, bias, scale)
-                out[:, :, start:stop] = torch.matmul(p.mul_(_keep_mask(p, drop_p, gen)), v)
+                if gen is not None:
+                    p.mul_(_keep_mask(p, drop_p, gen))
+                out[:, :, start:stop] = torch.matmul(p, v)
             if allowed is not None:
                 out[:, :, start:stop].masked_fill_(~allowed.any(-1, keepdim=True), 0.0)
         ctx.save_for_backward(q, k, v, a, table, u, out, kpm if kpm is not None else torch.empty(0))
@@ -522,7 +533,7 @@ class _DynamicMaskAttention(torch.autograd.Function):
             q_c, g_c = q[:, :, start:stop], grad_out[:, :, start:stop]
             idx = relative_distance_index(stop - start, m, D, q_offset=ctx.q_offset + start, device=q.device)
             allowed = _allowed(B, stop - start, m, ctx.q_offset + start, ctx.causal, kpm, q.device)
-            bias, z = _chunk_bias(a[:, start:stop], table, u, idx, allowed)
+            bias, neg_z = _chunk_bias(a[:, start:stop], table, u, idx, allowed)
             p = _chunk_probs(q_c, kt, bias, scale)  # (B, H, c, m)
             del bias
             dp = torch.matmul(g_c, vt)  # (B, H, c, m)
@@ -538,8 +549,8 @@ class _DynamicMaskAttention(torch.autograd.Function):
             del p
             grad_q[:, :, start:stop] = torch.matmul(ds, k).mul_(scale)
             grad_k += torch.matmul(ds.transpose(-1, -2), q_c).mul_(scale)
-            dz = ds.mul_(torch.sigmoid(z.neg_()))  # d logsigmoid(z) / dz = 1 − sigmoid(z)
-            del z
+            dz = ds.mul_(neg_z.sigmoid_())  # d logsigmoid(z) / dz = 1 − sigmoid(z) = sigmoid(−z)
+            del neg_z
             grad_a[:, start:stop] = dz.sum((1, 3))
             grad_u += dz.sum((0, 2, 3))
             grad_table.index_add_(0, idx.reshape(-1), dz.sum((0, 1)).reshape(-1))
