@@ -1,0 +1,313 @@
+"""maskattn.functional.local: CSAN 1D/2D (Eq. 4-9) and the banded kernel, every backend against an
+oracle written straight from the paper's equations (explicit union of windows, one softmax)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from maskattn.functional import banded_attention, local_attention, local_attention_maps
+
+BACKENDS = ("reference", "sdpa", "flex", "banded")
+
+
+def oracle(q, k, v, *, left, right, head_window=1, key_padding_mask=None, head_edges="truncate", score_mod=None):
+    """CSAN Eq. 4-9 in float64, one query at a time: the keys/values of the window [i-left, i+right]
+    (truncated at the edges, padding removed) in each head of the area h-N/2..h+N/2 (truncated or
+    wrapped), united, and ONE softmax over all of them."""
+    q, k, v = q.double(), k.double(), v.double()
+    B, H, n, d = q.shape
+    out = torch.zeros(B, H, n, v.shape[-1], dtype=torch.float64)
+    half = head_window // 2
+    # s[b, h, g, i, j] = score_mod(q^h_i · k^g_j / √d): every query against every key of every head
+    s_all = torch.einsum("bhid,bgjd->bhgij", q, k) / math.sqrt(d)
+    s_all = score_mod(s_all) if score_mod is not None else s_all
+    for b in range(B):
+        for h in range(H):
+            heads = [h + o for o in range(-half, half + 1)]
+            heads = [g % H for g in heads] if head_edges == "circular" else [g for g in heads if 0 <= g < H]
+            for i in range(n):
+                positions = [j for j in range(max(0, i - left), min(n, i + right + 1))
+                             if key_padding_mask is None or not key_padding_mask[b, j]]
+                area = [(g, j) for g in heads for j in positions]  # Eq. 7-8: the union over heads
+                if not area:
+                    continue  # nothing to attend: output 0
+                s = torch.stack([s_all[b, h, g, i, j] for g, j in area])
+                V = torch.stack([v[b, g, j] for g, j in area])
+                out[b, h, i] = torch.softmax(s, 0) @ V  # Eq. 9: one softmax over the area
+    return out
+
+
+def qkv(B=2, H=4, n=9, d=5, d_v=3, dtype=torch.float64, seed=0, requires_grad=False):
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(B, H, n, d), (B, H, n, d), (B, H, n, d_v)]
+    return [torch.randn(s, generator=g, dtype=dtype).requires_grad_(requires_grad) for s in shapes]
+
+
+def padding(B, n, lengths):
+    return torch.arange(n)[None, :] >= torch.tensor(lengths)[:, None]  # True = padding
+
+
+def run(fn, backend, *args, **kwargs):
+    if backend == "flex":  # eager FlexAttention on CPU is inference-only
+        with torch.no_grad():
+            return fn(*args, backend=backend, **kwargs)
+    return fn(*args, backend=backend, **kwargs)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("head_window,head_edges", [(1, "truncate"), (3, "truncate"), (3, "circular"),
+                                                    (5, "circular"), (5, "truncate")])
+@pytest.mark.parametrize("n,lengths", [(11, None), (11, [11, 4]), (3, None), (3, [2, 1]), (1, None)])
+def test_local_attention_matches_equations(backend, head_window, head_edges, n, lengths):
+    q, k, v = qkv(H=5, n=n)
+    kpm = None if lengths is None else padding(2, n, lengths)
+    out = run(local_attention, backend, q, k, v, window=5, head_window=head_window, key_padding_mask=kpm,
+              head_edges=head_edges)
+    expected = oracle(q, k, v, left=2, right=2, head_window=head_window, key_padding_mask=kpm, head_edges=head_edges)
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float32_matches_float64_oracle(backend):
+    q, k, v = qkv(B=2, H=4, n=40, d=8, d_v=8, dtype=torch.float32)
+    kpm = padding(2, 40, [40, 23])
+    out = run(local_attention, backend, q, k, v, window=7, head_window=3, key_padding_mask=kpm)
+    expected = oracle(q, k, v, left=3, right=3, head_window=3, key_padding_mask=kpm)
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_window_wider_than_sequence_is_full_attention():
+    q, k, v = qkv(n=6)
+    out = local_attention(q, k, v, window=101)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
+
+
+def test_window_one_returns_values():
+    q, k, v = qkv(n=6)
+    torch.testing.assert_close(local_attention(q, k, v, window=1), v)
+
+
+def test_padded_query_rows_with_no_key_are_zero_with_finite_gradients():
+    q, k, v = qkv(n=16, requires_grad=True)
+    kpm = padding(2, 16, [16, 3])  # batch 1: queries 6.. see only padding within window 5
+    for backend in ("banded", "reference", "sdpa"):
+        out = local_attention(q, k, v, window=5, head_window=3, key_padding_mask=kpm, backend=backend)
+        assert out[1, :, 6:].abs().max() == 0
+        out.sum().backward()
+        assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+        for t in (q, k, v):
+            t.grad = None
+
+
+@pytest.mark.parametrize("backend", ["banded", "reference", "sdpa"])
+@pytest.mark.parametrize("head_window,head_edges", [(1, "truncate"), (3, "truncate"), (3, "circular")])
+def test_gradcheck(backend, head_window, head_edges):
+    q, k, v = qkv(B=1, H=3, n=7, d=3, d_v=2, requires_grad=True)
+    kpm = padding(1, 7, [5])
+
+    def f(q, k, v):
+        return local_attention(q, k, v, window=3, head_window=head_window, key_padding_mask=kpm,
+                               head_edges=head_edges, backend=backend)
+
+    assert torch.autograd.gradcheck(f, (q, k, v), fast_mode=True)
+
+
+def test_gradcheck_banded_with_score_mod():
+    q, k, v = qkv(B=1, H=2, n=9, d=3, d_v=2, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda q, k, v: banded_attention(q, k, v, (2, 1), score_mod=F.logsigmoid,
+                                                                     backend="banded"), (q, k, v), fast_mode=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("head_window", [1, 3])
+def test_padding_invariance(backend, head_window):
+    """Real tokens see the same output whether or not padding follows them, whatever the padding holds."""
+    q, k, v = qkv(B=1, n=7)
+    short = run(local_attention, backend, q, k, v, window=5, head_window=head_window)
+    long = [torch.cat([t, 100 * torch.randn(1, 4, 5, t.shape[-1], dtype=t.dtype)], dim=2) for t in (q, k, v)]
+    kpm = padding(1, 12, [7])
+    padded = run(local_attention, backend, *long, window=5, head_window=head_window, key_padding_mask=kpm)
+    torch.testing.assert_close(padded[:, :, :7], short, rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------- banded
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("radius,left,right", [(0, 0, 0), (2, 2, 2), ((3, 0), 3, 0), ((0, 2), 0, 2), (50, 50, 50)])
+@pytest.mark.parametrize("score_mod", [None, F.logsigmoid])
+def test_banded_attention_matches_equations(backend, radius, left, right, score_mod):
+    if backend == "sdpa" and score_mod is not None:
+        pytest.skip("sdpa has no score_mod (raises; tested below)")
+    q, k, v = qkv(n=13)
+    kpm = padding(2, 13, [13, 6])
+    out = run(banded_attention, backend, q, k, v, radius, score_mod=score_mod, key_padding_mask=kpm)
+    expected = oracle(q, k, v, left=left, right=right, key_padding_mask=kpm, score_mod=score_mod)
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_banded_custom_scale():
+    q, k, v = qkv(n=8)
+    out = banded_attention(q, k, v, 2, scale=0.5)
+    expected = oracle(q * 0.5 * math.sqrt(q.shape[-1]), k, v, left=2, right=2)
+    torch.testing.assert_close(out, expected)
+
+
+class _LargestTensor(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+def _largest_tensor(n, head_window):
+    q, k, v = qkv(B=1, H=3, n=n, d=4, d_v=4, dtype=torch.float32, requires_grad=True)
+    kpm = padding(1, n, [n - 40])
+    with _LargestTensor() as probe:
+        out = local_attention(q, k, v, window=11, head_window=head_window, key_padding_mask=kpm, backend="banded")
+        out.sum().backward()
+    return probe.largest
+
+
+@pytest.mark.parametrize("head_window", [1, 3])
+def test_banded_memory_is_linear_in_n(head_window):
+    """Forward and backward of the banded path: the largest intermediate grows like n, far below the
+    (B·H·n²) of one dense score matrix."""
+    small, large = _largest_tensor(1024, head_window), _largest_tensor(2048, head_window)
+    assert large <= 2.05 * small, (small, large)
+    assert large < 3 * 2048 * 2048 / 8, large
+
+
+def test_auto_backend_is_banded_on_cpu_and_differentiable():
+    q, k, v = qkv(n=20, requires_grad=True)
+    out = local_attention(q, k, v, window=5, head_window=3)
+    out.sum().backward()
+    torch.testing.assert_close(out, local_attention(q, k, v, window=5, head_window=3, backend="banded"))
+
+
+# ---------------------------------------------------------------------------------------------- maps, dropout
+
+
+def test_maps_rows_sum_to_one_and_reproduce_output():
+    q, k, v = qkv(H=4, n=10)
+    kpm = padding(2, 10, [10, 3])
+    for head_window in (1, 3):
+        maps = local_attention_maps(q, k, window=3, head_window=head_window, key_padding_mask=kpm)
+        assert maps.shape == (2, 4, 10, 4, 10)
+        sums = maps.sum((-1, -2))
+        has_key = torch.ones_like(sums, dtype=torch.bool)
+        has_key[1, :, 4:] = False  # queries 4.. of batch 1 see only padding (keys 3..) within window 3
+        torch.testing.assert_close(sums, has_key.double())
+        out = torch.einsum("bhigj,bgjd->bhid", maps, v)
+        torch.testing.assert_close(out, local_attention(q, k, v, window=3, head_window=head_window,
+                                                         key_padding_mask=kpm))
+        if head_window == 1:  # 1D: no weight on other heads
+            off = maps.clone()
+            for h in range(4):
+                off[:, h, :, h] = 0
+            assert off.abs().max() == 0
+
+
+@pytest.mark.parametrize("backend", ["banded", "reference", "sdpa"])
+def test_dropout_only_when_training(backend):
+    q, k, v = qkv(n=12)
+    a = local_attention(q, k, v, window=5, dropout_p=0.5, training=False, backend=backend)
+    torch.testing.assert_close(a, local_attention(q, k, v, window=5, backend=backend))
+    torch.manual_seed(0)
+    b = local_attention(q, k, v, window=5, dropout_p=0.5, training=True, backend=backend)
+    assert not torch.allclose(a, b)
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("window,exc", [(4, ValueError), (0, ValueError), (-3, ValueError), (3.0, TypeError),
+                                        (True, TypeError), ("11", TypeError)])
+def test_bad_window(window, exc):
+    q, k, v = qkv()
+    with pytest.raises(exc, match=rf"window.*{window!r}" if exc is TypeError else rf"window.*{window}"):
+        local_attention(q, k, v, window=window)
+
+
+@pytest.mark.parametrize("head_window,match", [(2, "head_window.*2"), (5, r"head_window \(5\).*heads \(4\)"),
+                                               (-1, "head_window.*-1")])
+def test_bad_head_window(head_window, match):
+    q, k, v = qkv(H=4)
+    with pytest.raises(ValueError, match=match):
+        local_attention(q, k, v, head_window=head_window)
+
+
+@pytest.mark.parametrize("radius,exc", [(-1, ValueError), ((1, -2), ValueError), (1.5, TypeError),
+                                        ((1, 2, 3), TypeError), (None, TypeError)])
+def test_bad_radius(radius, exc):
+    q, k, v = qkv()
+    with pytest.raises(exc, match="radius"):
+        banded_attention(q, k, v, radius)
+
+
+def test_bad_shapes_and_options():
+    q, k, v = qkv(n=9)
+    with pytest.raises(ValueError, match=r"k has shape \(2, 4, 8, 5\)"):
+        local_attention(q, k[:, :, :8], v)
+    with pytest.raises(ValueError, match=r"v has shape"):
+        local_attention(q, k, v[:, :2])
+    with pytest.raises(ValueError, match="q must have 4 dimensions"):
+        local_attention(q[0], k, v)
+    with pytest.raises(TypeError, match="k has dtype torch.float32"):
+        local_attention(q, k.float(), v)
+    with pytest.raises(ValueError, match=r"key_padding_mask has shape \(2, 8\)"):
+        local_attention(q, k, v, key_padding_mask=torch.zeros(2, 8, dtype=torch.bool))
+    with pytest.raises(TypeError, match="key_padding_mask must have dtype torch.bool"):
+        local_attention(q, k, v, key_padding_mask=torch.zeros(2, 9))
+    with pytest.raises(ValueError, match="head_edges 'wrap'"):
+        local_attention(q, k, v, head_edges="wrap")
+    with pytest.raises(ValueError, match="backend 'fast'"):
+        local_attention(q, k, v, backend="fast")
+    with pytest.raises(ValueError, match="score_mod"):
+        banded_attention(q, k, v, 2, score_mod=F.logsigmoid, backend="sdpa")
+    with pytest.raises(TypeError, match="score_mod"):
+        banded_attention(q, k, v, 2, score_mod="logsigmoid")
+    with pytest.raises(ValueError, match="scale"):
+        banded_attention(q, k, v, 2, scale=-1.0)
+
+
+def test_flex_backward_on_cpu_is_refused():
+    q, k, v = qkv(requires_grad=True)
+    with pytest.raises(ValueError, match="backward only on CUDA"):
+        local_attention(q, k, v, backend="flex")
+    with pytest.raises(ValueError, match="dropout"):
+        with torch.no_grad():
+            local_attention(q, k, v, backend="flex", dropout_p=0.1, training=True)
+
+
+# ---------------------------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["flex", "banded", "sdpa"])
+def test_cuda_matches_reference_with_backward(backend):
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    q, k, v = (t.cuda() for t in qkv(B=2, H=4, n=300, d=16, d_v=16, dtype=torch.float32))
+    for t in (q, k, v):
+        t.requires_grad_(True)
+    kpm = padding(2, 300, [300, 170]).cuda()
+    out = local_attention(q, k, v, window=11, head_window=3, key_padding_mask=kpm, backend=backend)
+    ref = local_attention(q.double(), k.double(), v.double(), window=11, head_window=3, key_padding_mask=kpm,
+                          backend="reference")
+    torch.testing.assert_close(out.double(), ref, rtol=2e-3, atol=2e-3)
+    grads = torch.autograd.grad(out.sum(), (q, k, v))
+    ref_grads = torch.autograd.grad(ref.sum(), (q, k, v))
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g.double(), r.double(), rtol=2e-3, atol=2e-3)
