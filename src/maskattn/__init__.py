@@ -34,3 +34,8 @@ __all__ = [
     "register_attention",
     "__version__",
 ]
+
+from .attention import ConvSelfAttention
+from .encoder import Encoder, csan_encoder
+
+__all__ += ["ConvSelfAttention", "Encoder", "csan_encoder"]

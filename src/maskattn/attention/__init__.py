@@ -15,3 +15,6 @@ __all__ = [
     "DynamicMaskAttention",
     "StaticMaskAttention",
 ]
+from .csan import ConvSelfAttention
+
+__all__ += ["ConvSelfAttention"]

@@ -23,3 +23,6 @@ __all__ = ["SCALES", "tensorized_attention", "tensorized_attention_maps", "tenso
            "mask_attention", "mask_attention_reference", "mask_attention_weights", "log_weight_bias",
            "dynamic_mask", "dynamic_mask_attention", "dynamic_mask_attention_reference", "dynamic_mask_logits",
            "relative_distance_index", "static_window_mask"]
+from .local import banded_attention, local_attention, local_attention_maps
+
+__all__ += ["banded_attention", "local_attention", "local_attention_maps"]
