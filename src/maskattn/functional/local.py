@@ -181,6 +181,8 @@ def _masked_softmax(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor
     """Softmax over the last axis restricted to ``allowed``; rows with no allowed entry give 0 (and
     finite gradients: such rows are filled with 0 before the softmax, then zeroed)."""
     row_any = allowed.any(-1, keepdim=True)
+    if bool(row_any.all()):
+        return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
     fill = torch.where(row_any, float("-inf"), 0.0).to(scores.dtype)
     probs = torch.softmax(torch.where(allowed, scores, fill), dim=-1)
     return probs * row_any
@@ -208,15 +210,15 @@ def _banded(q, k, v, left, right, index, valid, kpm, scale, score_mod, drop):
     L = C + width - 1  # keys reachable from one query block
     tail = right + n_pad - n
 
-    q_blocks = F.pad(q, (0, 0, 0, n_pad - n)).view(B, H, nb, C, d_k)  # (B, H, nb, C, d_k)
-    k_area = F.pad(_gather_heads(k, index), (0, 0, left, tail))  # (B, H, A, n_pad + width - 1, d_k)
-    v_area = F.pad(_gather_heads(v, index), (0, 0, left, tail))
+    q_blocks = (F.pad(q, (0, 0, 0, n_pad - n)) if n_pad > n else q).reshape(B, H, nb, C, d_k)  # (B, H, nb, C, d_k)
+    k_area = _gather_heads(F.pad(k, (0, 0, left, tail)), index)  # (B, H, A, n_pad + width - 1, d_k)
+    v_area = _gather_heads(F.pad(v, (0, 0, left, tail)), index)
     k_band = k_area.unfold(3, L, C)  # (B, H, A, nb, d_k, L) overlapping view
     v_band = v_area.unfold(3, L, C)  # (B, H, A, nb, d_v, L)
     k_band = k_band.permute(0, 1, 3, 4, 2, 5).reshape(B, H, nb, d_k, A * L)  # keys of the area side by side
     v_band = v_band.permute(0, 1, 3, 2, 5, 4).reshape(B, H, nb, A * L, d_v)
 
-    scores = torch.matmul(q_blocks, k_band) * scale  # (B, H, nb, C, A·L)
+    scores = torch.matmul(q_blocks, k_band).mul_(scale)  # (B, H, nb, C, A·L); in place: matmul saves no output
     if score_mod is not None:
         scores = score_mod(scores)
 
