@@ -70,38 +70,45 @@ def resolve_backend(backend: str, *, device: torch.device, needs_grad: bool, fle
 # sdpa backend: chunked sigmoid attention
 # --------------------------------------------------------------------------------------------------
 
-#: elements of one (batch × heads × query-chunk × keys) score block; bounds the kernel's workspace.
-CHUNK_ELEMENTS = 1 << 22
+#: elements of one (batch-block × heads × query-chunk × keys) weight block; bounds the kernel's workspace.
+CHUNK_ELEMENTS = 1 << 21
+#: query rows per block: batched matmuls over few rows are slow on CPU, so keep blocks tall.
+QUERY_CHUNK = 256
 
 
-def _chunk_size(batch_heads: int, q_len: int, kv_len: int) -> int:
-    return max(1, min(q_len, CHUNK_ELEMENTS // max(1, batch_heads * kv_len)))
+def _blocks(batch: int, heads: int, q_len: int, kv_len: int):
+    """(batch slice, query slice) pairs covering the output, each block ≤ CHUNK_ELEMENTS weights."""
+    rows = min(q_len, QUERY_CHUNK)
+    per_batch = heads * rows * kv_len
+    batch_step = max(1, CHUNK_ELEMENTS // max(1, per_batch))
+    if batch_step == 1:
+        rows = max(1, min(rows, CHUNK_ELEMENTS // max(1, heads * kv_len)))
+    for b0 in range(0, batch, batch_step):
+        for i0 in range(0, q_len, rows):
+            yield slice(b0, min(batch, b0 + batch_step)), slice(i0, min(q_len, i0 + rows))
 
 
 class _MaskedSigmoidAttention(torch.autograd.Function):
     """``out = (sigmoid(scale · q kᵀ) ⊙ mask) @ x`` with the first ``n_drop`` columns of ``x`` seeing a
     dropped-out copy of the weights. Saves only q, k, x (and the bool mask); the weights are rebuilt
-    chunk by chunk in backward."""
+    block by block in backward, as in FlashAttention."""
 
     @staticmethod
     def forward(ctx, q, k, x, mask, scale, n_drop, drop_p, seed):
         B, H, n, _ = q.shape
-        chunk = _chunk_size(B * H, n, k.shape[-2])
         out = q.new_empty(B, H, n, x.shape[-1])
-        kt = k.transpose(-1, -2)
         gen = _generator(q.device, seed) if drop_p > 0 else None
-        for start in range(0, n, chunk):
-            stop = min(n, start + chunk)
-            a = _sigmoid_weights(q[:, :, start:stop], kt, mask, start, stop, scale)  # (B, H, c, m)
+        for bs, rs in _blocks(B, H, n, k.shape[-2]):
+            a = _sigmoid_weights(q[bs, :, rs], k[bs], _mask_block(mask, bs, rs), scale)  # (b, H, r, m)
             if gen is None:
-                torch.matmul(a, x, out=out[:, :, start:stop])
+                out[bs, :, rs] = torch.matmul(a, x[bs])
             else:
                 keep = _keep_mask(a, drop_p, gen)
-                out[:, :, start:stop, :n_drop] = torch.matmul(a * keep, x[..., :n_drop])
-                out[:, :, start:stop, n_drop:] = torch.matmul(a, x[..., n_drop:])
+                out[bs, :, rs, :n_drop] = torch.matmul(a * keep, x[bs, ..., :n_drop])
+                out[bs, :, rs, n_drop:] = torch.matmul(a, x[bs, ..., n_drop:])
         ctx.save_for_backward(q, k, x, mask if mask is not None else torch.empty(0))
         ctx.has_mask = mask is not None
-        ctx.scale, ctx.n_drop, ctx.drop_p, ctx.seed, ctx.chunk = scale, n_drop, drop_p, seed, chunk
+        ctx.scale, ctx.n_drop, ctx.drop_p, ctx.seed = scale, n_drop, drop_p, seed
         return out
 
     @staticmethod
@@ -109,43 +116,45 @@ class _MaskedSigmoidAttention(torch.autograd.Function):
     def backward(ctx, grad_out):
         q, k, x, mask = ctx.saved_tensors
         mask = mask if ctx.has_mask else None
-        n = q.shape[-2]
-        kt = k.transpose(-1, -2)
-        xt = x.transpose(-1, -2)
+        B, H, n, _ = q.shape
         grad_q = torch.empty_like(q) if ctx.needs_input_grad[0] else None
         grad_k = torch.zeros_like(k) if ctx.needs_input_grad[1] else None
         grad_x = torch.zeros_like(x) if ctx.needs_input_grad[2] else None
         gen = _generator(q.device, ctx.seed) if ctx.drop_p > 0 else None
         nd = ctx.n_drop
-        for start in range(0, n, ctx.chunk):
-            stop = min(n, start + ctx.chunk)
-            q_c = q[:, :, start:stop]
-            g_c = grad_out[:, :, start:stop]
-            a = _sigmoid_weights(q_c, kt, mask, start, stop, ctx.scale)  # (B, H, c, m)
+        for bs, rs in _blocks(B, H, n, k.shape[-2]):
+            q_c, k_c, x_c, g_c = q[bs, :, rs], k[bs], x[bs], grad_out[bs, :, rs]
+            a = _sigmoid_weights(q_c, k_c, _mask_block(mask, bs, rs), ctx.scale)  # (b, H, r, m)
             if gen is None:
-                grad_a = torch.matmul(g_c, xt)
+                grad_a = torch.matmul(g_c, x_c.transpose(-1, -2))
                 if grad_x is not None:
-                    grad_x += torch.matmul(a.transpose(-1, -2), g_c)
+                    grad_x[bs] += torch.matmul(a.transpose(-1, -2), g_c)
             else:
                 keep = _keep_mask(a, ctx.drop_p, gen)
-                grad_a = torch.matmul(g_c[..., :nd], xt[..., :nd, :]) * keep
-                grad_a += torch.matmul(g_c[..., nd:], xt[..., nd:, :])
+                grad_a = torch.matmul(g_c[..., :nd], x_c[..., :nd].transpose(-1, -2)).mul_(keep)
+                grad_a += torch.matmul(g_c[..., nd:], x_c[..., nd:].transpose(-1, -2))
                 if grad_x is not None:
-                    grad_x[..., :nd] += torch.matmul((a * keep).transpose(-1, -2), g_c[..., :nd])
-                    grad_x[..., nd:] += torch.matmul(a.transpose(-1, -2), g_c[..., nd:])
-            # d sigmoid(r) / dr = a (1 - a); masked entries have a = 0 and so get no gradient.
-            grad_r = grad_a.mul_(a).mul_(1 - a).mul_(ctx.scale)
+                    grad_x[bs, ..., :nd] += torch.matmul((a * keep).transpose(-1, -2), g_c[..., :nd])
+                    grad_x[bs, ..., nd:] += torch.matmul(a.transpose(-1, -2), g_c[..., nd:])
+            # d sigmoid(r)/dr = a (1 - a); masked entries have a = 0 and so get no gradient.
+            grad_r = torch.ops.aten.sigmoid_backward(grad_a, a).mul_(ctx.scale)
             if grad_q is not None:
-                torch.matmul(grad_r, k, out=grad_q[:, :, start:stop])
+                grad_q[bs, :, rs] = torch.matmul(grad_r, k_c)
             if grad_k is not None:
-                grad_k += torch.matmul(grad_r.transpose(-1, -2), q_c)
+                grad_k[bs] += torch.matmul(grad_r.transpose(-1, -2), q_c)
         return grad_q, grad_k, grad_x, None, None, None, None, None
 
 
-def _sigmoid_weights(q_c, kt, mask, start, stop, scale):
-    a = torch.matmul(q_c, kt).mul_(scale).sigmoid_()
+def _mask_block(mask, bs, rs):
+    if mask is None:
+        return None
+    return mask[bs if mask.shape[0] > 1 else slice(None), :, rs]
+
+
+def _sigmoid_weights(q_c, k_c, mask, scale):
+    a = torch.matmul(q_c, k_c.transpose(-1, -2)).mul_(scale).sigmoid_()
     if mask is not None:
-        a = a.masked_fill_(~mask[:, :, start:stop], 0.0)
+        a = a.masked_fill_(~mask, 0.0)
     return a
 
 
