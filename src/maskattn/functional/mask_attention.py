@@ -437,47 +437,61 @@ def _dman_flex(q, k, v, a, table, u, causal, kpm, q_offset):
 
 
 #: elements of one (batch × heads × query-chunk × keys) block of the chunked DMAN kernel are at most
-#: max(CHUNK_MIN_ELEMENTS, size of k): the kernel's workspace stays of the order of q, k, v.
+#: max(CHUNK_MIN_ELEMENTS, CHUNK_FRACTION × size of k): the kernel's workspace (three such blocks in
+#: backward) stays of the order of q, k, v — plain attention's own footprint.
 CHUNK_MIN_ELEMENTS = 1 << 16
+CHUNK_FRACTION = 0.25
 
-
-#: query blocks smaller than this (elements of the bias) use the explicit softmax instead of one
-#: ``F.scaled_dot_product_attention`` call (incremental decoding steps, small test shapes).
+#: query blocks smaller than this (elements of the bias) use the explicit softmax instead of one fused
+#: attention call (incremental decoding steps, small test shapes).
 SDPA_MIN_ELEMENTS = 1 << 15
 
 
 def _chunk_rows(B, H, n, m, d) -> int:
-    budget = max(CHUNK_MIN_ELEMENTS, B * H * m * d)
+    budget = max(CHUNK_MIN_ELEMENTS, int(CHUNK_FRACTION * B * H * m * d))
     return max(1, min(n, budget // max(1, B * H * m)))
 
 
-def _chunk_bias(a, table, u, idx, allowed):
-    """log M for one query chunk, (B, H, c, m), with -inf where not allowed; also returns ``−z``.
+def _fused_attention(q_c, k, v, bias, scale):
+    """One query block through a fused kernel: (out, logsumexp or None)."""
+    if (q_c.device.type == "cpu" and q_c.shape[-1] == v.shape[-1] and q_c.dtype in (torch.float32, torch.float64)
+            and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")):
+        # the CPU flash kernel (what F.scaled_dot_product_attention runs here) also returns the row
+        # log-sum-exp, which backward reuses instead of renormalising
+        try:
+            return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q_c, k, v, 0.0, False, attn_mask=bias,
+                                                                             scale=scale)
+        except RuntimeError:  # pragma: no cover - a constraint of this torch build
+            pass
+    return F.scaled_dot_product_attention(q_c, k, v, attn_mask=bias, scale=scale), None
 
-    ``log sigmoid(z) = −softplus(−z)``: ``−z`` is assembled from the negated (small) parameters, so the
-    chunk costs one fused softplus pass (and ``sigmoid(−z) = 1 − M`` is what backward needs).
-    """
-    neg_z = (-table)[idx][None, None] + (-a)[:, None, :, None]  # (B, 1, c, m)
-    neg_z = neg_z + (-u)[None, :, None, None]  # (B, H, c, m)
-    bias = F.softplus(neg_z).neg_()
-    if allowed is not None:
-        bias.masked_fill_(~allowed, float("-inf"))
-    return bias, neg_z
+
+def _block_scores(q_c, kt, log_m, scale, allowed):
+    """``scale · q kᵀ + log M`` for one block, (B, H, c, m), -inf where not allowed (``log_m`` is reused)."""
+    s = torch.baddbmm(log_m.flatten(0, 1), q_c.flatten(0, 1), kt.flatten(0, 1), alpha=scale).view_as(log_m)
+    return s if allowed is None else s.masked_fill_(~allowed, float("-inf"))
 
 
-def _chunk_probs(q_c, kt, bias, scale):
-    """Softmax of the chunk's scores + bias; rows with no allowed key are all 0 (no NaN)."""
-    s = torch.baddbmm(bias.flatten(0, 1), q_c.flatten(0, 1), kt.flatten(0, 1), alpha=scale)  # (B·H, c, m)
-    s = s.view_as(bias)
+def _softmax_(s):
+    """In-place softmax over the last dim; returns (p, logsumexp). Rows with no allowed key are all 0."""
     row_max = s.amax(-1, keepdim=True)
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
     p = s.sub_(row_max).exp_()
-    return p.div_(p.sum(-1, keepdim=True).clamp_min(torch.finfo(p.dtype).tiny))
+    total = p.sum(-1, keepdim=True)
+    p.div_(total.clamp_min(torch.finfo(p.dtype).tiny))
+    lse = torch.where(total > 0, total.log() + row_max, torch.zeros_like(total))  # empty rows: 0, as flash
+    return p, lse.squeeze(-1)
 
 
 class _DynamicMaskAttention(torch.autograd.Function):
-    """Chunked, recomputing DMAN attention: saves q, k, v, a, P, U and the output only; gradients of
-    ``a``, ``P``, ``U`` come from the exact formula ``dz = dS ⊙ (1 − M)`` with ``dS = p ⊙ (dp − D)``."""
+    """Chunked, recomputing DMAN attention (MAN Eq. 4 + 12).
+
+    Saves q, k, v, a, P, U, the output and the row log-sum-exp only. Per query block: forward builds
+    ``log M = logsigmoid(a_t + U_h + P[t − s])`` and runs a fused attention kernel; backward rebuilds the
+    block, ``p = exp(scores + log M − lse)``, ``dS = p ⊙ (dp − rowsum(dO ⊙ O))`` and returns the
+    gradients of q, k, v and, through ``dz = dS ⊙ (1 − M)``, of ``a``, ``P`` and ``U`` (exact; it does not
+    rely on SDPA returning a bias gradient).
+    """
 
     @staticmethod
     def forward(ctx, q, k, v, a, table, u, kpm, causal, q_offset, drop_p, seed):
@@ -486,28 +500,38 @@ class _DynamicMaskAttention(torch.autograd.Function):
         scale = 1.0 / math.sqrt(d_k)
         D = _max_distance(table)
         chunk = _chunk_rows(B, H, n, m, max(d_k, v.shape[-1]))
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # saved instead of the strided views
+        kt = k.transpose(-1, -2)  # (B, H, d_k, m)
+        row_bias = a[:, None, :, None] + u[None, :, None, None]  # (B, H, n, 1): a_t + U_h
         out = q.new_empty(B, H, n, v.shape[-1])
+        lse = q.new_empty(B, H, n)
         gen = _generator(q.device, seed) if drop_p > 0 else None
-        k, v = k.contiguous(), v.contiguous()
-        kt = k.transpose(-1, -2)  # (B, H, d_k, m), batch dims mergeable for bmm
+        fused_lse = True
         for start in range(0, n, chunk):
             stop = min(n, start + chunk)
             idx = relative_distance_index(stop - start, m, D, q_offset=q_offset + start, device=q.device)
             allowed = _allowed(B, stop - start, m, q_offset + start, causal, kpm, q.device)
-            bias, _ = _chunk_bias(a[:, start:stop], table, u, idx, allowed)
-            if gen is None and bias.numel() >= SDPA_MIN_ELEMENTS:
-                if allowed is not None:  # empty rows: finite bias (their output is zeroed below)
-                    bias = torch.where(allowed.any(-1, keepdim=True), bias, torch.zeros((), dtype=bias.dtype,
-                                                                                        device=bias.device))
-                out[:, :, start:stop] = F.scaled_dot_product_attention(q[:, :, start:stop], k, v, attn_mask=bias)
+            log_m = F.logsigmoid(table[idx] + row_bias[:, :, start:stop])  # (B, H, c, m)
+            if gen is None and log_m.numel() >= SDPA_MIN_ELEMENTS:
+                if allowed is not None:  # -inf where not allowed; empty rows get a finite bias, zeroed below
+                    log_m.masked_fill_(~allowed, float("-inf"))
+                    log_m = torch.where(allowed.any(-1, keepdim=True), log_m, torch.zeros((), dtype=log_m.dtype,
+                                                                                          device=log_m.device))
+                o_c, lse_c = _fused_attention(q[:, :, start:stop], k, v, log_m, scale)
+                out[:, :, start:stop] = o_c
+                if lse_c is None:
+                    fused_lse = False
+                else:
+                    lse[:, :, start:stop] = lse_c
             else:  # small blocks (one fused call costs more than it saves) and dropout: explicit softmax
-                p = _chunk_probs(q[:, :, start:stop], kt, bias, scale)
+                p, lse[:, :, start:stop] = _softmax_(_block_scores(q[:, :, start:stop], kt, log_m, scale, allowed))
                 if gen is not None:
                     p.mul_(_keep_mask(p, drop_p, gen))
                 out[:, :, start:stop] = torch.matmul(p, v)
             if allowed is not None:
                 out[:, :, start:stop].masked_fill_(~allowed.any(-1, keepdim=True), 0.0)
-        ctx.save_for_backward(q, k, v, a, table, u, out, kpm if kpm is not None else torch.empty(0))
+        ctx.save_for_backward(q, k, v, a, table, u, out, lse if fused_lse else torch.empty(0),
+                              kpm if kpm is not None else torch.empty(0))
         ctx.has_kpm, ctx.causal, ctx.q_offset, ctx.drop_p, ctx.seed, ctx.chunk = (
             kpm is not None, causal, q_offset, drop_p, seed, chunk)
         return out
@@ -515,44 +539,62 @@ class _DynamicMaskAttention(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
-        q, k, v, a, table, u, out, kpm = ctx.saved_tensors
+        q, k, v, a, table, u, out, lse, kpm = ctx.saved_tensors
         kpm = kpm if ctx.has_kpm else None
+        lse = lse if lse.numel() else None
         B, H, n, d_k = q.shape
         m = k.shape[2]
         scale = 1.0 / math.sqrt(d_k)
         D = _max_distance(table)
-        k, v = k.contiguous(), v.contiguous()
-        kt, vt = k.transpose(-1, -2), v.transpose(-1, -2)
-        grad_q, grad_a = torch.empty_like(q), torch.empty_like(a)
-        grad_k, grad_v = torch.zeros_like(k), torch.zeros_like(v)
-        grad_table, grad_u = torch.zeros_like(table), torch.zeros_like(u)
+        # (B·H, …) views for batched matmuls that accumulate in place
+        k3, v3, kt3, vt3 = k.flatten(0, 1), v.flatten(0, 1), k.transpose(-1, -2).flatten(0, 1), \
+            v.transpose(-1, -2).flatten(0, 1)
+        neg_row_bias = (a[:, None, :, None] + u[None, :, None, None]).neg_()  # (B, H, n, 1): −(a_t + U_h)
+        neg_table = -table
+        grad_q = torch.empty_like(q, memory_format=torch.contiguous_format)
+        grad_k = torch.zeros_like(k, memory_format=torch.contiguous_format)
+        grad_v = torch.zeros_like(v, memory_format=torch.contiguous_format)
+        grad_q3, grad_k3, grad_v3 = grad_q.flatten(0, 1), grad_k.flatten(0, 1), grad_v.flatten(0, 1)
+        grad_a_h = a.new_empty(B, H, n)  # Σ_s dz, per head
+        grad_table = torch.zeros_like(table)
         gen = _generator(q.device, ctx.seed) if ctx.drop_p > 0 else None
         grad_out = grad_out.contiguous()
+        neg_row_dot = (grad_out * out).sum(-1, keepdim=True).neg_()  # (B, H, n, 1): −D_i = −dO_i · O_i
         for start in range(0, n, ctx.chunk):
             stop = min(n, start + ctx.chunk)
-            q_c, g_c = q[:, :, start:stop], grad_out[:, :, start:stop]
+            q_c3, g_c3 = q[:, :, start:stop].flatten(0, 1), grad_out[:, :, start:stop].flatten(0, 1)
             idx = relative_distance_index(stop - start, m, D, q_offset=ctx.q_offset + start, device=q.device)
             allowed = _allowed(B, stop - start, m, ctx.q_offset + start, ctx.causal, kpm, q.device)
-            bias, neg_z = _chunk_bias(a[:, start:stop], table, u, idx, allowed)
-            p = _chunk_probs(q_c, kt, bias, scale)  # (B, H, c, m)
-            del bias
-            dp = torch.matmul(g_c, vt)  # (B, H, c, m)
-            if gen is None:
-                grad_v += torch.matmul(p.transpose(-1, -2), g_c)
+            neg_z = neg_table[idx] + neg_row_bias[:, :, start:stop]  # (B, H, c, m): −z
+            neg_log_m = F.softplus(neg_z)  # −log sigmoid(z) = softplus(−z)
+            one_minus_m = neg_z.sigmoid_()  # 1 − M = sigmoid(−z) = d log M / dz
+            # scores + log M − lse, then p = exp(·)
+            s = torch.baddbmm(neg_log_m.flatten(0, 1), q_c3, kt3, beta=-1, alpha=scale).view_as(neg_log_m)
+            del neg_log_m
+            if allowed is not None:
+                s.masked_fill_(~allowed, float("-inf"))
+            if lse is None:
+                p, _ = _softmax_(s)
             else:
-                keep = _keep_mask(p, ctx.drop_p, gen)
-                grad_v += torch.matmul((p * keep).transpose(-1, -2), g_c)
-                dp.mul_(keep)
+                p = s.sub_(lse[:, :, start:stop, None]).exp_()
+            p3 = p.flatten(0, 1)
+            # dp − D_i in one batched matmul with a broadcast input
+            ds = torch.baddbmm(neg_row_dot[:, :, start:stop].flatten(0, 1), g_c3, vt3)  # (B·H, c, m)
+            if gen is None:
+                grad_v3.baddbmm_(p3.transpose(-1, -2), g_c3)
+            else:
+                keep = _keep_mask(p, ctx.drop_p, gen).flatten(0, 1)
+                grad_v3.baddbmm_((p3 * keep).transpose(-1, -2), g_c3)
+                neg_d = neg_row_dot[:, :, start:stop].flatten(0, 1)
+                ds.sub_(neg_d).mul_(keep).add_(neg_d)  # dp ⊙ keep − D_i
                 del keep
-            row = (g_c * out[:, :, start:stop]).sum(-1, keepdim=True)  # D_i = dO_i · O_i
-            ds = dp.sub_(row).mul_(p)  # gradient of the scores (and of log M)
-            del p
-            grad_q[:, :, start:stop] = torch.matmul(ds, k).mul_(scale)
-            grad_k += torch.matmul(ds.transpose(-1, -2), q_c).mul_(scale)
-            dz = ds.mul_(neg_z.sigmoid_())  # d logsigmoid(z) / dz = 1 − sigmoid(z) = sigmoid(−z)
-            del neg_z
-            grad_a[:, start:stop] = dz.sum((1, 3))
-            grad_u += dz.sum((0, 2, 3))
+            ds.mul_(p3)  # gradient of the scores (and of log M)
+            del p, p3, s
+            torch.baddbmm(grad_q3[:, start:stop], ds, k3, beta=0, alpha=scale, out=grad_q3[:, start:stop])
+            grad_k3.baddbmm_(ds.transpose(-1, -2), q_c3, alpha=scale)
+            dz = ds.view_as(one_minus_m).mul_(one_minus_m)
+            del one_minus_m
+            grad_a_h[:, :, start:stop] = dz.sum(-1)
             grad_table.index_add_(0, idx.reshape(-1), dz.sum((0, 1)).reshape(-1))
-        return grad_q, grad_k, grad_v, grad_a, grad_table, grad_u, None, None, None, None, None
-
+        return (grad_q, grad_k, grad_v, grad_a_h.sum(1), grad_table, grad_a_h.sum((0, 2)),
+                None, None, None, None, None)

@@ -1,0 +1,176 @@
+"""Benchmark: forward+backward time and peak memory of a DMAN layer vs SAN (MAN Eq. 12 vs Eq. 2).
+
+Compares, for self-attention over ``x`` of shape ``(batch, n, d_model)``:
+
+* ``dman``      — :class:`maskattn.DynamicMaskAttention` (backend ``sdpa``: the query-chunked kernel that
+  recomputes in backward and returns the W/P/U gradients itself);
+* ``dman_ref``  — the same module on the materialised ``reference`` backend (only with ``--with-reference``);
+* ``san``       — :class:`maskattn.MultiHeadAttention` (``F.scaled_dot_product_attention``);
+* ``torch_mha`` — ``torch.nn.MultiheadAttention(batch_first=True)`` with ``need_weights=False``.
+
+The ratios in the summary are DMAN / SAN (maskattn.MultiHeadAttention) for the same configuration.
+
+Time: the median (and minimum) wall time of ``out = module(x); out.sum().backward()`` over ``--repeats``
+runs after ``--warmup`` runs (CUDA: synchronised).
+
+Peak memory on CPU: the increase of the process's peak resident set size during one forward+backward,
+``VmHWM − VmRSS(before)`` from ``/proc/self/status``, with the high-water mark reset through
+``/proc/self/clear_refs`` (value 5) right before the run. To make RSS follow tensor lifetimes, the script
+re-executes itself with ``MALLOC_MMAP_THRESHOLD_=65536``: every allocation of 64 KiB or more is then an
+``mmap`` that glibc returns to the OS on free (no heap caching, no dynamic threshold). Parameter gradients
+are set to ``None`` before the run, so their allocation counts too. This measures everything the run
+touches, including kernel scratch buffers that allocator hooks would miss; it needs Linux. CUDA: the
+peak of ``torch.cuda.max_memory_allocated`` minus the allocation before the run.
+
+Example (the table in docs/man.md)::
+
+    python benchmarks/bench_man.py --batch 2 --repeats 5 --out bench_man.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+
+import maskattn
+
+MMAP_ENV = "MALLOC_MMAP_THRESHOLD_"
+
+
+def _status(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{field} not found in /proc/self/status")
+
+
+def build(name: str, d_model: int, heads: int, device: str) -> torch.nn.Module:
+    if name == "dman":
+        module = maskattn.DynamicMaskAttention(d_model, heads, backend="sdpa")
+    elif name == "dman_ref":
+        module = maskattn.DynamicMaskAttention(d_model, heads, backend="reference")
+    elif name == "san":
+        module = maskattn.MultiHeadAttention(d_model, heads, backend="sdpa")
+    elif name == "torch_mha":
+        module = torch.nn.MultiheadAttention(d_model, heads, batch_first=True)
+    else:
+        raise ValueError(f"unknown module {name!r}")
+    return module.to(device)
+
+
+def step(module: torch.nn.Module, x: torch.Tensor) -> None:
+    if isinstance(module, torch.nn.MultiheadAttention):
+        out = module(x, x, x, need_weights=False)[0]
+    else:
+        out = module(x)
+    out.sum().backward()
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure(module, x, *, repeats: int, warmup: int, device: str) -> dict:
+    for _ in range(warmup):
+        step(module, x)
+    times = []
+    for _ in range(repeats):
+        module.zero_grad(set_to_none=True)
+        x.grad = None
+        sync(device)
+        start = time.perf_counter()
+        step(module, x)
+        sync(device)
+        times.append(time.perf_counter() - start)
+    module.zero_grad(set_to_none=True)
+    x.grad = None
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        step(module, x)
+        sync(device)
+        peak = torch.cuda.max_memory_allocated() - before
+    else:
+        before = _status("VmRSS:")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak RSS (VmHWM) to the current RSS
+        step(module, x)
+        peak = _status("VmHWM:") - before
+    module.zero_grad(set_to_none=True)
+    x.grad = None
+    return {"time_ms_median": 1e3 * statistics.median(times), "time_ms_min": 1e3 * min(times),
+            "peak_mib": peak / 2**20}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[64, 128, 256, 512, 1024])
+    parser.add_argument("--heads", type=int, nargs="+", default=[4, 8])
+    parser.add_argument("--d-model", type=int, default=512)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--devices", nargs="+", default=None, help="default: cpu, and cuda when available")
+    parser.add_argument("--with-reference", action="store_true", help="also time the materialised DMAN backend")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--out", required=True, help="path of the JSON results")
+    args = parser.parse_args(argv)
+
+    if os.environ.get(MMAP_ENV) is None and sys.platform.startswith("linux"):
+        os.environ[MMAP_ENV] = "65536"  # see the module docstring: RSS then follows tensor lifetimes
+        os.execv(sys.executable, [sys.executable, os.path.abspath(__file__)] + sys.argv[1:])
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    devices = args.devices or (["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+    names = ["dman"] + (["dman_ref"] if args.with_reference else []) + ["san", "torch_mha"]
+    torch.manual_seed(0)
+    rows = []
+    started = time.time()
+    for device in devices:
+        for heads in args.heads:
+            for n in args.lengths:
+                x = torch.randn(args.batch, n, args.d_model, device=device, requires_grad=True)
+                for name in names:
+                    module = build(name, args.d_model, heads, device)
+                    result = measure(module, x, repeats=args.repeats, warmup=args.warmup, device=device)
+                    row = {"device": device, "heads": heads, "n": n, "batch": args.batch, "d_model": args.d_model,
+                           "module": name, **result}
+                    rows.append(row)
+                    print(f"{device:4s} H={heads} n={n:5d} {name:9s} {row['time_ms_median']:9.2f} ms "
+                          f"(min {row['time_ms_min']:9.2f})  peak {row['peak_mib']:8.2f} MiB", flush=True)
+                    del module
+    summary = []
+    for r in rows:
+        if r["module"] != "dman":
+            continue
+        san = next(s for s in rows if s["module"] == "san" and all(s[k] == r[k] for k in ("device", "heads", "n")))
+        summary.append({k: r[k] for k in ("device", "heads", "n")} | {
+            "time_ratio": r["time_ms_median"] / san["time_ms_median"],
+            "memory_ratio": r["peak_mib"] / san["peak_mib"] if san["peak_mib"] > 0 else None})
+    meta = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv), "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "load_average_end": os.getloadavg(), "seconds": time.time() - started,
+            "memory_method": "peak RSS increase (VmHWM reset via clear_refs) with MALLOC_MMAP_THRESHOLD_=65536"}
+    with open(args.out, "w") as f:
+        json.dump({"meta": meta, "rows": rows, "dman_over_san": summary}, f, indent=1)
+    for s in summary:
+        mem = f"{s['memory_ratio']:.2f}" if s["memory_ratio"] is not None else "n/a"
+        print(f"{s['device']:4s} H={s['heads']} n={s['n']:5d}  DMAN/SAN time {s['time_ratio']:.2f}  memory {mem}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
