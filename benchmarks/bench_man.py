@@ -11,14 +11,17 @@ Compares, for self-attention over ``x`` of shape ``(batch, n, d_model)``:
 The ratios in the summary are DMAN / SAN (maskattn.MultiHeadAttention) for the same configuration.
 
 Time: the median (and minimum) wall time of ``out = module(x); out.sum().backward()`` over ``--repeats``
-runs after ``--warmup`` runs (CUDA: synchronised).
+runs after ``--warmup`` runs (CUDA: synchronised); the modules of one configuration run interleaved,
+one run each in turn, so a change of machine load affects them alike.
 
 Peak memory on CPU: the increase of the process's peak resident set size during one forward+backward,
 ``VmHWM − VmRSS(before)`` from ``/proc/self/status``, with the high-water mark reset through
-``/proc/self/clear_refs`` (value 5) right before the run. To make RSS follow tensor lifetimes, the script
-re-executes itself with ``MALLOC_MMAP_THRESHOLD_=65536``: every allocation of 64 KiB or more is then an
-``mmap`` that glibc returns to the OS on free (no heap caching, no dynamic threshold). Parameter gradients
-are set to ``None`` before the run, so their allocation counts too. This measures everything the run
+``/proc/self/clear_refs`` (value 5) right before the run. To make RSS follow tensor lifetimes, memory is
+measured in a fresh child process started with ``MALLOC_MMAP_THRESHOLD_=65536``: every allocation of
+64 KiB or more is then an ``mmap`` that glibc returns to the OS on free (no heap caching, no dynamic
+threshold). Timings run in the parent with the default allocator, because per-allocation ``mmap``
+slows down code that allocates many blocks. Parameter gradients are set to ``None`` before the run, so their allocation counts
+too. This measures everything the run
 touches, including kernel scratch buffers that allocator hooks would miss; it needs Linux. CUDA: the
 peak of ``torch.cuda.max_memory_allocated`` minus the allocation before the run.
 
@@ -30,7 +33,10 @@ Example (the table in docs/man.md)::
 from __future__ import annotations
 
 import argparse
+import subprocess
+import tempfile
 import gc
+import importlib
 import json
 import os
 import platform
@@ -80,18 +86,8 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def measure(module, x, *, repeats: int, warmup: int, device: str) -> dict:
-    for _ in range(warmup):
-        step(module, x)
-    times = []
-    for _ in range(repeats):
-        module.zero_grad(set_to_none=True)
-        x.grad = None
-        sync(device)
-        start = time.perf_counter()
-        step(module, x)
-        sync(device)
-        times.append(time.perf_counter() - start)
+def peak_memory(module, x, device: str) -> float:
+    """Peak memory (MiB) of one forward+backward; see the module docstring for the method."""
     module.zero_grad(set_to_none=True)
     x.grad = None
     gc.collect()
@@ -109,8 +105,40 @@ def measure(module, x, *, repeats: int, warmup: int, device: str) -> dict:
         peak = _status("VmHWM:") - before
     module.zero_grad(set_to_none=True)
     x.grad = None
-    return {"time_ms_median": 1e3 * statistics.median(times), "time_ms_min": 1e3 * min(times),
-            "peak_mib": peak / 2**20}
+    return peak / 2**20
+
+
+def measure(modules: dict, x, *, repeats: int, warmup: int, device: str) -> dict:
+    """Times of every module, interleaved run by run (so that load changes hit all alike)."""
+    times = {name: [] for name in modules}
+    for _ in range(warmup):
+        for module in modules.values():
+            step(module, x)
+    for _ in range(repeats):
+        for name, module in modules.items():
+            module.zero_grad(set_to_none=True)
+            x.grad = None
+            sync(device)
+            start = time.perf_counter()
+            step(module, x)
+            sync(device)
+            times[name].append(time.perf_counter() - start)
+    return {name: {"time_ms_median": 1e3 * statistics.median(t), "time_ms_min": 1e3 * min(t)}
+            for name, t in times.items()}
+
+
+def memory_rows(args, configs, names) -> list:
+    """[[device, heads, n, module], peak MiB] for every configuration (run in the child process)."""
+    out = []
+    for device, heads, n in configs:
+        for name in names:
+            torch.manual_seed(0)
+            x = torch.randn(args.batch, n, args.d_model, device=device, requires_grad=True)
+            module = build(name, args.d_model, heads, device)
+            step(module, x)  # warm-up: lazily initialised state is not part of the peak
+            out.append([[device, heads, n, name], peak_memory(module, x, device)])
+            del module, x
+    return out
 
 
 def main(argv=None) -> int:
@@ -125,33 +153,47 @@ def main(argv=None) -> int:
     parser.add_argument("--devices", nargs="+", default=None, help="default: cpu, and cuda when available")
     parser.add_argument("--with-reference", action="store_true", help="also time the materialised DMAN backend")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--chunk-fraction", type=float, default=None,
+                        help="override maskattn.functional.mask_attention.CHUNK_FRACTION (DMAN block size)")
+    parser.add_argument("--memory-only", action="store_true", help=argparse.SUPPRESS)  # the child process
     parser.add_argument("--out", required=True, help="path of the JSON results")
     args = parser.parse_args(argv)
 
-    if os.environ.get(MMAP_ENV) is None and sys.platform.startswith("linux"):
-        os.environ[MMAP_ENV] = "65536"  # see the module docstring: RSS then follows tensor lifetimes
-        os.execv(sys.executable, [sys.executable, os.path.abspath(__file__)] + sys.argv[1:])
-
     if args.threads:
         torch.set_num_threads(args.threads)
+    kernel = importlib.import_module("maskattn.functional.mask_attention")
+    if args.chunk_fraction is not None:
+        kernel.CHUNK_FRACTION = args.chunk_fraction
     devices = args.devices or (["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
     names = ["dman"] + (["dman_ref"] if args.with_reference else []) + ["san", "torch_mha"]
     torch.manual_seed(0)
     rows = []
     started = time.time()
-    for device in devices:
-        for heads in args.heads:
-            for n in args.lengths:
-                x = torch.randn(args.batch, n, args.d_model, device=device, requires_grad=True)
-                for name in names:
-                    module = build(name, args.d_model, heads, device)
-                    result = measure(module, x, repeats=args.repeats, warmup=args.warmup, device=device)
-                    row = {"device": device, "heads": heads, "n": n, "batch": args.batch, "d_model": args.d_model,
-                           "module": name, **result}
-                    rows.append(row)
-                    print(f"{device:4s} H={heads} n={n:5d} {name:9s} {row['time_ms_median']:9.2f} ms "
-                          f"(min {row['time_ms_min']:9.2f})  peak {row['peak_mib']:8.2f} MiB", flush=True)
-                    del module
+    configs = [(device, heads, n) for device in devices for heads in args.heads for n in args.lengths]
+    if args.memory_only:
+        with open(args.out, "w") as f:
+            json.dump(memory_rows(args, configs, names), f)
+        return 0
+    for device, heads, n in configs:  # 1. time, with the default allocator
+        torch.manual_seed(0)
+        x = torch.randn(args.batch, n, args.d_model, device=device, requires_grad=True)
+        modules = {name: build(name, args.d_model, heads, device) for name in names}
+        for name, result in measure(modules, x, repeats=args.repeats, warmup=args.warmup, device=device).items():
+            rows.append({"device": device, "heads": heads, "n": n, "batch": args.batch, "d_model": args.d_model,
+                         "module": name, **result})
+        del modules
+    with tempfile.TemporaryDirectory() as tmp:  # 2. peak memory, in a fresh process (see the docstring)
+        child_out = os.path.join(tmp, "memory.json")
+        child_argv = list(argv) if argv is not None else sys.argv[1:]
+        cmd = [sys.executable, os.path.abspath(__file__), *child_argv, "--memory-only", "--out", child_out]
+        subprocess.run(cmd, check=True, env={**os.environ, MMAP_ENV: "65536"})
+        with open(child_out) as f:
+            peaks = {tuple(k): v for k, v in json.load(f)}
+    for row in rows:
+        row["peak_mib"] = peaks[(row["device"], row["heads"], row["n"], row["module"])]
+        print(f"{row['device']:4s} H={row['heads']} n={row['n']:5d} {row['module']:9s} "
+              f"{row['time_ms_median']:9.2f} ms (min {row['time_ms_min']:9.2f})  peak {row['peak_mib']:8.2f} MiB",
+              flush=True)
     summary = []
     for r in rows:
         if r["module"] != "dman":
@@ -163,7 +205,8 @@ def main(argv=None) -> int:
     meta = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv), "torch": torch.__version__,
             "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
             "load_average_end": os.getloadavg(), "seconds": time.time() - started,
-            "memory_method": "peak RSS increase (VmHWM reset via clear_refs) with MALLOC_MMAP_THRESHOLD_=65536"}
+            "chunk_fraction": kernel.CHUNK_FRACTION,
+            "memory_method": "peak RSS increase (VmHWM reset via clear_refs) in a child with MALLOC_MMAP_THRESHOLD_=65536"}
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "rows": rows, "dman_over_san": summary}, f, indent=1)
     for s in summary:

@@ -440,7 +440,7 @@ def _dman_flex(q, k, v, a, table, u, causal, kpm, q_offset):
 #: max(CHUNK_MIN_ELEMENTS, CHUNK_FRACTION × size of k): the kernel's workspace (three such blocks in
 #: backward) stays of the order of q, k, v — plain attention's own footprint.
 CHUNK_MIN_ELEMENTS = 1 << 16
-CHUNK_FRACTION = 0.25
+CHUNK_FRACTION = 0.5
 
 #: query blocks smaller than this (elements of the bias) use the explicit softmax instead of one fused
 #: attention call (incremental decoding steps, small test shapes).
