@@ -88,6 +88,55 @@ def _blocks(batch: int, heads: int, q_len: int, kv_len: int):
             yield slice(b0, min(batch, b0 + batch_step)), slice(i0, min(q_len, i0 + rows))
 
 
+def sigmoid_attention_forward(q, k, x, blocked, scale, n_drop=0, drop_p=0.0, seed=0):
+    """Blocked forward of ``(sigmoid(scale · q kᵀ) ⊙ ~blocked) @ x``; ``blocked`` is the inverted bool
+    mask (True = excluded) or None. Returns (B, H, n, d_x)."""
+    B, H, n, _ = q.shape
+    out = q.new_empty(B, H, n, x.shape[-1])
+    gen = _generator(q.device, seed) if drop_p > 0 else None
+    for bs, rs in _blocks(B, H, n, k.shape[-2]):
+        a = _sigmoid_weights(q[bs, :, rs], k[bs], _mask_block(blocked, bs, rs), scale)  # (b, H, r, m)
+        if gen is None:
+            out[bs, :, rs] = torch.matmul(a, x[bs])
+        else:
+            keep = _keep_mask(a, drop_p, gen)
+            out[bs, :, rs, :n_drop] = torch.matmul(a * keep, x[bs, ..., :n_drop])
+            out[bs, :, rs, n_drop:] = torch.matmul(a, x[bs, ..., n_drop:])
+    return out
+
+
+def sigmoid_attention_backward(grad_out, q, k, x, blocked, scale, needs=(True, True, True), n_drop=0,
+                               drop_p=0.0, seed=0):
+    """Gradients (q, k, x) of :func:`sigmoid_attention_forward`, recomputing the weights block by block."""
+    B, H, n, _ = q.shape
+    grad_q = torch.empty_like(q) if needs[0] else None
+    grad_k = torch.zeros_like(k) if needs[1] else None
+    grad_x = torch.zeros_like(x) if needs[2] else None
+    gen = _generator(q.device, seed) if drop_p > 0 else None
+    nd = n_drop
+    for bs, rs in _blocks(B, H, n, k.shape[-2]):
+        q_c, k_c, x_c, g_c = q[bs, :, rs], k[bs], x[bs], grad_out[bs, :, rs]
+        a = _sigmoid_weights(q_c, k_c, _mask_block(blocked, bs, rs), scale)  # (b, H, r, m)
+        if gen is None:
+            grad_a = torch.matmul(g_c, x_c.transpose(-1, -2))
+            if grad_x is not None:
+                grad_x[bs] += torch.matmul(a.transpose(-1, -2), g_c)
+        else:
+            keep = _keep_mask(a, drop_p, gen)
+            grad_a = torch.matmul(g_c[..., :nd], x_c[..., :nd].transpose(-1, -2)).mul_(keep)
+            grad_a += torch.matmul(g_c[..., nd:], x_c[..., nd:].transpose(-1, -2))
+            if grad_x is not None:
+                grad_x[bs, ..., :nd] += torch.matmul((a * keep).transpose(-1, -2), g_c[..., :nd])
+                grad_x[bs, ..., nd:] += torch.matmul(a.transpose(-1, -2), g_c[..., nd:])
+        # d sigmoid(r)/dr = a (1 - a); masked entries have a = 0 and so get no gradient.
+        grad_r = torch.ops.aten.sigmoid_backward(grad_a, a).mul_(scale)
+        if grad_q is not None:
+            grad_q[bs, :, rs] = torch.matmul(grad_r, k_c)
+        if grad_k is not None:
+            grad_k[bs] += torch.matmul(grad_r.transpose(-1, -2), q_c)
+    return grad_q, grad_k, grad_x
+
+
 class _MaskedSigmoidAttention(torch.autograd.Function):
     """``out = (sigmoid(scale · q kᵀ) ⊙ mask) @ x`` with the first ``n_drop`` columns of ``x`` seeing a
     dropped-out copy of the weights. Saves only q, k, x (and the bool mask); the weights are rebuilt
@@ -95,18 +144,10 @@ class _MaskedSigmoidAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, x, mask, scale, n_drop, drop_p, seed):
-        B, H, n, _ = q.shape
-        out = q.new_empty(B, H, n, x.shape[-1])
-        gen = _generator(q.device, seed) if drop_p > 0 else None
-        for bs, rs in _blocks(B, H, n, k.shape[-2]):
-            a = _sigmoid_weights(q[bs, :, rs], k[bs], _mask_block(mask, bs, rs), scale)  # (b, H, r, m)
-            if gen is None:
-                out[bs, :, rs] = torch.matmul(a, x[bs])
-            else:
-                keep = _keep_mask(a, drop_p, gen)
-                out[bs, :, rs, :n_drop] = torch.matmul(a * keep, x[bs, ..., :n_drop])
-                out[bs, :, rs, n_drop:] = torch.matmul(a, x[bs, ..., n_drop:])
-        ctx.save_for_backward(q, k, x, mask if mask is not None else torch.empty(0))
+        q, k, x = q.contiguous(), k.contiguous(), x.contiguous()
+        blocked = None if mask is None else ~mask
+        out = sigmoid_attention_forward(q, k, x, blocked, scale, n_drop, drop_p, seed)
+        ctx.save_for_backward(q, k, x, blocked if blocked is not None else torch.empty(0))
         ctx.has_mask = mask is not None
         ctx.scale, ctx.n_drop, ctx.drop_p, ctx.seed = scale, n_drop, drop_p, seed
         return out
@@ -114,47 +155,22 @@ class _MaskedSigmoidAttention(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
-        q, k, x, mask = ctx.saved_tensors
-        mask = mask if ctx.has_mask else None
-        B, H, n, _ = q.shape
-        grad_q = torch.empty_like(q) if ctx.needs_input_grad[0] else None
-        grad_k = torch.zeros_like(k) if ctx.needs_input_grad[1] else None
-        grad_x = torch.zeros_like(x) if ctx.needs_input_grad[2] else None
-        gen = _generator(q.device, ctx.seed) if ctx.drop_p > 0 else None
-        nd = ctx.n_drop
-        for bs, rs in _blocks(B, H, n, k.shape[-2]):
-            q_c, k_c, x_c, g_c = q[bs, :, rs], k[bs], x[bs], grad_out[bs, :, rs]
-            a = _sigmoid_weights(q_c, k_c, _mask_block(mask, bs, rs), ctx.scale)  # (b, H, r, m)
-            if gen is None:
-                grad_a = torch.matmul(g_c, x_c.transpose(-1, -2))
-                if grad_x is not None:
-                    grad_x[bs] += torch.matmul(a.transpose(-1, -2), g_c)
-            else:
-                keep = _keep_mask(a, ctx.drop_p, gen)
-                grad_a = torch.matmul(g_c[..., :nd], x_c[..., :nd].transpose(-1, -2)).mul_(keep)
-                grad_a += torch.matmul(g_c[..., nd:], x_c[..., nd:].transpose(-1, -2))
-                if grad_x is not None:
-                    grad_x[bs, ..., :nd] += torch.matmul((a * keep).transpose(-1, -2), g_c[..., :nd])
-                    grad_x[bs, ..., nd:] += torch.matmul(a.transpose(-1, -2), g_c[..., nd:])
-            # d sigmoid(r)/dr = a (1 - a); masked entries have a = 0 and so get no gradient.
-            grad_r = torch.ops.aten.sigmoid_backward(grad_a, a).mul_(ctx.scale)
-            if grad_q is not None:
-                grad_q[bs, :, rs] = torch.matmul(grad_r, k_c)
-            if grad_k is not None:
-                grad_k[bs] += torch.matmul(grad_r.transpose(-1, -2), q_c)
-        return grad_q, grad_k, grad_x, None, None, None, None, None
+        q, k, x, blocked = ctx.saved_tensors
+        grads = sigmoid_attention_backward(grad_out.contiguous(), q, k, x, blocked if ctx.has_mask else None,
+                                           ctx.scale, ctx.needs_input_grad[:3], ctx.n_drop, ctx.drop_p, ctx.seed)
+        return (*grads, None, None, None, None, None)
 
 
-def _mask_block(mask, bs, rs):
-    if mask is None:
+def _mask_block(blocked, bs, rs):
+    if blocked is None:
         return None
-    return mask[bs if mask.shape[0] > 1 else slice(None), :, rs]
+    return blocked[bs if blocked.shape[0] > 1 else slice(None), :, rs]
 
 
-def _sigmoid_weights(q_c, k_c, mask, scale):
+def _sigmoid_weights(q_c, k_c, blocked, scale):
     a = torch.matmul(q_c, k_c.transpose(-1, -2)).mul_(scale).sigmoid_()
-    if mask is not None:
-        a = a.masked_fill_(~mask, 0.0)
+    if blocked is not None:
+        a = a.masked_fill_(blocked, 0.0)
     return a
 
 

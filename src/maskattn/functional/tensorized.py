@@ -32,7 +32,13 @@ from .._validation import (
     check_same_float,
     check_tensor,
 )
-from ..backends import flex_attention_call, masked_sigmoid_attention, resolve_backend
+from ..backends import (
+    flex_attention_call,
+    masked_sigmoid_attention,
+    resolve_backend,
+    sigmoid_attention_backward,
+    sigmoid_attention_forward,
+)
 from ..masks import Mask, materialize
 
 SCALES = ("log_sigmoid", "identity")
@@ -183,9 +189,7 @@ def tensorized_attention_maps(q, k, s2t, mask=None, *, scale="log_sigmoid", key_
 # --------------------------------------------------------------------------------------------------
 
 def _row_has_key(mask, kpm, B, H, n, m, device):
-    """(B|1, H|1, n, 1) bool: does query i have any allowed, non-padding key?"""
-    if isinstance(mask, Mask):
-        mask = materialize(mask, n, m, batch=1 if mask.static else B, heads=H, device=device)
+    """(B|1, H|1, n, 1) bool: does query i have any allowed, non-padding key? ``mask`` is dense or None."""
     if kpm is None:
         if mask is None:
             return torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device)
@@ -196,17 +200,76 @@ def _row_has_key(mask, kpm, B, H, n, m, device):
     return torch.matmul(mask.to(torch.float32), keep) > 0  # (B, H, n, 1): counts of allowed keys
 
 
-def _factorised(q, k, v, s2t, mask, kpm, scale, backend, drop):
-    B, H, n, d_k = q.shape
-    m, d_v = v.shape[2], v.shape[3]
-    pad = kpm[:, None, :, None] if kpm is not None else None  # (B, 1, m, 1)
-    # E_jl = exp(S_jl - c_l), c_l = max over non-padding keys; c cancels, so it carries no gradient.
+def _source2token_weights(s2t, pad):
+    """``E_jl = exp(S_jl − c_l)`` with ``c_l`` the maximum over non-padding keys; padding keys get 0.
+    ``c`` cancels in the ratio, so it carries no gradient."""
     s_for_max = s2t if pad is None else s2t.masked_fill(pad, float("-inf"))
     c = s_for_max.detach().amax(dim=-2, keepdim=True)
     c = torch.where(torch.isfinite(c), c, torch.zeros_like(c))
     e = torch.exp(s2t - c)
-    if pad is not None:
-        e = e.masked_fill(pad, 0.0)
+    return e if pad is None else e.masked_fill(pad, 0.0)
+
+
+def _reliable(denominator):
+    """Denominators large enough that the ratio keeps full precision (else: recompute exactly)."""
+    info = torch.finfo(denominator.dtype)
+    return denominator > info.tiny / info.eps
+
+
+class _FusedSigmoidTensorized(torch.autograd.Function):
+    """The log-sigmoid fast path in one autograd node: ``out = N / D`` with
+    ``[N ; D] = (sigmoid(R) ⊙ mask) @ [v ⊙ E ; E]``. Saves q, k, v, S, the output and D only; E and the
+    weights are recomputed in backward. Returns (out, reliable) — ``out`` is 0 where D is unreliable."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, s2t, blocked, pad, scale):
+        q, k = q.contiguous(), k.contiguous()
+        d_v = v.shape[-1]
+        e = _source2token_weights(s2t, pad)
+        y = sigmoid_attention_forward(q, k, torch.cat([v * e, e], dim=-1), blocked, scale)  # (B, H, n, 2 d_v)
+        numerator, denominator = y.split(d_v, dim=-1)
+        reliable = _reliable(denominator)
+        denominator = torch.where(reliable, denominator, torch.ones_like(denominator))
+        out = torch.where(reliable, numerator / denominator, torch.zeros_like(numerator))
+        ctx.save_for_backward(q, k, v, s2t, out, denominator, reliable,
+                              blocked if blocked is not None else torch.empty(0),
+                              pad if pad is not None else torch.empty(0))
+        ctx.has_blocked, ctx.has_pad, ctx.scale = blocked is not None, pad is not None, scale
+        ctx.mark_non_differentiable(reliable)
+        return out, reliable
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out, _grad_reliable):
+        q, k, v, s2t, out, denominator, reliable, blocked, pad = ctx.saved_tensors
+        blocked = blocked if ctx.has_blocked else None
+        pad = pad if ctx.has_pad else None
+        grad_num = torch.where(reliable, grad_out / denominator, torch.zeros_like(grad_out))
+        grad_den = -grad_num * out  # d(N/D)/dD = -out / D
+        e = _source2token_weights(s2t, pad)
+        x = torch.cat([v * e, e], dim=-1)
+        grad_q, grad_k, grad_x = sigmoid_attention_backward(torch.cat([grad_num, grad_den], dim=-1), q, k, x,
+                                                            blocked, ctx.scale)
+        grad_ve, grad_e = grad_x.split(v.shape[-1], dim=-1)
+        grad_v = grad_ve * e
+        grad_s2t = (grad_ve * v + grad_e) * e  # dE/dS = E (0 on padding keys)
+        return grad_q, grad_k, grad_v, grad_s2t, None, None, None
+
+
+def _factorised(q, k, v, s2t, mask, kpm, scale, backend, drop):
+    B, H, n, d_k = q.shape
+    m, d_v = v.shape[2], v.shape[3]
+    pad = kpm[:, None, :, None] if kpm is not None else None  # (B, 1, m, 1)
+    dense = materialize(mask, n, m, batch=1 if mask.static else B, heads=H, device=q.device) \
+        if isinstance(mask, Mask) else mask
+    has_key = _row_has_key(dense, kpm, B, H, n, m, q.device)
+    if backend == "sdpa" and scale == "log_sigmoid" and drop == 0.0:
+        blocked = None if dense is None else ~dense
+        out, reliable = _FusedSigmoidTensorized.apply(q, k, v, s2t, blocked, pad, 1.0 / math.sqrt(d_k))
+        out = torch.where(has_key, out, torch.zeros((), dtype=out.dtype, device=out.device))
+        return _fix_underflow(out, reliable, has_key, q, k, v, s2t, mask, kpm, scale)
+
+    e = _source2token_weights(s2t, pad)
     numerator_values = v * e
     keep_factor = 1.0 - math.sqrt(1.0 - drop) if drop > 0 else 0.0
     if keep_factor > 0:
@@ -217,8 +280,6 @@ def _factorised(q, k, v, s2t, mask, kpm, scale, backend, drop):
         score_mod = (lambda s, b, h, qi, kv: F.logsigmoid(s)) if scale == "log_sigmoid" else None
         y = flex_attention_call(q, k, augmented, score_mod=score_mod, mask=mask)
     else:
-        dense = materialize(mask, n, m, batch=1 if mask.static else B, heads=H, device=q.device) \
-            if isinstance(mask, Mask) else mask
         if scale == "log_sigmoid":
             # softmax_j(logsigmoid(R_ij)) ∝ sigmoid(R_ij): the row normalisation cancels in the ratio.
             y = masked_sigmoid_attention(q, k, augmented, dense, 1.0 / math.sqrt(d_k), n_drop=d_v,
@@ -230,13 +291,14 @@ def _factorised(q, k, v, s2t, mask, kpm, scale, backend, drop):
         else:
             y = F.scaled_dot_product_attention(q, k, augmented, attn_mask=dense)
     numerator, denominator = y.split(d_v, dim=-1)
-
-    has_key = _row_has_key(mask, kpm, B, H, n, m, q.device)
-    threshold = torch.finfo(denominator.dtype).tiny / torch.finfo(denominator.dtype).eps
-    reliable = denominator > threshold
+    reliable = _reliable(denominator)
     safe_den = torch.where(reliable, denominator, torch.ones_like(denominator))
     out = torch.where(reliable & has_key, numerator / safe_den, torch.zeros_like(numerator))
-    underflow = (~reliable & has_key).any(-1)  # (B, H, n): rows to recompute exactly
+    return _fix_underflow(out, reliable, has_key, q, k, v, s2t, mask, kpm, scale)
+
+
+def _fix_underflow(out, reliable, has_key, q, k, v, s2t, mask, kpm, scale):
+    underflow = (~reliable & has_key).any(-1)  # (B, H, n): rows with a key but an underflowed denominator
     if bool(underflow.any()):
         out = _recompute_rows(out, underflow, q, k, v, s2t, mask, kpm, scale)
     return out
