@@ -194,10 +194,13 @@ def _row_has_key(mask, kpm, B, H, n, m, device):
         if mask is None:
             return torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device)
         return mask.any(-1, keepdim=True)
-    keep = (~kpm).to(torch.float32)[:, None, :, None]  # (B, 1, m, 1)
+    keep = (~kpm).to(torch.float32)  # (B, m)
     if mask is None:
-        return keep.sum(-2, keepdim=True) > 0  # (B, 1, 1, 1)
-    return torch.matmul(mask.to(torch.float32), keep) > 0  # (B, H, n, 1): counts of allowed keys
+        return (keep.sum(-1) > 0).view(B, 1, 1, 1)
+    if mask.shape[0] == 1:  # one mask for the whole batch: (H, n, m) @ (m, B), no batch expansion
+        counts = torch.matmul(mask[0].to(torch.float32), keep.t())  # (H|1, n, B)
+        return (counts > 0).permute(2, 0, 1).unsqueeze(-1)  # (B, H|1, n, 1)
+    return torch.matmul(mask.to(torch.float32), keep[:, None, :, None]) > 0  # (B, H|1, n, 1)
 
 
 def _source2token_weights(s2t, pad):
