@@ -24,9 +24,10 @@ obtained with ``torch.autograd.grad`` so that they are allocated inside the wind
 Peak memory, CUDA: ``torch.cuda.max_memory_allocated`` minus the allocated bytes before the call.
 
 Points that would not fit are skipped and say so: before running a dense point the script estimates
-its peak as ``c · B·H·n·(A·n)·4`` bytes (c = 5 for dense-math: scores, probabilities, their gradients,
-a spare; the measured c at the smallest n replaces it once known) plus the bool mask, and skips the
-point when the estimate exceeds ``--mem-budget-gb``. Dense points whose time, extrapolated
+its peak: dense-math ``c · B·H·n·(A·n)·4`` bytes (c = 5: scores, probabilities, their gradients, a
+spare; the c measured at the smallest n replaces it once known) plus the bool mask; dense-sdpa (fused)
+twice the bool mask plus eight q-sized buffers; it skips the point when the estimate exceeds
+``--mem-budget-gb``. Dense points whose time, extrapolated
 quadratically from the last measured n, exceeds ``--max-seconds`` per run are skipped for time.
 
 Target check: at ``--target-n`` the paths are compared at the largest batch (≤ ``--batch``) at which
@@ -52,6 +53,7 @@ from contextlib import nullcontext
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from maskattn.benchmarking import peak_memory_bytes
 from maskattn.functional import local_attention
 
 PATHS_CPU = ("banded", "dense-sdpa", "dense-math")
@@ -102,33 +104,10 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def peak_bytes(fn, device) -> int:
-    if device.type == "cuda":
-        sync(device)
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        result = fn()
-        sync(device)
-        del result
-        return torch.cuda.max_memory_allocated() - base
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        result = fn()
-        del result
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    events.sort(key=lambda e: e.start_ns())
-    live = peak = 0
-    for e in events:
-        live += e.nbytes()
-        peak = max(peak, live)
-    return peak
-
-
 def measure(path, batch, heads, n, d_h, window, head_window, repeats, device):
     (q, k, v), grad = make_inputs(batch, heads, n, d_h, device)
     fn = lambda: step(path, q, k, v, grad, window, head_window)  # noqa: E731
-    peak = peak_bytes(fn, device)  # also the warm-up run
+    peak = peak_memory_bytes(fn, device)  # also the warm-up run
     times = []
     for _ in range(repeats):
         sync(device)
@@ -146,7 +125,7 @@ def dense_estimate(path, batch, heads, n, head_window, coef):
     mask = heads * n * area if head_window > 1 else n * n
     if path == "dense-math":
         return coef * batch * heads * n * area * 4 + mask
-    return 2 * mask + 2 * batch * heads * n * area  # fused: the bool mask (+ a converted copy), a margin
+    return 2 * mask + 8 * batch * heads * n * 64 * 4  # fused: the bool mask (+ a copy), q/k/v-sized buffers
 
 
 # --------------------------------------------------------------------------------------------------
