@@ -217,3 +217,27 @@ def test_bfloat16_module_runs():
     x, kpm = padded_batch(dtype=torch.bfloat16)
     out = m(x, kpm)
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("scale", ["log_sigmoid", "identity"])
+@pytest.mark.parametrize("head_masks", [["window:2"] * 4, [M.forward() & M.window(3)] * 4,
+                                        [M.backward() & M.window(1)] * 4])
+def test_window_heads_take_the_banded_path(monkeypatch, scale, head_masks):
+    """Window masks run on the O(n·window) local path: no n × n mask is ever materialised."""
+    import maskattn.functional.tensorized as tensorized
+
+    m = maskattn.MTSA(16, 4, head_masks=head_masks, scale=scale).double()
+    x, kpm = padded_batch(n=12)
+    expected = m(x, kpm, return_attention=True)[0]
+    monkeypatch.setattr(tensorized, "materialize", lambda *a, **k: pytest.fail("dense mask materialised"))
+    m.backend = "sdpa"
+    torch.testing.assert_close(m(x, kpm), expected)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sman_fixed_radius_uses_the_banded_path(causal):
+    sman = maskattn.StaticMaskAttention(16, 4, radius=2.5, causal=causal).double()
+    x, kpm = padded_batch(n=11)
+    banded = sman(x, kpm)  # backend "auto": the banded local kernel
+    sman.backend = "sdpa"  # dense masked attention
+    torch.testing.assert_close(banded, sman(x, kpm))

@@ -10,7 +10,7 @@ import maskattn
 
 D_MODEL, HEADS = 16, 4
 CASES = [(name, backend) for name in maskattn.list_attentions()
-         for backend in maskattn.attention_info(name).backends]
+         for backend in ("auto",) + maskattn.attention_info(name).backends]
 
 
 def build(name, **options):

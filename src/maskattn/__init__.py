@@ -3,6 +3,10 @@ Convolutional Self-Attention Networks on one attention engine."""
 
 from . import backends, functional, masks
 from .attention import (
+    MTSA,
+    DiSA,
+    FastDiSA,
+    Source2Token,
     AttentionCache,
     DynamicMaskAttention,
     MultiHeadAttention,
@@ -22,6 +26,10 @@ __all__ = [
     "functional",
     "masks",
     "MultiHeadAttention",
+    "MTSA",
+    "FastDiSA",
+    "DiSA",
+    "Source2Token",
     "AttentionCache",
     "DynamicMaskAttention",
     "StaticMaskAttention",

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import math
+
 import torch
 
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -55,13 +57,24 @@ class Mask:
     only), which lets callers materialise it once with a broadcast batch dimension.
     """
 
-    def __init__(self, mask_mod: MaskMod, name: str, *, static: bool = True, head_dependent: bool = False):
+    def __init__(self, mask_mod: MaskMod, name: str, *, static: bool = True, head_dependent: bool = False,
+                 band: tuple[float, float] | None = None):
         if not callable(mask_mod):
             raise TypeError(f"mask_mod must be callable (b, h, q_idx, kv_idx) -> bool, got {type(mask_mod).__name__}")
         self.mask_mod = mask_mod
         self.name = name
         self.static = static
         self.head_dependent = head_dependent
+        #: ``(left, right)`` when the mask is exactly the band ``i − left <= j <= i + right`` on every
+        #: head (``inf`` for an open side), else None. Finite bands run on the O(n·band) local path.
+        self.band = band
+
+    @property
+    def finite_band(self) -> tuple[int, int] | None:
+        """``(left, right)`` as ints when the mask is a finite band, else None."""
+        if self.band is None or not all(math.isfinite(side) for side in self.band):
+            return None
+        return int(self.band[0]), int(self.band[1])
 
     def __call__(self, b, h, q_idx, kv_idx):
         return self.mask_mod(b, h, q_idx, kv_idx)
@@ -74,6 +87,8 @@ class Mask:
             f"({self.name} & {other.name})",
             static=self.static and other.static,
             head_dependent=self.head_dependent or other.head_dependent,
+            band=None if self.band is None or other.band is None else (
+                min(self.band[0], other.band[0]), min(self.band[1], other.band[1])),
         )
 
     def __or__(self, other: Mask) -> Mask:
@@ -114,14 +129,14 @@ def _check_flag(value, name: str) -> bool:
 
 def full() -> Mask:
     """Every query attends to every key."""
-    return Mask(lambda b, h, q, kv: q == q, "full")
+    return Mask(lambda b, h, q, kv: q == q, "full", band=(math.inf, math.inf))
 
 
 def forward(include_diagonal: bool = True) -> Mask:
     """Forward (past-looking) mask: key ``j`` is visible from query ``i`` when ``j < i`` (``j <= i``
     with ``include_diagonal``). DiSA/MTSA's ``M^fw`` is the strict form."""
     if _check_flag(include_diagonal, "include_diagonal"):
-        return Mask(lambda b, h, q, kv: kv <= q, "forward")
+        return Mask(lambda b, h, q, kv: kv <= q, "forward", band=(math.inf, 0))
     return Mask(lambda b, h, q, kv: kv < q, "forward_strict")
 
 
@@ -129,13 +144,13 @@ def backward(include_diagonal: bool = True) -> Mask:
     """Backward (future-looking) mask: key ``j`` is visible from query ``i`` when ``j > i`` (``j >= i``
     with ``include_diagonal``). DiSA/MTSA's ``M^bw`` is the strict form."""
     if _check_flag(include_diagonal, "include_diagonal"):
-        return Mask(lambda b, h, q, kv: kv >= q, "backward")
+        return Mask(lambda b, h, q, kv: kv >= q, "backward", band=(0, math.inf))
     return Mask(lambda b, h, q, kv: kv > q, "backward_strict")
 
 
 def causal() -> Mask:
     """Decoder mask: a query sees itself and earlier keys (the same predicate as ``forward()``)."""
-    return Mask(lambda b, h, q, kv: kv <= q, "causal")
+    return Mask(lambda b, h, q, kv: kv <= q, "causal", band=(math.inf, 0))
 
 
 def window(radius: int) -> Mask:
@@ -144,7 +159,7 @@ def window(radius: int) -> Mask:
         raise TypeError(f"radius must be an int, got {radius!r}")
     if radius < 0:
         raise ValueError(f"radius must be >= 0, got {radius}")
-    return Mask(lambda b, h, q, kv: (q - kv).abs() <= radius, f"window({radius})")
+    return Mask(lambda b, h, q, kv: (q - kv).abs() <= radius, f"window({radius})", band=(radius, radius))
 
 
 def key_padding(key_padding_mask: torch.Tensor) -> Mask:
@@ -176,7 +191,9 @@ def per_head(head_masks: Sequence[Mask]) -> Mask:
         return out
 
     names = ", ".join(m.name for m in head_masks)
-    return Mask(mask_mod, f"per_head[{names}]", static=all(m.static for m in head_masks), head_dependent=True)
+    bands = {m.band for m in head_masks}
+    return Mask(mask_mod, f"per_head[{names}]", static=all(m.static for m in head_masks), head_dependent=True,
+                band=bands.pop() if len(bands) == 1 else None)
 
 
 MASK_NAMES = ("full", "forward", "backward", "forward_strict", "backward_strict", "causal")

@@ -2,6 +2,10 @@
 
 from .registry import AttentionInfo, attention_info, create_attention, list_attentions, register_attention
 from .multihead import MultiHeadAttention
+from .mtsa import MTSA
+from .fast_disa import FastDiSA
+from .disa import DiSA
+from .source2token import Source2Token
 from .man import AttentionCache, DynamicMaskAttention, StaticMaskAttention
 
 __all__ = [
@@ -11,6 +15,10 @@ __all__ = [
     "list_attentions",
     "register_attention",
     "MultiHeadAttention",
+    "MTSA",
+    "FastDiSA",
+    "DiSA",
+    "Source2Token",
     "AttentionCache",
     "DynamicMaskAttention",
     "StaticMaskAttention",

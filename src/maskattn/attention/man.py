@@ -22,6 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .._validation import check_positive_int, describe
+from ..functional.local import banded_attention
 from ..functional.mask_attention import (
     _dman_reference,
     dynamic_mask,
@@ -274,9 +275,17 @@ class StaticMaskAttention(_MaskAttentionBase):
             raise ValueError("radius='sqrt' depends on the whole sequence length and cannot be decoded "
                              "incrementally; use a fixed radius with cache")
         kpm, q, k, v, key_pad, offset, cache = self._prepare(x, key_padding_mask, cache)
-        allowed = self._allowed(q.shape[2], k.shape[2], offset, kpm, key_pad, x.device)
         drop = self.dropout if self.training else 0.0
         maps = None
+        if (not return_attention and self.backend == "auto" and self.radius != "sqrt" and offset == 0
+                and q.shape[2] == k.shape[2]):
+            # a fixed band |t - s| <= b: the library's O(n·b) local path (CSAN's banded kernel / flex block
+            # mask), never an n × n tensor
+            b = math.floor(self.radius)
+            out = banded_attention(q, k, v, (b, 0) if self.causal else b, key_padding_mask=key_pad, dropout_p=drop,
+                                   training=self.training)
+            return self._finish(out, kpm, maps, return_attention, cache)
+        allowed = self._allowed(q.shape[2], k.shape[2], offset, kpm, key_pad, x.device)
         if return_attention:
             probs = mask_attention_weights(q, k, attn_mask=allowed)
             maps = {"attention": probs, "mask": allowed.to(q.dtype)}

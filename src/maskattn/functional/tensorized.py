@@ -263,6 +263,9 @@ def _factorised(q, k, v, s2t, mask, kpm, scale, backend, drop):
     B, H, n, d_k = q.shape
     m, d_v = v.shape[2], v.shape[3]
     pad = kpm[:, None, :, None] if kpm is not None else None  # (B, 1, m, 1)
+    band = mask.finite_band if isinstance(mask, Mask) and n == m else None
+    if band is not None and backend == "sdpa" and drop == 0.0:
+        return _banded(q, k, v, s2t, mask, kpm, scale, band)
     dense = materialize(mask, n, m, batch=1 if mask.static else B, heads=H, device=q.device) \
         if isinstance(mask, Mask) else mask
     has_key = _row_has_key(dense, kpm, B, H, n, m, q.device)
@@ -294,6 +297,33 @@ def _factorised(q, k, v, s2t, mask, kpm, scale, backend, drop):
         else:
             y = F.scaled_dot_product_attention(q, k, augmented, attn_mask=dense)
     numerator, denominator = y.split(d_v, dim=-1)
+    reliable = _reliable(denominator)
+    safe_den = torch.where(reliable, denominator, torch.ones_like(denominator))
+    out = torch.where(reliable & has_key, numerator / safe_den, torch.zeros_like(numerator))
+    return _fix_underflow(out, reliable, has_key, q, k, v, s2t, mask, kpm, scale)
+
+
+def _banded(q, k, v, s2t, mask, kpm, scale, band):
+    """Window masks (every head the band ``i − left <= j <= i + right``): the O(n · band) local path of
+    :func:`maskattn.functional.banded_attention` over ``[v ⊙ E ; E]``, never an n × n tensor."""
+    from .local import banded_attention
+
+    B, H, n, _ = q.shape
+    d_v = v.shape[-1]
+    pad = kpm[:, None, :, None] if kpm is not None else None
+    e = _source2token_weights(s2t, pad)
+    score_mod = F.logsigmoid if scale == "log_sigmoid" else None
+    y = banded_attention(q, k, torch.cat([v * e, e], dim=-1), band, score_mod=score_mod, key_padding_mask=kpm,
+                         backend="banded")
+    numerator, denominator = y.split(d_v, dim=-1)
+    left, right = band
+    if kpm is None:
+        has_key = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=q.device)  # the band holds the query itself
+    else:  # any non-padding key in [i - left, i + right]: a difference of prefix counts, (B, 1, n, 1)
+        counts = F.pad((~kpm).to(torch.int64).cumsum(-1), (1, 0))  # (B, n + 1)
+        i = torch.arange(n, device=q.device)
+        hi, lo = (i + right + 1).clamp(max=n), (i - left).clamp(min=0)
+        has_key = (counts[:, hi] - counts[:, lo] > 0)[:, None, :, None]
     reliable = _reliable(denominator)
     safe_den = torch.where(reliable, denominator, torch.ones_like(denominator))
     out = torch.where(reliable & has_key, numerator / safe_den, torch.zeros_like(numerator))
