@@ -1,6 +1,5 @@
 """MTSA, Fast-DiSA, DiSA and Source2Token modules: wiring against hand-written equations, options, maps."""
 
-import math
 
 import pytest
 import torch

@@ -89,3 +89,26 @@ def check_positive_int(value, name: str) -> int:
     if value < 1:
         raise ValueError(f"{name} must be >= 1, got {value}")
     return value
+
+
+def check_qkv(q, k, v, **extra: torch.Tensor) -> tuple[int, int, int, int]:
+    """Check attention inputs q (B, H, n, d_k), k (B, H, m, d_k), v (B, H, m, d_v) — plus any ``extra``
+    tensors that must share v's shape — and return (B, H, n, m)."""
+    check_tensor(q, "q", 4, "(batch, heads, queries, d_k)")
+    check_tensor(k, "k", 4, "(batch, heads, keys, d_k)")
+    check_tensor(v, "v", 4, "(batch, heads, keys, d_v)")
+    for name, t in extra.items():
+        check_tensor(t, name, 4, "(batch, heads, keys, d_v)")
+    check_same_float({"q": q, "k": k, "v": v, **extra})
+    B, H, n, d_k = q.shape
+    if k.shape[:2] != (B, H) or k.shape[-1] != d_k:
+        raise ValueError(f"k has shape {tuple(k.shape)} but q is {tuple(q.shape)}; expected (batch={B}, "
+                         f"heads={H}, keys, d_k={d_k})")
+    m = k.shape[2]
+    if v.shape[:3] != (B, H, m):
+        raise ValueError(f"v has shape {tuple(v.shape)} but k is {tuple(k.shape)}; expected (batch={B}, "
+                         f"heads={H}, keys={m}, d_v)")
+    for name, t in extra.items():
+        if t.shape != v.shape:
+            raise ValueError(f"{name} has shape {tuple(t.shape)} but v is {tuple(v.shape)}; expected the same shape")
+    return B, H, n, m

@@ -34,11 +34,11 @@ import torch
 import torch.nn.functional as F
 
 from .._validation import (
+    check_qkv,
     broadcastable,
     check_attn_mask,
     check_key_padding_mask,
     check_probability,
-    check_same_float,
     check_tensor,
     describe,
 )
@@ -64,19 +64,7 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------
 
 def _check_qkv(q, k, v) -> tuple[int, int, int, int]:
-    check_tensor(q, "q", 4, "(batch, heads, queries, d_k)")
-    check_tensor(k, "k", 4, "(batch, heads, keys, d_k)")
-    check_tensor(v, "v", 4, "(batch, heads, keys, d_v)")
-    check_same_float({"q": q, "k": k, "v": v})
-    B, H, n, d_k = q.shape
-    if k.shape[:2] != (B, H) or k.shape[-1] != d_k:
-        raise ValueError(f"k has shape {tuple(k.shape)} but q is {tuple(q.shape)}; expected (batch={B}, "
-                         f"heads={H}, keys, d_k={d_k})")
-    m = k.shape[2]
-    if v.shape[:3] != (B, H, m):
-        raise ValueError(f"v has shape {tuple(v.shape)} but k is {tuple(k.shape)}; expected (batch={B}, "
-                         f"heads={H}, keys={m}, d_v)")
-    return B, H, n, m
+    return check_qkv(q, k, v)
 
 
 def _check_mask_weights(mask_weights, target, device) -> torch.Tensor | None:

@@ -26,11 +26,10 @@ import torch.nn.functional as F
 
 from .._validation import (
     check_attn_mask,
+    check_qkv,
     check_choice,
     check_key_padding_mask,
     check_probability,
-    check_same_float,
-    check_tensor,
 )
 from ..backends import (
     flex_attention_call,
@@ -55,22 +54,7 @@ def _scale_fn(scale: str):
 
 
 def _validate(q, k, v, s2t, mask, key_padding_mask, scale, backend, dropout_p):
-    check_tensor(q, "q", 4, "(batch, heads, queries, d_k)")
-    check_tensor(k, "k", 4, "(batch, heads, keys, d_k)")
-    check_tensor(v, "v", 4, "(batch, heads, keys, d_v)")
-    check_tensor(s2t, "s2t", 4, "(batch, heads, keys, d_v)")
-    check_same_float({"q": q, "k": k, "v": v, "s2t": s2t})
-    B, H, n, d_k = q.shape
-    if k.shape[:2] != (B, H) or k.shape[-1] != d_k:
-        raise ValueError(f"k has shape {tuple(k.shape)} but q is {tuple(q.shape)}; expected (batch={B}, "
-                         f"heads={H}, keys, d_k={d_k})")
-    m = k.shape[2]
-    if v.shape[:3] != (B, H, m):
-        raise ValueError(f"v has shape {tuple(v.shape)} but k is {tuple(k.shape)}; expected (batch={B}, "
-                         f"heads={H}, keys={m}, d_v)")
-    if s2t.shape != v.shape:
-        raise ValueError(f"s2t has shape {tuple(s2t.shape)} but v is {tuple(v.shape)}; expected the same shape "
-                         "(one source2token score per key and value feature)")
+    B, H, n, m = check_qkv(q, k, v, s2t=s2t)
     check_choice(scale, "scale", SCALES)
     check_probability(dropout_p, "dropout_p")
     if mask is not None and not isinstance(mask, Mask):
