@@ -30,7 +30,7 @@ def test_mtsa_default_matches_equations():
     B, n, _ = x.shape
     H, dh = 4, 4
     v = (x @ m.v_proj.weight.T + m.v_proj.bias).view(B, n, H, dh).transpose(1, 2)  # Eq. 7
-    q, k = (x @ m.qk_proj.weight.T + m.qk_proj.bias).chunk(2, dim=-1)
+    q, k = (x @ lin.weight.T + lin.bias for lin in (m.q_proj, m.k_proj))
     q, k = (t.reshape(B, n, H, dh).transpose(1, 2) for t in (q, k))
     s = headwise(m.source2token.score, F.elu(headwise(m.source2token.hidden, k)))  # Eq. 9
     allowed = torch.cat([M.forward().materialize(n).expand(B, 2, n, n),

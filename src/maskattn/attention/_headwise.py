@@ -23,8 +23,13 @@ class HeadwiseLinear(nn.Module):
         nn.init.uniform_(self.weight, -bound, bound)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.matmul(x, self.weight.unsqueeze(0))  # (B, H, n, d_in) @ (1, H, d_in, d_out) -> (B, H, n, d_out)
-        return y + self.bias if self.bias is not None else y
+        B, H, n, d_in = x.shape
+        # one batched matmul over heads; a broadcast (1, H, d_in, d_out) weight would be expanded to
+        # B·H copies and kept for backward
+        heads_first = x.transpose(0, 1).reshape(H, B * n, d_in)  # (B, H, n, d_in) -> (H, B·n, d_in)
+        y = torch.bmm(heads_first, self.weight) if self.bias is None else \
+            torch.baddbmm(self.bias, heads_first, self.weight)  # (H, B·n, d_out)
+        return y.view(H, B, n, -1).transpose(0, 1)  # (B, H, n, d_out), a view
 
 
 class HeadwiseSource2Token(nn.Module):
@@ -39,7 +44,10 @@ class HeadwiseSource2Token(nn.Module):
         self.score = HeadwiseLinear(num_heads, d_hidden, d_out)
 
     def forward(self, k: torch.Tensor) -> torch.Tensor:
-        return self.score(ACTIVATIONS[self.activation](self.hidden(k)))  # (B, H, n, d_in) -> (B, H, n, d_out)
+        hidden = self.hidden(k)
+        # in place: ELU / ReLU backward only needs the output, so the pre-activation is not kept
+        hidden = F.elu(hidden, inplace=True) if self.activation == "elu" else F.relu(hidden, inplace=True)
+        return self.score(hidden)  # (B, H, n, d_in) -> (B, H, n, d_out)
 
 
 class HeadwiseFusionGate(nn.Module):

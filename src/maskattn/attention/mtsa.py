@@ -104,7 +104,8 @@ class MTSA(nn.Module):
 
         self.v_proj = nn.Linear(d_model, d_model)
         if self.qk_input == "x":
-            self.qk_proj = nn.Linear(d_model, 2 * num_heads * self.d_k)
+            self.q_proj = nn.Linear(d_model, num_heads * self.d_k)
+            self.k_proj = nn.Linear(d_model, num_heads * self.d_k)
         else:
             self.q_from_v = HeadwiseLinear(num_heads, self.d_head, self.d_k)
             self.k_from_v = HeadwiseLinear(num_heads, self.d_head, self.d_k)
@@ -113,7 +114,7 @@ class MTSA(nn.Module):
                                                  activation=s2t_activation)
         self.fusion_gate = HeadwiseFusionGate(num_heads, self.d_head) if fusion_gate else None
         self.out_proj = nn.Linear(d_model, d_model) if out_proj else None
-        for linear in (self.v_proj, getattr(self, "qk_proj", None), self.out_proj):
+        for linear in (self.v_proj, getattr(self, "q_proj", None), getattr(self, "k_proj", None), self.out_proj):
             if linear is not None:
                 nn.init.xavier_uniform_(linear.weight)
                 nn.init.zeros_(linear.bias)
@@ -122,8 +123,8 @@ class MTSA(nn.Module):
         """Per-head ``q, k`` (B, H, n, d_k), ``v`` and source2token scores ``S`` (B, H, n, d_h)."""
         v = split_heads(self.v_proj(x), self.num_heads)  # (B, H, n, d_h)
         if self.qk_input == "x":
-            q, k = self.qk_proj(x).chunk(2, dim=-1)
-            q, k = split_heads(q, self.num_heads), split_heads(k, self.num_heads)  # (B, H, n, d_k)
+            q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, n, d_k)
+            k = split_heads(self.k_proj(x), self.num_heads)
         else:
             q, k = self.q_from_v(v), self.k_from_v(v)
         s2t = self.source2token(k if self.s2t_input == "k" else v)

@@ -203,43 +203,74 @@ def _reliable(denominator):
     return denominator > info.tiny / info.eps
 
 
+#: elements of the per-block working set (augmented values and their gradients) of the fused path.
+FUSED_BLOCK_ELEMENTS = 1 << 18
+
+
+def _batch_blocks(batch: int, per_item: int):
+    step = max(1, FUSED_BLOCK_ELEMENTS // max(1, per_item))
+    return [slice(b0, min(batch, b0 + step)) for b0 in range(0, batch, step)]
+
+
+def _rows(t, bs):
+    """Batch block of a tensor whose batch dimension may be broadcast (size 1)."""
+    return None if t is None else t[bs] if t.shape[0] > 1 else t
+
+
 class _FusedSigmoidTensorized(torch.autograd.Function):
     """The log-sigmoid fast path in one autograd node: ``out = N / D`` with
-    ``[N ; D] = (sigmoid(R) ⊙ mask) @ [v ⊙ E ; E]``. Saves q, k, v, S, the output and D only; E and the
-    weights are recomputed in backward. Returns (out, reliable) — ``out`` is 0 where D is unreliable."""
+    ``[N ; D] = (sigmoid(R) ⊙ mask) @ [v ⊙ E ; E]``.
+
+    Works block by block over the batch, so the augmented values, the weights and their gradients
+    only ever exist for one block. Saves q, k, v, S (the caller's tensors, no copies), the output and
+    D; E and the weights are recomputed in backward. Where D is too small to divide by, D is stored as
+    ``inf``: the output there is 0 and so are its gradients (the caller recomputes those rows exactly).
+    Returns (out, reliable)."""
 
     @staticmethod
     def forward(ctx, q, k, v, s2t, blocked, pad, scale):
-        q, k = q.contiguous(), k.contiguous()
-        d_v = v.shape[-1]
-        e = _source2token_weights(s2t, pad)
-        y = sigmoid_attention_forward(q, k, torch.cat([v * e, e], dim=-1), blocked, scale)  # (B, H, n, 2 d_v)
-        numerator, denominator = y.split(d_v, dim=-1)
-        reliable = _reliable(denominator)
-        denominator = torch.where(reliable, denominator, torch.ones_like(denominator))
-        out = torch.where(reliable, numerator / denominator, torch.zeros_like(numerator))
-        ctx.save_for_backward(q, k, v, s2t, out, denominator, reliable,
+        B, H, n, _ = q.shape
+        m, d_v = v.shape[2], v.shape[3]
+        # (B, n, H, d_v) memory seen as (B, H, n, d_v): merging the heads afterwards is a free view
+        out = v.new_empty(B, n, H, d_v).transpose(1, 2)
+        denominator = v.new_empty(B, H, n, d_v)
+        for bs in _batch_blocks(B, H * max(n, m) * 2 * d_v):
+            e = _source2token_weights(s2t[bs], _rows(pad, bs))
+            y = sigmoid_attention_forward(q[bs].contiguous(), k[bs].contiguous(), torch.cat([v[bs] * e, e], dim=-1),
+                                          _rows(blocked, bs), scale)  # (b, H, n, 2 d_v)
+            numerator, den = y.split(d_v, dim=-1)
+            den = torch.where(_reliable(den), den, torch.full_like(den, math.inf))
+            denominator[bs] = den
+            torch.div(numerator, den, out=out[bs])
+        ctx.save_for_backward(q, k, v, s2t, out, denominator,
                               blocked if blocked is not None else torch.empty(0),
                               pad if pad is not None else torch.empty(0))
         ctx.has_blocked, ctx.has_pad, ctx.scale = blocked is not None, pad is not None, scale
+        reliable = torch.isfinite(denominator)
         ctx.mark_non_differentiable(reliable)
         return out, reliable
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out, _grad_reliable):
-        q, k, v, s2t, out, denominator, reliable, blocked, pad = ctx.saved_tensors
+        q, k, v, s2t, out, denominator, blocked, pad = ctx.saved_tensors
         blocked = blocked if ctx.has_blocked else None
         pad = pad if ctx.has_pad else None
-        grad_num = torch.where(reliable, grad_out / denominator, torch.zeros_like(grad_out))
-        grad_den = -grad_num * out  # d(N/D)/dD = -out / D
-        e = _source2token_weights(s2t, pad)
-        x = torch.cat([v * e, e], dim=-1)
-        grad_q, grad_k, grad_x = sigmoid_attention_backward(torch.cat([grad_num, grad_den], dim=-1), q, k, x,
-                                                            blocked, ctx.scale)
-        grad_ve, grad_e = grad_x.split(v.shape[-1], dim=-1)
-        grad_v = grad_ve * e
-        grad_s2t = (grad_ve * v + grad_e) * e  # dE/dS = E (0 on padding keys)
+        B, H, n, _ = q.shape
+        m, d_v = v.shape[2], v.shape[3]
+        grad_q, grad_k = torch.empty_like(q), torch.empty_like(k)
+        grad_v, grad_s2t = torch.empty_like(v), torch.empty_like(s2t)
+        for bs in _batch_blocks(B, H * max(n, m) * 2 * d_v):
+            e = _source2token_weights(s2t[bs], _rows(pad, bs))
+            v_b = v[bs]
+            grad_num = grad_out[bs] / denominator[bs]  # out = N / D: dN = g / D (0 where D = inf)
+            grad_y = torch.cat([grad_num, -grad_num * out[bs]], dim=-1)  # dD = -g · out / D
+            gq, gk, gx = sigmoid_attention_backward(grad_y, q[bs].contiguous(), k[bs].contiguous(),
+                                                    torch.cat([v_b * e, e], dim=-1), _rows(blocked, bs), ctx.scale)
+            grad_ve, grad_e = gx.split(d_v, dim=-1)
+            grad_q[bs], grad_k[bs] = gq, gk
+            grad_v[bs] = grad_ve * e
+            grad_s2t[bs] = (grad_ve * v_b + grad_e) * e  # dE/dS = E (0 on padding keys)
         return grad_q, grad_k, grad_v, grad_s2t, None, None, None
 
 
@@ -255,8 +286,8 @@ def _factorised(q, k, v, s2t, mask, kpm, scale, backend, drop):
     has_key = _row_has_key(dense, kpm, B, H, n, m, q.device)
     if backend == "sdpa" and scale == "log_sigmoid" and drop == 0.0:
         blocked = None if dense is None else ~dense
+        # rows without an allowed key have D = 0 and so come back as 0 already
         out, reliable = _FusedSigmoidTensorized.apply(q, k, v, s2t, blocked, pad, 1.0 / math.sqrt(d_k))
-        out = torch.where(has_key, out, torch.zeros((), dtype=out.dtype, device=out.device))
         return _fix_underflow(out, reliable, has_key, q, k, v, s2t, mask, kpm, scale)
 
     e = _source2token_weights(s2t, pad)
