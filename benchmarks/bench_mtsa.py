@@ -12,7 +12,8 @@ For each configuration ``d_model:heads`` and sequence length n, one forward + ba
   no max-subtraction), with MTSA's projections;
 * ``naive``       — the explicit tensor form of Eq. 10–12 (``backend="reference"``: n×n×d_h scores).
 
-Time: median wall time over ``--repeats`` runs after one warm-up (:func:`maskattn.benchmarking.time_call`).
+Time: median wall time over ``--repeats`` runs after one warm-up (the memory run); the models of one
+length are run in turn, repeat by repeat, so that a change of machine load affects all of them alike.
 Peak memory: PyTorch CPU-allocator events (:func:`maskattn.benchmarking.peak_memory_bytes`).
 FLOPs: ``gflops`` is counted by ``FlopCounterMode`` (matrix products, forward+backward, at batch 1 and
 scaled); it does not see inside PyTorch's fused CPU SDPA kernel, so the MTSA / MHA FLOP ratio of the
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -118,6 +120,7 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     parser.add_argument("--mem-budget-gb", type=float, default=16.0)
     parser.add_argument("--out", type=Path, default=Path("bench_mtsa.json"))
     parser.add_argument("--plot", type=Path, default=None, help="PNG path (default: --out with .png)")
@@ -126,12 +129,15 @@ def main(argv=None):
     unknown = set(models) - set(MODELS)
     if unknown:
         parser.error(f"unknown models {sorted(unknown)}; choose from {', '.join(MODELS)}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     rows = []
     for config in args.configs.split(","):
         d_model, heads = (int(v) for v in config.split(":"))
         for n in (int(v) for v in args.lengths.split(",")):
             x = torch.randn(args.batch, n, d_model)
+            group, runs = [], {}
             for name in models:
                 row = {"model": name, "d_model": d_model, "heads": heads, "n": n, "batch": args.batch}
                 estimate = estimate_bytes(name, args.batch, heads, n, d_model)
@@ -139,11 +145,20 @@ def main(argv=None):
                     row["skipped"] = f"estimated {estimate / 2**30:.0f} GiB > budget {args.mem_budget_gb:g} GiB"
                 else:
                     module = build(name, d_model, heads)
-                    run = step(module, x)
-                    row.update(time_call(run, repeats=args.repeats, warmup=1))
-                    row["peak_bytes"] = peak_memory_bytes(run)
+                    runs[name] = step(module, x)
+                    row["peak_bytes"] = peak_memory_bytes(runs[name])  # also the warm-up run
                     row["gflops"] = count_flops(step(module, x[:1])) * args.batch / 1e9
                     row["finite"] = bool(torch.isfinite(module(x[:2])).all())
+                group.append(row)
+            # interleaved repeats, so that a change of machine load hits every model alike
+            times = {name: [] for name in runs}
+            for _ in range(args.repeats):
+                for name, run in runs.items():
+                    times[name].append(time_call(run, repeats=1, warmup=0)["median_s"])
+            for row in group:
+                if row["model"] in times:
+                    ts = times[row["model"]]
+                    row.update(median_s=statistics.median(ts), min_s=min(ts), max_s=max(ts), repeats=len(ts))
                 rows.append(row)
                 print(format_row(row), flush=True)
     summary = summarise(rows)

@@ -44,8 +44,8 @@ SCALES = ("log_sigmoid", "identity")
 
 __all__ = ["tensorized_attention", "tensorized_attention_reference", "tensorized_attention_maps", "SCALES"]
 
-# Rows with at least this many key chunks fall back to exact recomputation in groups of this many
-# elements (rows × keys × features) at a time.
+# Rows whose denominator underflows are recomputed exactly in groups of at most this many elements
+# (rows × keys × features).
 _EXACT_GROUP_ELEMENTS = 1 << 22
 
 
