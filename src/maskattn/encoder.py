@@ -1,6 +1,21 @@
 """Encoder stacks with a per-layer attention recipe, and the CSAN placement (local attention in the lowest
 layers, standard attention above: CSAN §3.1 and §4, "the lowest three layers of the encoder").
 
+A recipe is a readable string (or a YAML list of its comma-separated groups), parsed by
+:func:`parse_recipe` and built by :meth:`Encoder.from_recipe`::
+
+    recipe    := group ("," group)*            e.g.  "csan2d x3, mha x3"
+    group     := layer ["x" INT]               a layer repeated INT times (default 1)
+    layer     := sublayer (">" sublayer)*      e.g.  "dman>san>ffn" — exactly these sublayers, in order
+    sublayer  := NAME ["(" key=value, ... ")"] e.g.  "csan1d(window=5)", "ffn(dim=512)"
+
+``NAME`` is a registered attention (:func:`maskattn.list_attentions`), ``san`` (plain multi-head attention,
+MAN's name for it) or ``ffn``. A layer written as a single attention name is a Transformer layer
+(attention → FFN) unless ``ffn=False``; a ``>`` chain is exactly the listed sublayers, each one
+``x + dropout(f(LN(x)))`` (pre-LN) or ``LN(x + dropout(f(x)))`` (post-LN). A chain of MAN sublayers
+(``dman``, ``sman``, ``san``, ``ffn``) without options is a :class:`~maskattn.MANLayer`. Option values are
+YAML scalars or flow lists: ``mtsa(head_masks=[forward, backward, window:2, full])``.
+
 Example::
 
     >>> import torch, maskattn
@@ -13,18 +28,201 @@ Example::
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
+import yaml
 
-from ._validation import check_choice, check_positive_int, describe
+from ._validation import check_choice, check_positive_int, check_probability, describe
+from .attention.registry import create_attention, list_attentions
 from .functional.local import check_window
-from .layers import NORMS, EncoderLayer
+from .layers import MAN_SUBLAYERS, NORMS, EncoderLayer, FeedForward, MANLayer, Residual
 
-__all__ = ["Encoder", "csan_encoder"]
+__all__ = ["Encoder", "csan_encoder", "parse_recipe", "recipe_string", "LayerRecipe", "ChainLayer",
+           "PositionalEncoding", "POSITIONAL"]
 
 LayerSpec = str | tuple[str, dict] | nn.Module
+
+# --------------------------------------------------------------------------------------------------
+# Layer recipes
+# --------------------------------------------------------------------------------------------------
+
+SAN_ALIAS = {"san": "mha"}
+_REPEAT = re.compile(r"^(?P<layer>.*?)\s*(?:[x×\*]\s*(?P<times>\d+))?$", re.S)
+_SUBLAYER = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*(?:\((?P<options>.*)\))?$", re.S)
+
+
+@dataclass(frozen=True)
+class LayerRecipe:
+    """One encoder layer: ``sublayers`` as ``(name, options)`` pairs; ``chain`` is True when written
+    with ``>`` (exactly these sublayers), False for a single name (attention → FFN when the encoder
+    has ``ffn=True``)."""
+
+    sublayers: tuple[tuple[str, dict], ...]
+    chain: bool = False
+
+    def __str__(self) -> str:
+        def one(name, options):
+            return name + (f"({', '.join(f'{k}={v}' for k, v in options.items())})" if options else "")
+        return ">".join(one(n, o) for n, o in self.sublayers)
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """Split on ``sep`` outside parentheses / brackets."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if depth < 0:
+            raise ValueError(f"unbalanced brackets in recipe {text!r}")
+        if ch == sep and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    if depth:
+        raise ValueError(f"unbalanced brackets in recipe {text!r}")
+    return parts + [current]
+
+
+def _parse_options(text: str, where: str) -> dict:
+    options = {}
+    for item in _split_top(text, ","):
+        if not item.strip():
+            continue
+        if "=" not in item:
+            raise ValueError(f"{where}: option {item.strip()!r} must be written key=value")
+        key, value = (t.strip() for t in item.split("=", 1))
+        if not key.isidentifier():
+            raise ValueError(f"{where}: option name {key!r} is not an identifier")
+        options[key] = yaml.safe_load(value) if value else None
+    return options
+
+
+def _check_sublayer(name: str, where: str) -> str:
+    valid = ["ffn", "san", *list_attentions()]
+    if name not in valid:
+        raise ValueError(f"{where}: unknown sublayer {name!r}; expected one of {', '.join(valid)}")
+    return name
+
+
+def parse_recipe(recipe: str | Sequence[str]) -> list[LayerRecipe]:
+    """Parse a recipe (grammar in the module docstring) into one :class:`LayerRecipe` per layer,
+    bottom first. ``recipe`` may be a string or a list of groups (e.g. from YAML)."""
+    if isinstance(recipe, str):
+        groups = _split_top(recipe, ",")
+    elif isinstance(recipe, Sequence) and recipe and all(isinstance(g, str) for g in recipe):
+        groups = list(recipe)
+    else:
+        raise TypeError(f"recipe must be a string such as 'mtsa x2' or a non-empty list of such strings, "
+                        f"got {describe(recipe)}")
+    layers = []
+    for group in groups:
+        group = group.strip()
+        if not group:
+            raise ValueError(f"empty layer group in recipe {recipe!r}")
+        match = _REPEAT.match(group)
+        body, times = match["layer"].strip(), int(match["times"] or 1)
+        if times < 1:
+            raise ValueError(f"recipe group {group!r}: repeat count must be >= 1")
+        sublayers = []
+        for part in _split_top(body, ">"):
+            m = _SUBLAYER.match(part.strip())
+            if not m:
+                raise ValueError(f"recipe group {group!r}: cannot parse sublayer {part.strip()!r}; expected "
+                                 "name or name(key=value, ...)")
+            name = _check_sublayer(m["name"], f"recipe group {group!r}")
+            sublayers.append((name, _parse_options(m["options"] or "", f"recipe group {group!r}")))
+        chain = len(sublayers) > 1 or sublayers[0][0] == "ffn"
+        layers += [LayerRecipe(tuple(sublayers), chain)] * times
+    return layers
+
+
+def recipe_string(layers: Sequence[LayerRecipe]) -> str:
+    """The canonical recipe string of parsed layers (runs of equal layers folded into ``x N``)."""
+    groups: list[list] = []
+    for layer in layers:
+        if groups and groups[-1][0] == layer:
+            groups[-1][1] += 1
+        else:
+            groups.append([layer, 1])
+    return ", ".join(str(layer) + (f" x{n}" if n > 1 else "") for layer, n in groups)
+
+
+class ChainLayer(nn.Module):
+    """A layer of residual sublayers in order (attention modules from the registry and FFNs), each
+    wrapped in :class:`~maskattn.layers.Residual`; padded positions of the output are 0."""
+
+    def __init__(self, d_model: int, num_heads: int, sublayers: Sequence[tuple[str, dict]], *, ffn_dim: int,
+                 dropout: float = 0.0, norm: str = "pre", attention_defaults: dict | None = None):
+        super().__init__()
+        self.names = [name for name, _ in sublayers]
+        blocks = []
+        for name, options in sublayers:
+            if name == "ffn":
+                options = dict(options)
+                width = options.pop("dim", ffn_dim)
+                blocks.append(FeedForward(d_model, width, dropout=options.pop("dropout", dropout), **options))
+            else:
+                blocks.append(create_attention(SAN_ALIAS.get(name, name), d_model, num_heads,
+                                               **{**(attention_defaults or {}), **options}))
+        self.sublayers = nn.ModuleList(blocks)
+        self.residuals = nn.ModuleList(Residual(d_model, norm=norm, dropout=dropout) for _ in blocks)
+
+    def extra_repr(self) -> str:
+        return " > ".join(self.names)
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        for name, block, residual in zip(self.names, self.sublayers, self.residuals):
+            if name == "ffn":
+                x = residual(x, block)
+            else:
+                x = residual(x, lambda h, block=block: block(h, key_padding_mask=key_padding_mask))
+        if key_padding_mask is not None:
+            x = x.masked_fill(key_padding_mask.unsqueeze(-1), 0.0)
+        return x
+
+
+# --------------------------------------------------------------------------------------------------
+# Positional encodings
+# --------------------------------------------------------------------------------------------------
+
+POSITIONAL = ("none", "sinusoidal", "learned")
+
+
+class PositionalEncoding(nn.Module):
+    """Adds positions to ``(B, n, d)`` inputs: ``"sinusoidal"`` (Vaswani et al. 2017, fixed) or
+    ``"learned"`` (a trained table of ``max_len`` rows). MTSA needs none: its masks encode order."""
+
+    def __init__(self, d_model: int, kind: str = "sinusoidal", max_len: int = 512):
+        super().__init__()
+        self.kind = check_choice(kind, "positional", POSITIONAL[1:])
+        self.max_len = check_positive_int(max_len, "max_len")
+        if kind == "learned":
+            self.table = nn.Parameter(torch.empty(max_len, d_model).normal_(0.0, 0.02))
+        else:
+            position = torch.arange(max_len, dtype=torch.float32)[:, None]  # (max_len, 1)
+            rate = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+            table = torch.zeros(max_len, d_model)
+            table[:, 0::2] = torch.sin(position * rate)
+            table[:, 1::2] = torch.cos(position * rate[: d_model // 2])
+            self.register_buffer("table", table, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[1]
+        if n > self.max_len:
+            raise ValueError(f"sequence length {n} exceeds the positional encoding's max_len {self.max_len}; "
+                             "raise max_len or truncate inputs")
+        return x + self.table[:n].to(x.dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# Encoder stacks
+# --------------------------------------------------------------------------------------------------
 
 
 class Encoder(nn.Module):
@@ -39,16 +237,24 @@ class Encoder(nn.Module):
         ffn_dim: feed-forward width (default ``4 * d_model``); dropout: residual/FFN dropout.
         norm: ``"pre"`` or ``"post"`` LayerNorm in every layer.
         final_norm: a LayerNorm after the last layer; default: True for pre-LN, False for post-LN.
+        positional: ``"none"`` (default), ``"sinusoidal"`` or ``"learned"`` positions added to the input
+            (then dropout); max_len: longest sequence for the positional table.
+
+    :meth:`from_recipe` builds the stack from a recipe string such as ``"dman>san>ffn x6"``.
 
     ``forward(x, key_padding_mask=None)``: ``x`` ``(B, n, d_model)``, ``key_padding_mask`` ``(B, n)``
     bool with ``True`` = padding → ``(B, n, d_model)``, padded positions exactly 0.
     """
 
     def __init__(self, d_model: int, num_heads: int, layers: Sequence[LayerSpec], *, ffn_dim: int | None = None,
-                 dropout: float = 0.0, norm: str = "pre", final_norm: bool | None = None):
+                 dropout: float = 0.0, norm: str = "pre", final_norm: bool | None = None, positional: str = "none",
+                 max_len: int = 512):
         super().__init__()
         check_positive_int(d_model, "d_model")
         check_choice(norm, "norm", NORMS)
+        check_choice(positional, "positional", POSITIONAL)
+        self.positional = None if positional == "none" else PositionalEncoding(d_model, positional, max_len)
+        self.input_dropout = nn.Dropout(check_probability(dropout, "dropout"))
         if isinstance(layers, (str, nn.Module)) or not isinstance(layers, Sequence) or len(layers) == 0:
             raise TypeError(f"layers must be a non-empty list of registry names, (name, options) pairs or "
                             f"nn.Modules, got {describe(layers)}")
@@ -77,6 +283,10 @@ class Encoder(nn.Module):
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must be a tensor of shape (batch, seq_len, {self.d_model}), got {describe(x)}")
+        if self.positional is not None:
+            x = self.input_dropout(self.positional(x))
+            if key_padding_mask is not None:
+                x = x.masked_fill(key_padding_mask.unsqueeze(-1), 0.0)
         for layer in self.layers:
             x = layer(x, key_padding_mask=key_padding_mask)
         if self.final_norm is not None:
@@ -84,6 +294,42 @@ class Encoder(nn.Module):
             if key_padding_mask is not None:
                 x = x.masked_fill(key_padding_mask.unsqueeze(-1), 0.0)
         return x
+
+    @classmethod
+    def from_recipe(cls, d_model: int, num_heads: int, recipe: str | Sequence[str] | Sequence[LayerRecipe], *,
+                    ffn: bool = True, ffn_dim: int | None = None, dropout: float = 0.0,
+                    attention_dropout: float = 0.0, norm: str = "pre", backend: str = "auto",
+                    final_norm: bool | None = None, positional: str = "none", max_len: int = 512) -> Encoder:
+        """An encoder from a recipe (see the module docstring), e.g. ``"csan2d x3, mha x3"``,
+        ``"dman>san>ffn x6"`` or ``"mtsa"`` with ``ffn=False`` (MTSA's sentence encoder).
+
+        ``attention_dropout`` and ``backend`` are every attention sublayer's defaults (a sublayer's own
+        options override them); ``ffn_dim`` defaults to ``4·d_model`` (``2·d_model`` in MAN layers)."""
+        check_positive_int(d_model, "d_model")
+        check_choice(norm, "norm", NORMS)
+        layers = recipe if (isinstance(recipe, Sequence) and recipe and isinstance(recipe[0], LayerRecipe)) \
+            else parse_recipe(recipe)
+        defaults = {"dropout": check_probability(attention_dropout, "attention_dropout"), "backend": backend}
+        built = []
+        for layer in layers:
+            names = tuple(name for name, _ in layer.sublayers)
+            options = [o for _, o in layer.sublayers if o]
+            if not layer.chain and ffn:
+                (name, opts), = layer.sublayers
+                built.append(EncoderLayer(d_model, num_heads, attention=SAN_ALIAS.get(name, name),
+                                          attention_options={**defaults, **opts}, ffn_dim=ffn_dim, dropout=dropout,
+                                          norm=norm))
+            elif layer.chain and set(names) <= set(MAN_SUBLAYERS) and not options:
+                built.append(MANLayer(d_model, num_heads, order=names, ffn_dim=ffn_dim, norm=norm, dropout=dropout,
+                                      attention_dropout=attention_dropout, backend=backend))
+            else:
+                built.append(ChainLayer(d_model, num_heads, layer.sublayers, ffn_dim=ffn_dim or 4 * d_model,
+                                        dropout=dropout, norm=norm, attention_defaults=defaults))
+        encoder = cls(d_model, num_heads, built, dropout=dropout, norm=norm, final_norm=final_norm,
+                      positional=positional, max_len=max_len)
+        encoder.layer_names = [str(layer) for layer in layers]
+        encoder.recipe = recipe_string(layers)
+        return encoder
 
 
 def csan_encoder(d_model: int, num_heads: int, num_layers: int = 6, csan_layers: int = 3, *, head_window: int = 3,

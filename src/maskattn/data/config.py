@@ -1,0 +1,43 @@
+"""The data section of a run configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["DataConfig"]
+
+
+@dataclass
+class DataConfig:
+    """Where the examples come from and how they are split and encoded (see :func:`load_splits`).
+
+    ``source``: ``files`` (``dir`` + ``train``/``dev``/``test`` file names read with ``format``: ``tsv``,
+    ``trec``, ``trec_fine``, ``nli``, ``conll``), ``hf`` (Hugging Face ``datasets``: ``hf_name``,
+    ``hf_config``, ``hf_data_files``, ``text_field``/``label_field`` or ``pair_fields``) or ``order`` (the
+    synthetic order task: ``order_sizes`` train/dev/test, ``order_lengths`` min/max).
+    """
+
+    source: str = "files"
+    dir: str | None = None
+    format: str = "tsv"
+    train: str | None = "train.tsv"
+    dev: str | None = None
+    test: str | None = "test.tsv"
+    cv_folds: int = 0
+    fold: int = 0
+    dev_fraction: float = 0.1
+    split_seed: int = 0
+    lowercase: bool = False
+    skip_empty: bool = False
+    min_freq: int = 1
+    max_vocab: int | None = None
+    max_len: int | None = None
+    vectors: str | None = None
+    hf_name: str | None = None
+    hf_config: str | None = None
+    hf_data_files: dict | None = None
+    text_field: str = "text"
+    label_field: str = "label"
+    pair_fields: list | None = None
+    order_sizes: list = field(default_factory=lambda: [4000, 500, 1000])
+    order_lengths: list = field(default_factory=lambda: [8, 24])

@@ -1,0 +1,63 @@
+"""From a :class:`DataConfig` to encoded splits: load and check the splits, build (or check) the
+vocabulary and label set, load pretrained vectors, encode to ids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .batching import encode_examples
+from .examples import PairExample
+from .splits import Splits, labels_of
+from .tasks import load_splits
+from .vectors import load_glove
+from .vocab import LabelSet, Vocabulary
+
+__all__ = ["PreparedData", "prepare_data", "sentences_of"]
+
+
+@dataclass
+class PreparedData:
+    """Splits as examples and as encoded items, with the vocabulary, labels and optional vectors."""
+
+    splits: Splits
+    vocab: Vocabulary
+    labels: LabelSet
+    train: list[dict]
+    dev: list[dict]
+    test: list[dict]
+    vectors: torch.Tensor | None = None
+
+
+def sentences_of(examples) -> list:
+    out = []
+    for e in examples:
+        out += [e.premise, e.hypothesis] if isinstance(e, PairExample) else [e.tokens]
+    return out
+
+
+def prepare_data(cfg, *, vocab: Vocabulary | None = None, labels: LabelSet | None = None,
+                 embed_dim: int | None = None) -> PreparedData:
+    """Load ``cfg``'s splits; build the vocabulary from the train split (``min_freq``, ``max_vocab``) unless
+    ``vocab`` is given (a resumed run: then the train split must give the same vocabulary, else the data
+    changed and the checkpoint is incompatible)."""
+    splits = load_splits(cfg)
+    built = Vocabulary.build(sentences_of(splits.train), min_freq=cfg.min_freq, max_size=cfg.max_vocab)
+    if vocab is not None and vocab != built:
+        raise ValueError(f"incompatible vocabulary: the checkpoint's vocabulary ({len(vocab)} tokens) differs from "
+                         f"the one built from the train data ({len(built)} tokens); resume with the same data and "
+                         "data.min_freq / data.max_vocab")
+    vocab = vocab or built
+    train_labels = LabelSet(labels_of(splits.train))
+    if labels is not None and labels != train_labels:
+        raise ValueError(f"incompatible labels: the checkpoint has {labels.itos}, the train data has "
+                         f"{train_labels.itos}")
+    labels = labels or train_labels
+    vectors = None
+    if cfg.vectors:
+        if embed_dim is None:
+            raise ValueError("data.vectors needs the embedding width (model.embed_dim or model.d_model)")
+        vectors, _ = load_glove(cfg.vectors, vocab, embed_dim)
+    encode = (lambda examples: encode_examples(examples, vocab, labels, max_len=cfg.max_len))
+    return PreparedData(splits, vocab, labels, encode(splits.train), encode(splits.dev), encode(splits.test), vectors)

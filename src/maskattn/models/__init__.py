@@ -1,0 +1,17 @@
+"""Models: sentence classifier, NLI pair classifier, sequence tagger; context-fusion baselines of MTSA
+Table 1 (Bi-LSTM, Bi-GRU, Multi-CNN, Hrchy-CNN) beside attention stacks built from layer recipes."""
+
+from .classifier import SentenceClassifier, SentenceEncoder
+from .config import MODEL_TYPES, ModelConfig
+from .embedding import TokenEmbedding
+from .factory import MODELS, build_model, list_models
+from .fusion import BASELINES, BiRNN, HierarchicalCNN, MultiCNN, RecipeFusion, build_fusion, list_fusions
+from .heads import MLP, POOLS, Pool
+from .pair import PairClassifier
+from .tagger import SequenceTagger
+
+__all__ = [
+    "SentenceClassifier", "SentenceEncoder", "PairClassifier", "SequenceTagger", "ModelConfig", "MODEL_TYPES",
+    "TokenEmbedding", "MODELS", "build_model", "list_models", "BASELINES", "BiRNN", "HierarchicalCNN", "MultiCNN",
+    "RecipeFusion", "build_fusion", "list_fusions", "MLP", "POOLS", "Pool",
+]

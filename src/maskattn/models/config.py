@@ -1,0 +1,42 @@
+"""The model section of a run configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["ModelConfig", "MODEL_TYPES"]
+
+MODEL_TYPES = ("sentence", "pair", "tagger")
+
+
+@dataclass
+class ModelConfig:
+    """What to build (see :func:`maskattn.models.build_model`).
+
+    ``type``: ``sentence`` (:class:`SentenceClassifier`), ``pair`` (:class:`PairClassifier`, NLI) or
+    ``tagger`` (:class:`SequenceTagger`). ``encoder``: a context-fusion baseline name (``bilstm``,
+    ``bigru``, ``multi_cnn``, ``hrchy_cnn``) or a layer recipe (``"mtsa"``, ``"mha x2"``,
+    ``"dman>san>ffn x6"``; :func:`maskattn.encoder.parse_recipe`) with ``ffn``, ``ffn_dim``, ``norm``,
+    ``positional``, ``num_heads``, ``attention_dropout`` and ``backend`` applying to recipes and
+    ``encoder_options`` to baselines.
+    """
+
+    type: str = "sentence"
+    encoder: str | list = "mtsa"
+    d_model: int = 300
+    embed_dim: int | None = None
+    num_heads: int = 4
+    ffn: bool = True
+    ffn_dim: int | None = None
+    norm: str = "pre"
+    positional: str = "none"
+    max_len: int = 512
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    backend: str = "auto"
+    encoder_options: dict = field(default_factory=dict)
+    pool: str = "source2token"
+    mlp_hidden: int | None = None
+    mlp_layers: int = 1
+    activation: str = "relu"
+    freeze_embeddings: bool = False

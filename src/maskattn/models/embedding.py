@@ -1,0 +1,34 @@
+"""Word embeddings: uniform ``[-0.05, 0.05]`` initialisation (MTSA Appendix B), optional pretrained rows,
+padding row fixed at zero, dropout, and a projection when the embedding width differs from the model's."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+__all__ = ["TokenEmbedding"]
+
+
+class TokenEmbedding(nn.Module):
+    """``ids (B, n)`` → ``(B, n, d_model)``."""
+
+    def __init__(self, vocab_size: int, d_model: int, *, embed_dim: int | None = None, pad_id: int = 0,
+                 dropout: float = 0.0, pretrained: torch.Tensor | None = None, freeze: bool = False):
+        super().__init__()
+        embed_dim = embed_dim or d_model
+        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
+        nn.init.uniform_(self.embedding.weight, -0.05, 0.05)
+        if pretrained is not None:
+            if tuple(pretrained.shape) != (vocab_size, embed_dim):
+                raise ValueError(f"pretrained vectors have shape {tuple(pretrained.shape)}; expected "
+                                 f"(vocab size {vocab_size}, embed_dim {embed_dim})")
+            self.embedding.weight.data.copy_(pretrained)
+        with torch.no_grad():
+            self.embedding.weight[pad_id].zero_()
+        self.embedding.weight.requires_grad_(not freeze)
+        self.proj = nn.Linear(embed_dim, d_model) if embed_dim != d_model else None
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.dropout(self.embedding(ids))  # (B, n, embed_dim)
+        return x if self.proj is None else self.proj(x)
