@@ -1,15 +1,15 @@
 """The embedded default job: build MTSA, check it against the reference on generated data, and train
 it on a small order task that attention without positions cannot solve.
 
-The task: a sequence of random tokens holds two marker tokens ``A`` and ``B``; the label says whether
-``A`` comes before ``B``. Without positional encodings plain multi-head attention is permutation
-invariant and stays at chance; MTSA's forward/backward head masks encode order.
+The task (:class:`maskattn.data.OrderTask`, also the embedded default of ``maskattn train``): a sequence of
+random tokens holds two marker tokens ``A`` and ``B``; the label says whether ``A`` comes before ``B``.
+Without positional encodings plain multi-head attention is permutation invariant and stays at chance;
+MTSA's forward/backward head masks encode order.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -18,31 +18,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from .attention import MTSA, Source2Token, create_attention
+from .data.synthetic import PAD, VOCAB, OrderTask
 from .functional import tensorized_attention, tensorized_attention_reference
 
-VOCAB, MARKER_A, MARKER_B, PAD = 32, 1, 2, 0
-
-
-@dataclass
-class OrderTask:
-    """Batches of (tokens, key_padding_mask, label) for the "does A come before B" task."""
-
-    min_len: int = 8
-    max_len: int = 24
-    seed: int = 0
-
-    def batch(self, size: int, generator: torch.Generator):
-        lengths = torch.randint(self.min_len, self.max_len + 1, (size,), generator=generator)
-        n = int(lengths.max())
-        tokens = torch.randint(3, VOCAB, (size, n), generator=generator)
-        pad = torch.arange(n)[None, :] >= lengths[:, None]
-        labels = torch.randint(0, 2, (size,), generator=generator)
-        for i in range(size):
-            a, b = torch.randperm(int(lengths[i]), generator=generator)[:2].sort().values.tolist()
-            first, second = (MARKER_A, MARKER_B) if labels[i] else (MARKER_B, MARKER_A)
-            tokens[i, a], tokens[i, b] = first, second
-        tokens[pad] = PAD
-        return tokens, pad, labels
+__all__ = ["OrderTask", "TinyClassifier", "train_order_task", "run_demo"]
 
 
 class TinyClassifier(nn.Module):

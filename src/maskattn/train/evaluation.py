@@ -1,0 +1,68 @@
+"""Loss, evaluation and prediction over encoded items, shared by the trainer and the CLI."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..data.batching import IGNORE_INDEX, BucketBatchSampler, collate
+from ..data.vocab import LabelSet
+from .metrics import accuracy, span_f1
+
+__all__ = ["summed_loss", "evaluate", "predict_ids"]
+
+
+def summed_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy summed over examples (``(B, C)`` logits) or non-padding tokens (``(B, n, C)``)."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
+                           ignore_index=IGNORE_INDEX, reduction="sum")
+
+
+def _batches(items: list[dict], batch_size: int):
+    """Length-sorted evaluation batches, with the item indices of each."""
+    for indices in BucketBatchSampler(items, batch_size, shuffle=False).batches():
+        yield indices, collate([items[i] for i in indices])
+
+
+@torch.no_grad()
+def predict_ids(model: nn.Module, items: list[dict], *, batch_size: int = 256,
+                device: torch.device | str = "cpu") -> list:
+    """Predicted class ids (one per item, or one list per item for taggers), in the items' order."""
+    model.eval()
+    out: list = [None] * len(items)
+    for indices, batch in _batches(items, batch_size):
+        batch = batch.to(device)
+        pred = model(**batch.inputs).argmax(-1).cpu()
+        for row, i in enumerate(indices):
+            if pred.dim() == 1:
+                out[i] = int(pred[row])
+            else:
+                n = int((~batch.inputs["padding_mask"][row]).sum())
+                out[i] = pred[row, :n].tolist()
+    return out
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, items: list[dict], labels: LabelSet, *, batch_size: int = 256,
+             device: torch.device | str = "cpu") -> dict[str, float]:
+    """Mean loss and accuracy (token accuracy and BIO chunk F1 for taggers) over labelled items."""
+    if not items:
+        raise ValueError("cannot evaluate on an empty split")
+    model.eval()
+    total, count = 0.0, 0
+    for _, batch in _batches(items, batch_size):
+        batch = batch.to(device)
+        total += float(summed_loss(model(**batch.inputs), batch.labels))
+        count += batch.count
+    predictions = predict_ids(model, items, batch_size=batch_size, device=device)
+    result = {"loss": total / count}
+    if isinstance(items[0]["label"], list):
+        flat_p = [p for seq in predictions for p in seq]
+        flat_g = [g for it in items for g in it["label"]]
+        result["accuracy"] = accuracy(flat_p, flat_g)
+        result["f1"] = span_f1([labels.decode(p) for p in predictions], [labels.decode(it["label"]) for it in items])
+    else:
+        result["accuracy"] = accuracy(predictions, [it["label"] for it in items])
+    return result
+

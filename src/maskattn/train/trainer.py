@@ -1,0 +1,314 @@
+"""The training loop: optimiser and schedule, gradient clipping, mixed precision on GPU, evaluation every
+N steps, best-checkpoint selection, early stopping, exact resume, DDP, progress bar and metrics files.
+
+Resume determinism: the batch order is a pure function of (seed, epoch) (:class:`BucketBatchSampler`), and
+a resumable checkpoint stores the position in the epoch, the optimiser and scheduler states and the torch /
+Python / NumPy RNG states (dropout), so a resumed run reproduces the uninterrupted run's loss curve.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import yaml
+from rich.console import Console
+from torch.nn.parallel import DistributedDataParallel
+
+from ..data.batching import BucketBatchSampler, collate
+from ..data.pipeline import PreparedData, prepare_data
+from ..data.vocab import LabelSet, Vocabulary
+from ..models.factory import build_model
+from .checkpoint import (Checkpoint, capture_rng, load_checkpoint, optimizer_from_flat, optimizer_to_flat,
+                         restore_rng, save_checkpoint)
+from .config import RunConfig, from_dict
+from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_distributed
+from .evaluation import evaluate, summed_loss
+from .logger import MetricsLogger
+from .metrics import METRICS
+from .optim import build_optimizer, build_scheduler
+from .progress import TrainProgress
+
+__all__ = ["Trainer", "resolve_device", "seed_everything"]
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
+        raise ValueError(f"unknown train.device {name!r}; expected auto, cpu, cuda or cuda:N")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"train.device is {name!r} but CUDA is not available; use train.device=cpu")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _better(metric: str, new: float, old: float | None) -> bool:
+    if old is None:
+        return True
+    return new < old if metric == "loss" else new > old
+
+
+class Trainer:
+    """Train one model described by a :class:`RunConfig`.
+
+    ``Trainer(cfg).fit()`` trains and returns a summary (best dev metric, its step, test metrics of the
+    best checkpoint, paths). ``Trainer.resume(path)`` continues from a resumable checkpoint
+    (``last.safetensors``). Under ``torchrun`` every process runs the same code (DDP).
+    """
+
+    def __init__(self, cfg: RunConfig, *, console: Console | None = None, _checkpoint: Checkpoint | None = None):
+        self.cfg = cfg
+        loop = cfg.train
+        if loop.metric not in METRICS:
+            raise ValueError(f"unknown train.metric {loop.metric!r}; expected one of {', '.join(METRICS)}")
+        if loop.max_steps <= 0 and loop.max_epochs <= 0:
+            raise ValueError("set train.max_steps or train.max_epochs (both are 0: the run would never end)")
+        if loop.num_threads:
+            torch.set_num_threads(loop.num_threads)
+        self.device = resolve_device(loop.device)
+        self.dist: DistContext = init_distributed(self.device)
+        if self.device.type == "cuda" and self.dist.enabled:
+            self.device = torch.device("cuda", self.dist.local_rank)
+            torch.cuda.set_device(self.device)
+        self.console = console or Console()
+        self.out_dir = Path(loop.out_dir)
+        ckpt = _checkpoint
+        seed_everything(loop.seed)
+        vocab = Vocabulary(ckpt.vocab) if ckpt else None
+        labels = LabelSet(ckpt.labels) if ckpt else None
+        self.data: PreparedData = prepare_data(cfg.data, vocab=vocab, labels=labels,
+                                               embed_dim=cfg.model.embed_dim or cfg.model.d_model)
+        self.sampler = BucketBatchSampler(self.data.train, loop.batch_size, seed=loop.seed)
+        self.model = build_model(cfg.model, len(self.data.vocab), len(self.data.labels),
+                                 pad_id=Vocabulary.pad_id, pretrained=self.data.vectors).to(self.device)
+        self.optimizer = build_optimizer(cfg.optim, self.model)
+        self.scheduler = build_scheduler(cfg.optim, self.optimizer)
+        self.step, self.epoch, self.position = 0, 0, 0
+        self.best_metric, self.best_step, self.bad_evals = None, None, 0
+        if ckpt is not None:
+            self._restore(ckpt)
+        self.ddp = DistributedDataParallel(self.model) if self.dist.enabled else None
+        self.amp_dtype = None
+        if loop.amp and self.device.type == "cuda":
+            self.amp_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        self.scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
+        self.logger = MetricsLogger(self.out_dir, enabled=self.dist.is_main,
+                                    resume_step=self.step if ckpt is not None else None)
+        if self.dist.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            (self.out_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+    # --- construction from checkpoints ------------------------------------------------------------------
+
+    @classmethod
+    def resume(cls, path: str | Path, *, train_overrides: dict | None = None, console: Console | None = None) -> Trainer:
+        """Continue the run saved in the resumable checkpoint ``path`` with its own configuration; the
+        ``train`` section may be overridden (e.g. a larger ``max_steps``)."""
+        ckpt = load_checkpoint(path)
+        if ckpt.trainer is None:
+            raise ValueError(f"{path} holds weights only (a best/exported checkpoint); resume from the run's "
+                             "last.safetensors")
+        config = dict(ckpt.config)
+        config["train"] = {**config["train"], **(train_overrides or {})}
+        return cls(from_dict(RunConfig, config), console=console, _checkpoint=ckpt)
+
+    def _restore(self, ckpt: Checkpoint) -> None:
+        if ckpt.model_type != self.cfg.model.type:
+            raise ValueError(f"checkpoint {ckpt.path} holds a {ckpt.model_type!r} model, the config a "
+                             f"{self.cfg.model.type!r} model")
+        load_weights(self.model, ckpt)
+        state = ckpt.trainer
+        optimizer_from_flat(self.optimizer, ckpt.extra_tensors, state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step, self.epoch, self.position = ckpt.step, state["epoch"], state["position"]
+        self.best_metric, self.best_step, self.bad_evals = state["best_metric"], state["best_step"], state["bad_evals"]
+        restore_rng(ckpt.extra_tensors, state["rng"])
+
+    # --- checkpoints ------------------------------------------------------------------------------------
+
+    def save(self, name: str, *, resumable: bool) -> Path | None:
+        """Write ``<out_dir>/<name>.safetensors`` atomically (main process only)."""
+        if not self.dist.is_main:
+            return None
+        trainer, extra = None, None
+        if resumable:
+            rng_tensors, rng_state = capture_rng()
+            optim_tensors, optim_meta = optimizer_to_flat(self.optimizer)
+            trainer = {"epoch": self.epoch, "position": self.position, "best_metric": self.best_metric,
+                       "best_step": self.best_step, "bad_evals": self.bad_evals, "rng": rng_state,
+                       "optimizer": optim_meta, "scheduler": self.scheduler.state_dict()}
+            extra = {**rng_tensors, **optim_tensors}
+        return save_checkpoint(self.out_dir / f"{name}.safetensors", model=self.model, config=self.cfg.to_dict(),
+                               vocab=self.data.vocab.to_list(), labels=self.data.labels.itos,
+                               model_type=self.cfg.model.type, step=self.step, trainer=trainer, extra_tensors=extra)
+
+    # --- one step ---------------------------------------------------------------------------------------
+
+    def _train_step(self, indices: list[int]) -> tuple[float, int]:
+        """One optimiser step on the global batch ``indices``; returns (global mean loss, examples)."""
+        world, rank = self.dist.world_size, self.dist.rank
+        items = [self.data.train[i] for i in indices]
+        global_count = collate(items).count
+        local = items[rank::world]
+        module = self.ddp or self.model
+        module.train()
+        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+            if local:
+                batch = collate(local).to(self.device)
+                loss_sum = summed_loss(module(**batch.inputs), batch.labels)
+            else:  # an empty shard still joins DDP's gradient all-reduce
+                loss_sum = sum(p.sum() for p in module.parameters()) * 0.0
+        loss = loss_sum * (world / global_count)
+        self.optimizer.zero_grad(set_to_none=True)
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        if self.cfg.optim.clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.clip_norm)
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        if self.cfg.optim.schedule != "plateau":
+            self.scheduler.step()
+        total = all_reduce_sum(loss_sum.detach().float().reshape(1), self.dist)
+        return float(total) / global_count, len(indices)
+
+    # --- evaluation -------------------------------------------------------------------------------------
+
+    def evaluate(self, split: str) -> dict[str, float]:
+        """Metrics of the current model on ``dev`` or ``test`` (every rank computes the same numbers)."""
+        items = getattr(self.data, split)
+        return evaluate(self.model, items, self.data.labels, batch_size=self.cfg.train.eval_batch_size,
+                        device=self.device)
+
+    def _evaluate_and_checkpoint(self) -> bool:
+        """Dev evaluation, best / last checkpoints, schedule and early stopping; True = stop."""
+        loop = self.cfg.train
+        metrics = self.evaluate("dev")
+        value = metrics.get(loop.metric)
+        if value is None:
+            raise ValueError(f"train.metric {loop.metric!r} is not computed for this model; available: {sorted(metrics)}")
+        if self.cfg.optim.schedule == "plateau":
+            self.scheduler.step(-value if loop.metric == "loss" else value)
+        improved = _better(loop.metric, value, self.best_metric)
+        if improved:
+            self.best_metric, self.best_step, self.bad_evals = value, self.step, 0
+            self.save("best", resumable=False)
+        else:
+            self.bad_evals += 1
+        if loop.keep_last:
+            self.save("last", resumable=True)
+        self.logger.log(step=self.step, epoch=self.epoch, split="dev", **metrics, elapsed_s=self._elapsed())
+        barrier(self.dist)
+        return bool(loop.patience) and self.bad_evals >= loop.patience
+
+    def _elapsed(self) -> float:
+        return round(time.perf_counter() - self._start, 3)
+
+    # --- the loop ---------------------------------------------------------------------------------------
+
+    def total_steps(self) -> int:
+        per_epoch = len(self.sampler)
+        limits = [s for s in (self.cfg.train.max_steps, self.cfg.train.max_epochs * per_epoch) if s > 0]
+        return min(limits)
+
+    def fit(self) -> dict:
+        """Train until ``max_steps`` / ``max_epochs`` or early stopping; then evaluate the best checkpoint on
+        the test split. Ctrl-C / SIGTERM stop the loop; checkpoints already written stay intact."""
+        loop = self.cfg.train
+        total = self.total_steps()
+        self._start = time.perf_counter()
+        window_loss, window_examples, window_start, window_steps = 0.0, 0, time.perf_counter(), 0
+        stop = self.step >= total
+        interrupted = False
+        try:
+            with TrainProgress(total, console=self.console, enabled=loop.progress and self.dist.is_main,
+                               start=self.step) as bar:
+                while not stop:
+                    batches = self.sampler.batches(self.epoch)
+                    while self.position < len(batches) and not stop:
+                        loss, examples = self._train_step(batches[self.position])
+                        if not math.isfinite(loss):
+                            raise FloatingPointError(f"training loss is {loss} at step {self.step + 1}; lower "
+                                                     "optim.lr or set optim.clip_norm")
+                        self.step += 1
+                        self.position += 1
+                        window_loss += loss
+                        window_examples += examples
+                        window_steps += 1
+                        if self.step % max(1, loop.log_every) == 0 or self.step == total:
+                            speed = window_examples / max(1e-9, time.perf_counter() - window_start)
+                            self.logger.log(step=self.step, epoch=self.epoch, split="train",
+                                            loss=window_loss / window_steps, lr=self.optimizer.param_groups[0]["lr"],
+                                            examples_per_s=round(speed, 1), elapsed_s=self._elapsed())
+                            bar.update(self.step, loss=window_loss / window_steps, speed=speed)
+                            window_loss, window_examples, window_steps = 0.0, 0, 0
+                            window_start = time.perf_counter()
+                        if self.position == len(batches):
+                            self.epoch, self.position = self.epoch + 1, 0
+                        stop = self.step >= total
+                        end_of_epoch = self.position == 0
+                        if (loop.eval_every and self.step % loop.eval_every == 0) or \
+                                (not loop.eval_every and end_of_epoch) or stop:
+                            stop = self._evaluate_and_checkpoint() or stop
+                        if end_of_epoch:
+                            break
+        except KeyboardInterrupt:
+            interrupted = True
+            if self.dist.is_main:
+                last = self.out_dir / "last.safetensors"
+                where = f"; resume with --resume {last}" if last.exists() else ""
+                self.console.print(f"[yellow]interrupted at step {self.step}[/yellow]: checkpoints in "
+                                   f"{self.out_dir} are intact{where}")
+            raise
+        finally:
+            if interrupted:
+                cleanup(self.dist)
+        summary = self._finish()
+        cleanup(self.dist)
+        return summary
+
+    def _finish(self) -> dict:
+        """Reload the best checkpoint's weights and evaluate them on the test split."""
+        best = self.out_dir / "best.safetensors"
+        if best.exists():
+            load_weights(self.model, load_checkpoint(best))
+        summary = {"best_dev": self.best_metric, "best_step": self.best_step, "steps": self.step,
+                   "metric": self.cfg.train.metric, "out_dir": str(self.out_dir)}
+        if self.data.test:
+            test = self.evaluate("test")
+            summary["test"] = test
+            self.logger.log(step=self.best_step or self.step, epoch=self.epoch, split="test", **test,
+                            elapsed_s=self._elapsed())
+        return summary
+
+
+def load_weights(model: nn.Module, ckpt: Checkpoint) -> None:
+    """Load a checkpoint's weights strictly; a checkpoint of another model raises ``ValueError``."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(ckpt.model_state))
+    unexpected = sorted(set(ckpt.model_state) - set(expected))
+    shapes = [k for k in expected if k in ckpt.model_state and expected[k].shape != ckpt.model_state[k].shape]
+    if missing or unexpected or shapes:
+        detail = "; ".join(part for part in (
+            f"missing {missing[:3]}" if missing else "", f"unexpected {unexpected[:3]}" if unexpected else "",
+            f"shape mismatch {[(k, tuple(ckpt.model_state[k].shape), tuple(expected[k].shape)) for k in shapes[:3]]}"
+            if shapes else "") if part)
+        raise ValueError(f"checkpoint {ckpt.path} does not fit this model (another model or vocabulary?): {detail}")
+    model.load_state_dict(ckpt.model_state)
+
+
+__all__ += ["load_weights"]

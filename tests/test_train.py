@@ -1,0 +1,167 @@
+"""Trainer: learning, metrics files, best checkpoint, early stopping, schedules, exact resume, config and
+checkpoint errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from _train_helpers import tiny_config, write_conll, write_nli, write_sentiment
+from maskattn.models import ModelConfig, build_model
+from maskattn.train import Trainer, load_checkpoint, load_config, read_metrics, resume
+from maskattn.train.config import list_presets, preset_path
+from maskattn.train.metrics import bio_spans, span_f1
+from maskattn.train.optim import build_optimizer, build_scheduler
+from maskattn.train.config import OptimConfig
+
+
+def train_losses(out_dir):
+    return [(r["step"], r["loss"]) for r in read_metrics(out_dir / "metrics.jsonl") if r["split"] == "train"]
+
+
+def test_training_learns_and_writes_checkpoints_and_metrics(tmp_path):
+    data = write_sentiment(tmp_path)
+    cfg = tiny_config(data, tmp_path / "run", train={"max_steps": 40, "eval_every": 10})
+    summary = Trainer(cfg).fit()
+    assert summary["test"]["accuracy"] >= 0.9  # "good" vs "bad" is learnable in 40 steps
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in rows if r["split"] == "dev"] == [10, 20, 30, 40]
+    assert len([r for r in rows if r["split"] == "train"]) == 40
+    header = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0]
+    assert header.startswith("step,epoch,split,loss,accuracy")
+    best = load_checkpoint(tmp_path / "run" / "best.safetensors")
+    assert best.step == summary["best_step"] and best.trainer is None
+    assert best.config["model"]["encoder"] == "mtsa" and best.vocab[:2] == ["<pad>", "<unk>"]
+    assert best.labels == ["neg", "pos"]
+    last = load_checkpoint(tmp_path / "run" / "last.safetensors")
+    assert last.step == 40 and last.trainer["epoch"] >= 1 and "rng.torch" in last.extra_tensors
+    assert (tmp_path / "run" / "config.yaml").exists()
+
+
+def test_resume_reproduces_the_uninterrupted_loss_curve(tmp_path, monkeypatch):
+    data = write_sentiment(tmp_path)
+    sections = dict(optim={"name": "adam", "lr": 0.01, "schedule": "inverse_sqrt", "warmup_steps": 3,
+                           "clip_norm": 1.0}, train={"max_steps": 14, "eval_every": 5})
+    Trainer(tiny_config(data, tmp_path / "full", **sections)).fit()
+
+    original = Trainer._train_step
+
+    def crash_at_step_8(self, indices):
+        if self.step == 7:
+            raise KeyboardInterrupt
+        return original(self, indices)
+
+    monkeypatch.setattr(Trainer, "_train_step", crash_at_step_8)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(tiny_config(data, tmp_path / "cut", **sections)).fit()
+    monkeypatch.setattr(Trainer, "_train_step", original)
+    assert load_checkpoint(tmp_path / "cut" / "last.safetensors").step == 5
+    resume(tmp_path / "cut" / "last.safetensors")
+
+    full, cut = train_losses(tmp_path / "full"), train_losses(tmp_path / "cut")
+    assert [s for s, _ in cut] == list(range(1, 15))
+    assert cut == full  # bit-identical loss curve (dropout RNG, data order, Adam)
+    a = load_checkpoint(tmp_path / "full" / "last.safetensors").model_state
+    b = load_checkpoint(tmp_path / "cut" / "last.safetensors").model_state
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_early_stopping_and_best_checkpoint(tmp_path):
+    data = write_sentiment(tmp_path)
+    cfg = tiny_config(data, tmp_path / "run", optim={"lr": 0.0}, train={"max_steps": 100, "eval_every": 2,
+                                                                         "patience": 2})
+    summary = Trainer(cfg).fit()
+    assert summary["steps"] == 6 and summary["best_step"] == 2  # lr 0: no improvement after the first eval
+
+
+def test_pair_and_tagger_models_train(tmp_path):
+    nli = write_nli(tmp_path)
+    cfg = tiny_config(nli, tmp_path / "nli_run", data={"format": "nli", "train": "train.jsonl",
+                                                       "test": "test.jsonl"},
+                      model={"type": "pair"}, train={"max_steps": 6, "eval_every": 3})
+    summary = Trainer(cfg).fit()
+    assert 0.0 <= summary["test"]["accuracy"] <= 1.0
+    conll = write_conll(tmp_path)
+    cfg = tiny_config(conll, tmp_path / "tag_run", data={"format": "conll", "train": "train.txt", "test": "test.txt"},
+                      model={"type": "tagger", "encoder": "bilstm"}, train={"max_steps": 30, "eval_every": 10,
+                                                                            "metric": "f1"})
+    summary = Trainer(cfg).fit()
+    assert summary["metric"] == "f1" and summary["test"]["f1"] > 0.5 and "accuracy" in summary["test"]
+
+
+def test_bio_span_f1():
+    assert bio_spans(["B-PER", "I-PER", "O", "I-LOC", "B-LOC"]) == {(0, 2, "PER"), (3, 4, "LOC"), (4, 5, "LOC")}
+    assert span_f1([["B-X", "I-X", "O"]], [["B-X", "I-X", "O"]]) == 1.0
+    assert span_f1([["B-X", "O", "O"]], [["B-X", "I-X", "O"]]) == 0.0
+
+
+def test_schedules():
+    model = torch.nn.Linear(2, 2)
+    opt = build_optimizer(OptimConfig(lr=1.0, schedule="inverse_sqrt", warmup_steps=4), model)
+    sched = build_scheduler(OptimConfig(lr=1.0, schedule="inverse_sqrt", warmup_steps=4), opt)
+    lrs = []
+    for _ in range(16):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0]) and lrs[15] == pytest.approx((4 / 16) ** 0.5)
+    opt = build_optimizer(OptimConfig(name="adadelta", lr=0.5, weight_decay=1e-4), model)
+    assert isinstance(opt, torch.optim.Adadelta) and opt.param_groups[0]["weight_decay"] == 1e-4
+    plateau_cfg = OptimConfig(lr=1.0, schedule="plateau", plateau_patience=0, plateau_factor=0.5)
+    plateau = build_scheduler(plateau_cfg, opt)
+    plateau.step(0.5)
+    plateau.step(0.5)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="unknown optim.name 'lion'"):
+        build_optimizer(OptimConfig(name="lion"), model)
+
+
+def test_config_errors_and_presets(tmp_path):
+    with pytest.raises(ValueError, match="unknown config key.*model.heads; valid keys of model: type, encoder"):
+        load_config(None, ["model.heads=4"])
+    with pytest.raises(ValueError, match="unknown config key.*datta"):
+        load_config(None, ["datta.dir=x"])
+    with pytest.raises(ValueError, match="config key train.batch_size must be int, got 'many'"):
+        load_config(None, ["train.batch_size=many"])
+    path = tmp_path / "c.yaml"
+    path.write_text("optim:\n  lr: 0.5\nmodel:\n  encoder: [mtsa x2, mha]\n")
+    cfg = load_config(path, ["optim.name=adadelta"])
+    assert cfg.optim.lr == 0.5 and cfg.optim.name == "adadelta" and cfg.model.encoder == ["mtsa x2", "mha"]
+    assert {"trec", "sst5", "subj", "cr", "mpqa", "snli"} <= set(list_presets())
+    trec = load_config(preset_path("trec"))
+    assert (trec.optim.name, trec.optim.lr, trec.model.dropout, trec.optim.weight_decay) == ("adadelta", 0.5, 0.5, 1e-4)
+    assert load_config(preset_path("cr")).model.attention_dropout == pytest.approx(0.2)
+
+
+def test_bad_inputs_give_clear_errors(tmp_path):
+    data = write_sentiment(tmp_path)
+    (data / "odd.tsv").write_text("pos\tgood film\nwow\tbad plot\n")
+    with pytest.raises(ValueError, match=r"test split \(.*odd\.tsv\) has label\(s\) \['wow'\]"):
+        Trainer(tiny_config(data, tmp_path / "r", data={"test": "odd.tsv"}))
+    (data / "empty.tsv").write_text("\n")
+    with pytest.raises(ValueError, match="empty.tsv holds no examples"):
+        Trainer(tiny_config(data, tmp_path / "r", data={"train": "empty.tsv"}))
+    with pytest.raises(ValueError, match="set train.max_steps or train.max_epochs"):
+        Trainer(tiny_config(data, tmp_path / "r", train={"max_steps": 0}))
+
+
+def test_checkpoint_errors(tmp_path):
+    data = write_sentiment(tmp_path)
+    Trainer(tiny_config(data, tmp_path / "run", train={"max_steps": 4})).fit()
+    best = tmp_path / "run" / "best.safetensors"
+    from maskattn.train import load_weights
+    other = build_model(ModelConfig(encoder="bilstm", d_model=16), 50, 2)
+    with pytest.raises(ValueError, match="does not fit this model"):
+        load_weights(other, load_checkpoint(best))
+    from safetensors.torch import save_file
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "foreign.safetensors"))
+    with pytest.raises(ValueError, match="is not a maskattn checkpoint"):
+        load_checkpoint(tmp_path / "foreign.safetensors")
+    (tmp_path / "junk.safetensors").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="not a readable safetensors file"):
+        load_checkpoint(tmp_path / "junk.safetensors")
+    with pytest.raises(ValueError, match="holds weights only"):
+        resume(best)
+    (data / "train.tsv").write_text((data / "train.tsv").read_text() + "pos\tgood unseen words here\n")
+    with pytest.raises(ValueError, match="incompatible vocabulary"):
+        resume(tmp_path / "run" / "last.safetensors")
