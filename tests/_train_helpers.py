@@ -30,36 +30,34 @@ def write_sentiment(tmp_path, n_train: int = 96, n_test: int = 32):
     return folder
 
 
-def write_nli(tmp_path, n: int = 48):
-    folder = tmp_path / "nli"
+def _write_splits(tmp_path, name: str, n: int, suffix: str, make_block) -> object:
+    """``<name>/train<suffix>`` (n blocks) and ``test<suffix>`` (n // 2 blocks) from ``make_block(rng, i)``."""
+    folder = tmp_path / name
     folder.mkdir(exist_ok=True)
     rng = random.Random(0)
     for split, count in (("train", n), ("test", n // 2)):
-        rows = []
-        for i in range(count):
-            words = rng.choices(WORDS, k=4)
-            label = ["entailment", "contradiction"][i % 2]
-            hyp = words if label == "entailment" else ["no"] + words[1:]
-            rows.append({"premise": " ".join(words), "hypothesis": " ".join(hyp), "label": label})
-        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (folder / f"{split}{suffix}").write_text("".join(make_block(rng, i) for i in range(count)))
     return folder
+
+
+def write_nli(tmp_path, n: int = 48):
+    """NLI JSON lines: the hypothesis repeats the premise (entailment) or negates it (contradiction)."""
+    def row(rng, i):
+        words = rng.choices(WORDS, k=4)
+        label = ["entailment", "contradiction"][i % 2]
+        hyp = words if label == "entailment" else ["no"] + words[1:]
+        return json.dumps({"premise": " ".join(words), "hypothesis": " ".join(hyp), "label": label}) + "\n"
+    return _write_splits(tmp_path, "nli", n, ".jsonl", row)
 
 
 def write_conll(tmp_path, n: int = 40):
-    folder = tmp_path / "conll"
-    folder.mkdir(exist_ok=True)
-    rng = random.Random(0)
-    for split, count in (("train", n), ("test", n // 2)):
-        blocks = []
-        for _ in range(count):
-            words = rng.choices(WORDS, k=5)
-            tags = ["O"] * 5
-            start = rng.randint(0, 3)
-            words[start], words[start + 1] = "new", "york"
-            tags[start], tags[start + 1] = "B-LOC", "I-LOC"
-            blocks.append("\n".join(f"{w} {t}" for w, t in zip(words, tags)))
-        (folder / f"{split}.txt").write_text("\n\n".join(blocks) + "\n")
-    return folder
+    """CoNLL columns: one B-LOC I-LOC chunk ("new york") per sentence."""
+    def sentence(rng, i):
+        words, tags = rng.choices(WORDS, k=5), ["O"] * 5
+        start = rng.randint(0, 3)
+        words[start:start + 2], tags[start:start + 2] = ["new", "york"], ["B-LOC", "I-LOC"]
+        return "".join(f"{w} {t}\n" for w, t in zip(words, tags)) + "\n"
+    return _write_splits(tmp_path, "conll", n, ".txt", sentence)
 
 
 def tiny_config(data_dir, out_dir, **sections) -> RunConfig:

@@ -25,7 +25,7 @@ def test_readme_commands_match_ci():
     ci = (ROOT / ".ci" / "run").read_text()
     test_command = "pip install -e '.[dev]' && python -m pytest -q"
     assert test_command in readme and test_command in ci
-    assert "pip install -e . && maskattn demo" in readme
+    assert "pip install -e . && maskattn train" in readme
 
 
 def test_cli_lists_mechanisms():

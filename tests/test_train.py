@@ -165,3 +165,14 @@ def test_checkpoint_errors(tmp_path):
     (data / "train.tsv").write_text((data / "train.tsv").read_text() + "pos\tgood unseen words here\n")
     with pytest.raises(ValueError, match="incompatible vocabulary"):
         resume(tmp_path / "run" / "last.safetensors")
+
+
+@pytest.mark.gpu
+def test_mixed_precision_training_on_gpu(tmp_path):
+    data = write_sentiment(tmp_path)
+    cfg = tiny_config(data, tmp_path / "run", train={"device": "cuda", "amp": True, "max_steps": 30, "eval_every": 10})
+    trainer = Trainer(cfg)
+    assert trainer.amp_dtype in (torch.bfloat16, torch.float16)
+    summary = trainer.fit()
+    assert summary["test"]["accuracy"] >= 0.9
+    assert all(t.dtype == torch.float32 for t in load_checkpoint(tmp_path / "run" / "best.safetensors").model_state.values())
