@@ -168,6 +168,7 @@ def main(argv=None):
               "summary": summary}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
+    args.out.with_suffix(".md").write_text(markdown_table(rows))
     plot(rows, args.plot or args.out.with_suffix(".png"))
     return 0
 
@@ -191,6 +192,29 @@ def summarise(rows):
         lines.append(f"  d={d} h={h} n={n:>5}: time {r['median_s'] / base['median_s']:.2f}x  "
                      f"memory {r['peak_bytes'] / base['peak_bytes']:.2f}x  FLOPs (analytic) {flops:.2f}x")
     return lines
+
+
+def markdown_table(rows):
+    """Per configuration and length: time and peak memory of each model, and the MTSA / MHA ratios."""
+    index = {(r["model"], r["d_model"], r["heads"], r["n"]): r for r in rows}
+    models = [m for m in MODELS if any(r["model"] == m for r in rows)]
+    head = ["d_model:heads", "n"] + [f"{m} ms" for m in models] + [f"{m} MiB" for m in models] + \
+        ["time MTSA/MHA", "memory MTSA/MHA", "FLOPs MTSA/MHA"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    for d, h, n in sorted({(r["d_model"], r["heads"], r["n"]) for r in rows}):
+        cells = [f"{d}:{h}", str(n)]
+        got = {m: index.get((m, d, h, n)) for m in models}
+        ok = {m: r for m, r in got.items() if r is not None and "skipped" not in r}
+        cells += [f"{ok[m]['median_s'] * 1e3:.0f}" if m in ok else "skipped" for m in models]
+        cells += [f"{ok[m]['peak_bytes'] / 2**20:.0f}" if m in ok else "skipped" for m in models]
+        if "mtsa" in ok and "mha" in ok:
+            a, b = ok["mtsa"], ok["mha"]
+            flops = analytic_gflops("mtsa", a["batch"], n, d, h) / analytic_gflops("mha", a["batch"], n, d, h)
+            cells += [f"{a['median_s'] / b['median_s']:.2f}", f"{a['peak_bytes'] / b['peak_bytes']:.2f}", f"{flops:.2f}"]
+        else:
+            cells += ["", "", ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def plot(rows, path):
