@@ -99,3 +99,9 @@ def test_bad_model_configs():
     with pytest.raises(ValueError, match="do not fit 'bilstm'"):
         build_model(ModelConfig(encoder="bilstm", encoder_options={"kernels": [3]}, d_model=8), V, C)
     assert set(list_models()) == {"sentence", "pair", "tagger"}
+
+
+def test_word_vectors_are_scaled_before_sinusoidal_positions():
+    plain = build_model(cfg("mtsa"), V, C)
+    with_positions = build_model(cfg("mha x2"), V, C)
+    assert plain.encoder.embed.scale == 1.0 and with_positions.encoder.embed.scale == pytest.approx(16 ** 0.5)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn as nn
 
@@ -20,7 +22,8 @@ class SentenceEncoder(nn.Module):
                  pool: bool = True):
         super().__init__()
         self.embed = TokenEmbedding(vocab_size, cfg.d_model, embed_dim=cfg.embed_dim, pad_id=pad_id,
-                                    dropout=cfg.dropout, pretrained=pretrained, freeze=cfg.freeze_embeddings)
+                                    dropout=cfg.dropout, pretrained=pretrained, freeze=cfg.freeze_embeddings,
+                                    scale=math.sqrt(cfg.d_model) if cfg.positional == "sinusoidal" else 1.0)
         self.fusion = build_fusion(cfg, cfg.d_model)
         self.pool = Pool(self.fusion.out_dim, cfg.pool) if pool else None  # taggers use the tokens only
         self.out_dim = self.fusion.out_dim

@@ -1,5 +1,7 @@
 """Word embeddings: uniform ``[-0.05, 0.05]`` initialisation (MTSA Appendix B), optional pretrained rows,
-padding row fixed at zero, dropout, and a projection when the embedding width differs from the model's."""
+padding row fixed at zero, an optional scale (``√d_model`` before sinusoidal positions, as in Vaswani et al.
+2017 §3.4 — otherwise the unit-amplitude positions drown the ±0.05 word vectors), dropout, and a
+projection when the embedding width differs from the model's."""
 
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ class TokenEmbedding(nn.Module):
     """``ids (B, n)`` → ``(B, n, d_model)``."""
 
     def __init__(self, vocab_size: int, d_model: int, *, embed_dim: int | None = None, pad_id: int = 0,
-                 dropout: float = 0.0, pretrained: torch.Tensor | None = None, freeze: bool = False):
+                 dropout: float = 0.0, pretrained: torch.Tensor | None = None, freeze: bool = False,
+                 scale: float = 1.0):
         super().__init__()
+        self.scale = scale
         embed_dim = embed_dim or d_model
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
         nn.init.uniform_(self.embedding.weight, -0.05, 0.05)
@@ -30,5 +34,6 @@ class TokenEmbedding(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        x = self.dropout(self.embedding(ids))  # (B, n, embed_dim)
+        x = self.embedding(ids)  # (B, n, embed_dim)
+        x = self.dropout(x * self.scale if self.scale != 1.0 else x)
         return x if self.proj is None else self.proj(x)
