@@ -154,7 +154,7 @@ def main(argv=None) -> int:
     parser.add_argument("--with-reference", action="store_true", help="also time the materialised DMAN backend")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--chunk-fraction", type=float, default=None,
-                        help="override maskattn.functional.mask_attention.CHUNK_FRACTION (DMAN block size)")
+                        help="override maskattn.functional.mask_attention.CHUNK_FRACTION (DMAN tile size)")
     parser.add_argument("--memory-only", action="store_true", help=argparse.SUPPRESS)  # the child process
     parser.add_argument("--out", required=True, help="path of the JSON results")
     args = parser.parse_args(argv)
@@ -168,7 +168,7 @@ def main(argv=None) -> int:
     names = ["dman"] + (["dman_ref"] if args.with_reference else []) + ["san", "torch_mha"]
     torch.manual_seed(0)
     rows = []
-    started = time.time()
+    started, load_start = time.time(), os.getloadavg()
     configs = [(device, heads, n) for device in devices for heads in args.heads for n in args.lengths]
     if args.memory_only:
         with open(args.out, "w") as f:
@@ -204,7 +204,7 @@ def main(argv=None) -> int:
             "memory_ratio": r["peak_mib"] / san["peak_mib"] if san["peak_mib"] > 0 else None})
     meta = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv), "torch": torch.__version__,
             "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
-            "load_average_end": os.getloadavg(), "seconds": time.time() - started,
+            "load_average_start": load_start, "load_average_end": os.getloadavg(), "seconds": time.time() - started,
             "chunk_fraction": kernel.CHUNK_FRACTION,
             "memory_method": "peak RSS increase (VmHWM reset via clear_refs) in a child with MALLOC_MMAP_THRESHOLD_=65536"}
     with open(args.out, "w") as f:

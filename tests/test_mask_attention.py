@@ -280,6 +280,31 @@ def test_dman_sdpa_gradients_equal_reference_float32(monkeypatch, sdpa_min):
         torch.testing.assert_close(g_fast, g_ref, atol=2e-5, rtol=1e-4)
 
 
+
+@pytest.mark.parametrize("chunk_min, D", [(900, 2), (900, 40), (300, 2), (300, 40), (1, 3)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_dman_sdpa_tiles_equal_reference_float64(monkeypatch, chunk_min, D, causal):
+    """Every tiling of the kernel — several heads per tile (900), query rows of one head (300, 1) — with the
+    log M table narrower than the tile (D = 2, 3) or wider (D = 40), padding and a query offset."""
+    monkeypatch.setattr(ma_module, "CHUNK_MIN_ELEMENTS", chunk_min)
+    monkeypatch.setattr(ma_module, "CHUNK_FRACTION", 0.0)
+    monkeypatch.setattr(ma_module, "SDPA_MIN_ELEMENTS", 0)
+    B, H, n, m = 2, 3, 9, 12
+    pairs, rows = ma_module._tile_plan(B * H, n, m, 4)
+    assert (pairs, rows) == {900: (2, 9), 300: (1, 5), 1: (1, 1)}[chunk_min]
+    q = torch.randn(B, H, n, 4, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(B, H, m, 4, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    params = dman_params(B, H, n, D=D, dtype=torch.float64, grad=True)
+    kpm = torch.zeros(B, m, dtype=torch.bool)
+    kpm[1, 8:] = True
+    grads = {}
+    for backend in ("sdpa", "reference"):
+        inputs = (q, k, v, *params)
+        out = dynamic_mask_attention(*inputs, causal=causal, key_padding_mask=kpm, q_offset=3, backend=backend)
+        grads[backend] = (out, *torch.autograd.grad(out.sin().sum(), inputs))
+    for fast, ref in zip(grads["sdpa"], grads["reference"]):
+        torch.testing.assert_close(fast, ref, atol=1e-10, rtol=1e-9)
+
 def test_dman_dropout_is_consistent_between_forward_and_backward():
     """With dropout the kernel regenerates the same keep-mask in backward: gradcheck under a fixed seed."""
     B, H, n = 1, 2, 4

@@ -424,28 +424,100 @@ def _dman_flex(q, k, v, a, table, u, causal, kpm, q_offset):
     return out
 
 
-#: elements of one (batch × heads × query-chunk × keys) block of the chunked DMAN kernel are at most
-#: max(CHUNK_MIN_ELEMENTS, CHUNK_FRACTION × size of k): the kernel's workspace (three such blocks in
-#: backward) stays of the order of q, k, v — plain attention's own footprint.
+#: the chunked DMAN kernel works on tiles of (batch·head pairs) × (query rows) × (all keys). Backward's
+#: workspace for one tile — two skewed buffers of ``rows × (keys + rows − 1)`` per pair (see
+#: :func:`_skew_view`) — is at most max(CHUNK_MIN_ELEMENTS, CHUNK_FRACTION × size of k) elements, so it
+#: stays of the order of q, k, v (plain attention's own footprint). Tiles take whole heads when they fit
+#: (long contractions for the gradient matmuls), else as many query rows of one head as fit.
 CHUNK_MIN_ELEMENTS = 1 << 16
-CHUNK_FRACTION = 0.5
+CHUNK_FRACTION = 1.0
 
-#: query blocks smaller than this (elements of the bias) use the explicit softmax instead of one fused
+#: tiles smaller than this (elements of the bias) use the explicit softmax instead of one fused
 #: attention call (incremental decoding steps, small test shapes).
 SDPA_MIN_ELEMENTS = 1 << 15
 
+_LOG2E = 1.0 / math.log(2.0)  # exp(x) = exp2(x · log2 e); torch's CPU exp2 is several times faster than exp
 
-def _chunk_rows(B, H, n, m, d) -> int:
-    budget = max(CHUNK_MIN_ELEMENTS, int(CHUNK_FRACTION * B * H * m * d))
-    return max(1, min(n, budget // max(1, B * H * m)))
+
+def _tile_plan(BH, n, m, d) -> tuple[int, int]:
+    """(pairs per tile, query rows per tile), balanced so that the tiles are of (nearly) equal size."""
+    budget = max(CHUNK_MIN_ELEMENTS, int(CHUNK_FRACTION * BH * m * d))
+    per_pair = 2 * n * (m + n - 1)  # backward's two skewed buffers for one whole head
+    if per_pair <= budget:
+        pairs = min(BH, budget // per_pair)
+        return -(-BH // -(-BH // pairs)), n
+    # 2 c (m + c − 1) <= budget for c query rows of one head
+    rows = max(1, min(n, int((math.sqrt((m - 1) ** 2 + 2 * budget) - (m - 1)) / 2)))
+    return 1, -(-n // -(-n // rows))
+
+
+def _skew_view(buf, rows, m):
+    """The ``(G, rows, m)`` view of ``buf`` ``(G, rows, W = m + rows − 1)`` with row stride ``W − 1``:
+    element ``[g, i, s]`` is ``buf[g, i, s − i + rows − 1]``. Column ``k`` of ``buf`` therefore holds
+    one relative distance ``t − s`` for every row, so ``log M`` (a function of the row and ``t − s``)
+    is built column-block-wise from a ``(G, rows, 2D + 1)`` table, and gradients are summed the same way."""
+    G, _, W = buf.shape
+    return buf.as_strided((G, rows, m), (rows * W, W - 1, 1), buf.storage_offset() + rows - 1)
+
+
+def _distance_columns(D, t0, rows, m):
+    """For a tile of ``rows`` queries starting at absolute position ``t0``: ``(ulo, w, k_a)`` such that
+    column ``k`` of the skewed buffer uses the reversed-table entry ``u = clip(k + D − t0 − rows + 1, 0, 2D)``,
+    ``u ∈ [ulo, ulo + w)``; columns ``< k_a`` use ``ulo``, the next ``w − 2`` use ``ulo + 1 …`` in order, the
+    rest ``ulo + w − 1`` (reversed table: ``Prev[u] = P[2D − u]``, distance ``t − s = D − u``)."""
+    off = D - t0 - rows + 1
+    W = m + rows - 1
+    ulo, uhi = min(max(off, 0), 2 * D), min(max(W - 1 + off, 0), 2 * D)
+    return ulo, uhi - ulo + 1, ulo - off + 1
+
+
+def _scatter_columns(buf, small, k_a):
+    """``buf[..., k] = small[..., column(k)]`` (see :func:`_distance_columns`): two broadcast fills, one copy."""
+    w = small.shape[-1]
+    if w == 1:
+        buf.copy_(small.expand_as(buf))
+        return buf
+    left, mid = buf[..., :k_a], buf[..., k_a:k_a + w - 2]
+    right = buf[..., k_a + w - 2:]
+    left.copy_(small[..., :1].expand_as(left))
+    mid.copy_(small[..., 1:w - 1])
+    right.copy_(small[..., w - 1:].expand_as(right))
+    return buf
+
+
+def _gather_columns(buf, k_a, w):
+    """Adjoint of :func:`_scatter_columns`: ``(G, rows, w)`` sums of ``buf`` over the columns of each entry."""
+    if w == 1:
+        return buf.sum(-1, keepdim=True)
+    return torch.cat([buf[..., :k_a].sum(-1, keepdim=True), buf[..., k_a:k_a + w - 2],
+                      buf[..., k_a + w - 2:].sum(-1, keepdim=True)], dim=-1)
+
+
+def _log_mask(buf, neg_z, k_a, rows, m, *, negated=False, shift=None):
+    """The tile's ``log M = −softplus(−z)`` (``negated``: ``−log M``, plus ``shift`` ``(G, rows, 1)`` where
+    that is free) in the skewed ``(G, rows, m)`` view of ``buf``, from the ``(G, rows, w)`` table of ``−z``.
+    The transcendental runs on the table when it is narrower than the tile (long sequences: at most
+    ``2D + 1`` distances per row), else on the view itself (short sequences, where the table covers more
+    distances than a row has keys). Returns ``(view, shift_applied)``."""
+    if neg_z.shape[-1] <= m:
+        values = F.softplus(neg_z)
+        if not negated:
+            values.neg_()
+        elif shift is not None:
+            values.add_(shift)
+        return _skew_view(_scatter_columns(buf, values, k_a), rows, m), negated and shift is not None
+    view = _skew_view(_scatter_columns(buf, neg_z, k_a), rows, m)
+    torch.ops.aten.softplus.out(view, 1, 20, out=view)
+    return (view if negated else view.neg_()), False
 
 
 def _fused_attention(q_c, k, v, bias, scale):
-    """One query block through a fused kernel: (out, logsumexp or None)."""
+    """One tile through a fused kernel: (out, logsumexp or None)."""
     if (q_c.device.type == "cpu" and q_c.shape[-1] == v.shape[-1] and q_c.dtype in (torch.float32, torch.float64)
             and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")):
         # the CPU flash kernel (what F.scaled_dot_product_attention runs here) also returns the row
-        # log-sum-exp, which backward reuses instead of renormalising
+        # log-sum-exp, which backward reuses instead of renormalising; it reads the mask through its
+        # strides, so the skewed log M view goes in without a copy
         try:
             return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q_c, k, v, 0.0, False, attn_mask=bias,
                                                                              scale=scale)
@@ -454,74 +526,103 @@ def _fused_attention(q_c, k, v, bias, scale):
     return F.scaled_dot_product_attention(q_c, k, v, attn_mask=bias, scale=scale), None
 
 
-def _block_scores(q_c, kt, log_m, scale, allowed):
-    """``scale · q kᵀ + log M`` for one block, (B, H, c, m), -inf where not allowed (``log_m`` is reused)."""
-    s = torch.baddbmm(log_m.flatten(0, 1), q_c.flatten(0, 1), kt.flatten(0, 1), alpha=scale).view_as(log_m)
-    return s if allowed is None else s.masked_fill_(~allowed, float("-inf"))
-
-
-def _softmax_(s):
-    """In-place softmax over the last dim; returns (p, logsumexp). Rows with no allowed key are all 0."""
+def _softmax2_(s):
+    """In-place base-2 softmax over the last dim of ``s = log2e · logits``; returns (p, natural
+    logsumexp of the logits). Rows with no allowed key are all 0 (logsumexp 0, as flash)."""
     row_max = s.amax(-1, keepdim=True)
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    p = s.sub_(row_max).exp_()
+    p = s.sub_(row_max).exp2_()
     total = p.sum(-1, keepdim=True)
     p.div_(total.clamp_min(torch.finfo(p.dtype).tiny))
-    lse = torch.where(total > 0, total.log() + row_max, torch.zeros_like(total))  # empty rows: 0, as flash
+    lse = torch.where(total > 0, (total.log2() + row_max) / _LOG2E, torch.zeros_like(total))
     return p, lse.squeeze(-1)
+
+
+def _tile_allowed(g0, g1, H, rows, m, t0, causal, kpm, device):
+    """(G|1, rows, m) bool for the pairs g0 … g1 − 1 (pair g = b·H + h), or None."""
+    allowed = _allowed(1, rows, m, t0, causal, None, device)
+    allowed = None if allowed is None else allowed[0]  # (1, rows, m)
+    if kpm is not None:
+        keep = ~kpm[torch.arange(g0, g1, device=device) // H][:, None, :]  # (G, 1, m)
+        allowed = keep if allowed is None else allowed & keep
+    return allowed
 
 
 class _DynamicMaskAttention(torch.autograd.Function):
     """Chunked, recomputing DMAN attention (MAN Eq. 4 + 12).
 
-    Saves q, k, v, a, P, U, the output and the row log-sum-exp only. Per query block: forward builds
-    ``log M = logsigmoid(a_t + U_h + P[t − s])`` and runs a fused attention kernel; backward rebuilds the
-    block, ``p = exp(scores + log M − lse)``, ``dS = p ⊙ (dp − rowsum(dO ⊙ O))`` and returns the
-    gradients of q, k, v and, through ``dz = dS ⊙ (1 − M)``, of ``a``, ``P`` and ``U`` (exact; it does not
-    rely on SDPA returning a bias gradient).
+    Saves q, k, v, a, P, U, the output and the row log-sum-exp only, and works on tiles of (batch·head
+    pairs) × (query rows) × (all keys). ``log M = logsigmoid(a_t + U_h + P[t − s])`` takes at most
+    ``2D + 1`` values per row, so the transcendental functions run on a ``(pairs, rows, 2D + 1)`` table and
+    the tile's bias is spread from it into a buffer whose columns are relative distances (a skewed
+    view, :func:`_skew_view`), which the fused attention kernel reads in place. Backward rebuilds the
+    bias with ``− lse`` folded in, ``p = exp2(log2e · (scores + log M − lse))``, ``dS = p ⊙ (dp − rowsum(dO ⊙
+    O))`` — written into the same skewed buffer, so the gradient of ``log M`` summed per relative distance
+    is a handful of column-block sums — and returns the gradients of q, k, v and, through ``dz = dS ⊙ (1 −
+    M)``, of ``a``, ``P`` and ``U`` (exact; it does not rely on SDPA returning a bias gradient).
     """
 
     @staticmethod
     def forward(ctx, q, k, v, a, table, u, kpm, causal, q_offset, drop_p, seed):
         B, H, n, d_k = q.shape
-        m = k.shape[2]
+        m, d_v = k.shape[2], v.shape[-1]
+        BH = B * H
         scale = 1.0 / math.sqrt(d_k)
         D = _max_distance(table)
-        chunk = _chunk_rows(B, H, n, m, max(d_k, v.shape[-1]))
+        pairs, rows = _tile_plan(BH, n, m, max(d_k, d_v))
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # saved instead of the strided views
-        kt = k.transpose(-1, -2)  # (B, H, d_k, m)
-        row_bias = a[:, None, :, None] + u[None, :, None, None]  # (B, H, n, 1): a_t + U_h
-        out = q.new_empty(B, H, n, v.shape[-1])
-        lse = q.new_empty(B, H, n)
+        q3, k3, v3 = q.view(BH, n, d_k), k.view(BH, m, d_k), v.view(BH, m, d_v)
+        neg_row_bias = (a[:, None, :] + u[None, :, None]).reshape(BH, n).neg_()  # −(a_t + U_h)
+        neg_rev_table = table.flip(0).neg_()  # −P[D − u]: column u of a tile's table is the distance D − u
+        out = q.new_empty(B, H, n, d_v)
+        out3 = out.view(BH, n, d_v)
+        lse = q.new_empty(BH, n)
         gen = _generator(q.device, seed) if drop_p > 0 else None
         fused_lse = True
-        for start in range(0, n, chunk):
-            stop = min(n, start + chunk)
-            idx = relative_distance_index(stop - start, m, D, q_offset=q_offset + start, device=q.device)
-            allowed = _allowed(B, stop - start, m, q_offset + start, causal, kpm, q.device)
-            log_m = F.logsigmoid(table[idx] + row_bias[:, :, start:stop])  # (B, H, c, m)
-            if gen is None and log_m.numel() >= SDPA_MIN_ELEMENTS:
-                if allowed is not None:  # -inf where not allowed; empty rows get a finite bias, zeroed below
-                    log_m.masked_fill_(~allowed, float("-inf"))
-                    log_m = torch.where(allowed.any(-1, keepdim=True), log_m, torch.zeros((), dtype=log_m.dtype,
-                                                                                          device=log_m.device))
-                o_c, lse_c = _fused_attention(q[:, :, start:stop], k, v, log_m, scale)
-                out[:, :, start:stop] = o_c
-                if lse_c is None:
-                    fused_lse = False
-                else:
-                    lse[:, :, start:stop] = lse_c
-            else:  # small blocks (one fused call costs more than it saves) and dropout: explicit softmax
-                p, lse[:, :, start:stop] = _softmax_(_block_scores(q[:, :, start:stop], kt, log_m, scale, allowed))
-                if gen is not None:
-                    p.mul_(_keep_mask(p, drop_p, gen))
-                out[:, :, start:stop] = torch.matmul(p, v)
-            if allowed is not None:
-                out[:, :, start:stop].masked_fill_(~allowed.any(-1, keepdim=True), 0.0)
+        buf = None  # the tile's skewed log M buffer, reused while the tile shape stays
+        for g0 in range(0, BH, pairs):
+            g1 = min(BH, g0 + pairs)
+            for i0 in range(0, n, rows):
+                i1 = min(n, i0 + rows)
+                c, t0 = i1 - i0, q_offset + i0
+                ulo, w, k_a = _distance_columns(D, t0, c, m)
+                allowed = _tile_allowed(g0, g1, H, c, m, t0, causal, kpm, q.device)
+                if buf is None or buf.shape[:2] != (g1 - g0, c):
+                    buf = q.new_empty(g1 - g0, c, m + c - 1)
+                neg_z = neg_row_bias[g0:g1, i0:i1, None] + neg_rev_table[ulo:ulo + w]  # (G, c, w): −z
+                fused = gen is None and (g1 - g0) * c * m >= SDPA_MIN_ELEMENTS
+                bias, _ = _log_mask(buf, neg_z, k_a, c, m, negated=not fused)  # (G, c, m) skewed view of buf
+                q_t = q3[g0:g1, i0:i1]
+                if fused:
+                    if allowed is not None:  # -inf where not allowed; empty rows get a finite bias, zeroed below
+                        bias = torch.where(allowed, bias, float("-inf"))
+                        bias = torch.where(allowed.any(-1, keepdim=True), bias, 0.0)
+                    o_t, lse_t = _fused_attention(q_t[:, None], k3[g0:g1, None], v3[g0:g1, None], bias[:, None],
+                                                  scale)
+                    out3[g0:g1, i0:i1] = o_t[:, 0]
+                    if lse_t is None:
+                        fused_lse = False
+                    else:
+                        lse[g0:g1, i0:i1] = lse_t[:, 0]
+                else:  # small tiles (one fused call costs more than it saves) and dropout: explicit softmax
+                    s = torch.baddbmm(bias, q_t, k3[g0:g1].transpose(-1, -2), beta=-_LOG2E, alpha=scale * _LOG2E)
+                    if allowed is not None:
+                        s.masked_fill_(~allowed, float("-inf"))
+                    p, lse[g0:g1, i0:i1] = _softmax2_(s)
+                    if gen is not None:
+                        p.mul_(_keep_mask(p, drop_p, gen))
+                    if c == n or g1 - g0 == 1:  # a contiguous slice of out
+                        torch.bmm(p, v3[g0:g1], out=out3[g0:g1, i0:i1])
+                    else:
+                        out3[g0:g1, i0:i1] = torch.bmm(p, v3[g0:g1])
+                if allowed is not None:
+                    out3[g0:g1, i0:i1].masked_fill_(~allowed.any(-1, keepdim=True), 0.0)
+                del bias
+        del buf
         ctx.save_for_backward(q, k, v, a, table, u, out, lse if fused_lse else torch.empty(0),
                               kpm if kpm is not None else torch.empty(0))
-        ctx.has_kpm, ctx.causal, ctx.q_offset, ctx.drop_p, ctx.seed, ctx.chunk = (
-            kpm is not None, causal, q_offset, drop_p, seed, chunk)
+        ctx.has_kpm, ctx.causal, ctx.q_offset, ctx.drop_p, ctx.seed, ctx.tiles = (
+            kpm is not None, causal, q_offset, drop_p, seed, (pairs, rows))
         return out
 
     @staticmethod
@@ -531,58 +632,73 @@ class _DynamicMaskAttention(torch.autograd.Function):
         kpm = kpm if ctx.has_kpm else None
         lse = lse if lse.numel() else None
         B, H, n, d_k = q.shape
-        m = k.shape[2]
+        m, d_v = k.shape[2], v.shape[-1]
+        BH = B * H
         scale = 1.0 / math.sqrt(d_k)
         D = _max_distance(table)
-        # (B·H, …) views for batched matmuls that accumulate in place
-        k3, v3, kt3, vt3 = k.flatten(0, 1), v.flatten(0, 1), k.transpose(-1, -2).flatten(0, 1), \
-            v.transpose(-1, -2).flatten(0, 1)
-        neg_row_bias = (a[:, None, :, None] + u[None, :, None, None]).neg_()  # (B, H, n, 1): −(a_t + U_h)
-        neg_table = -table
+        pairs, rows = ctx.tiles
+        q3, k3, v3 = q.view(BH, n, d_k), k.view(BH, m, d_k), v.view(BH, m, d_v)
+        neg_row_bias = (a[:, None, :] + u[None, :, None]).reshape(BH, n).neg_()  # −(a_t + U_h)
+        neg_rev_table = table.flip(0).neg_()
         grad_q = torch.empty_like(q, memory_format=torch.contiguous_format)
         grad_k = torch.zeros_like(k, memory_format=torch.contiguous_format)
         grad_v = torch.zeros_like(v, memory_format=torch.contiguous_format)
-        grad_q3, grad_k3, grad_v3 = grad_q.flatten(0, 1), grad_k.flatten(0, 1), grad_v.flatten(0, 1)
-        grad_a_h = a.new_empty(B, H, n)  # Σ_s dz, per head
-        grad_table = torch.zeros_like(table)
+        grad_q3, grad_k3, grad_v3 = grad_q.view(BH, n, d_k), grad_k.view(BH, m, d_k), grad_v.view(BH, m, d_v)
+        grad_row = a.new_empty(BH, n)  # Σ_s dz per (pair, query): the gradient of a_t + U_h
+        grad_rev_table = torch.zeros_like(table)
         gen = _generator(q.device, ctx.seed) if ctx.drop_p > 0 else None
-        grad_out = grad_out.contiguous()
-        neg_row_dot = (grad_out * out).sum(-1, keepdim=True).neg_()  # (B, H, n, 1): −D_i = −dO_i · O_i
-        for start in range(0, n, ctx.chunk):
-            stop = min(n, start + ctx.chunk)
-            q_c3, g_c3 = q[:, :, start:stop].flatten(0, 1), grad_out[:, :, start:stop].flatten(0, 1)
-            idx = relative_distance_index(stop - start, m, D, q_offset=ctx.q_offset + start, device=q.device)
-            allowed = _allowed(B, stop - start, m, ctx.q_offset + start, ctx.causal, kpm, q.device)
-            neg_z = neg_table[idx] + neg_row_bias[:, :, start:stop]  # (B, H, c, m): −z
-            neg_log_m = F.softplus(neg_z)  # −log sigmoid(z) = softplus(−z)
-            one_minus_m = neg_z.sigmoid_()  # 1 − M = sigmoid(−z) = d log M / dz
-            # scores + log M − lse, then p = exp(·)
-            s = torch.baddbmm(neg_log_m.flatten(0, 1), q_c3, kt3, beta=-1, alpha=scale).view_as(neg_log_m)
-            del neg_log_m
-            if allowed is not None:
-                s.masked_fill_(~allowed, float("-inf"))
-            if lse is None:
-                p, _ = _softmax_(s)
-            else:
-                p = s.sub_(lse[:, :, start:stop, None]).exp_()
-            p3 = p.flatten(0, 1)
-            # dp − D_i in one batched matmul with a broadcast input
-            ds = torch.baddbmm(neg_row_dot[:, :, start:stop].flatten(0, 1), g_c3, vt3)  # (B·H, c, m)
-            if gen is None:
-                grad_v3.baddbmm_(p3.transpose(-1, -2), g_c3)
-            else:
-                keep = _keep_mask(p, ctx.drop_p, gen).flatten(0, 1)
-                grad_v3.baddbmm_((p3 * keep).transpose(-1, -2), g_c3)
-                neg_d = neg_row_dot[:, :, start:stop].flatten(0, 1)
-                ds.sub_(neg_d).mul_(keep).add_(neg_d)  # dp ⊙ keep − D_i
-                del keep
-            ds.mul_(p3)  # gradient of the scores (and of log M)
-            del p, p3, s
-            torch.baddbmm(grad_q3[:, start:stop], ds, k3, beta=0, alpha=scale, out=grad_q3[:, start:stop])
-            grad_k3.baddbmm_(ds.transpose(-1, -2), q_c3, alpha=scale)
-            dz = ds.view_as(one_minus_m).mul_(one_minus_m)
-            del one_minus_m
-            grad_a_h[:, :, start:stop] = dz.sum(-1)
-            grad_table.index_add_(0, idx.reshape(-1), dz.sum((0, 1)).reshape(-1))
-        return (grad_q, grad_k, grad_v, grad_a_h.sum(1), grad_table, grad_a_h.sum((0, 2)),
+        g3 = grad_out.contiguous().view(BH, n, d_v)
+        neg_row_dot = (g3 * out.view(BH, n, d_v)).sum(-1, keepdim=True).neg_()  # −D_i = −dO_i · O_i
+        buffers = {}  # per tile shape: the skewed buffers of p and of dS (dS's gaps stay 0: only the view is written)
+        for g0 in range(0, BH, pairs):
+            g1 = min(BH, g0 + pairs)
+            kt_t = k3[g0:g1].transpose(-1, -2)
+            # [v_s, 1]: dp − D_i = [dO_i, −D_i] · [v_s, 1] in one matmul (no broadcast pass)
+            vt_aug = torch.cat([v3[g0:g1], v3.new_ones(g1 - g0, m, 1)], dim=-1).transpose(-1, -2) if gen is None \
+                else v3[g0:g1].transpose(-1, -2)
+            for i0 in range(0, n, rows):
+                i1 = min(n, i0 + rows)
+                G, c, t0 = g1 - g0, i1 - i0, ctx.q_offset + i0
+                q_t, g_t = q3[g0:g1, i0:i1], g3[g0:g1, i0:i1]
+                if (G, c) not in buffers:
+                    buffers.clear()
+                    buffers[G, c] = (q.new_empty(G, c, m + c - 1), q.new_zeros(G, c, m + c - 1))
+                buf_p, buf_ds = buffers[G, c]
+                ulo, w, k_a = _distance_columns(D, t0, c, m)
+                neg_z = neg_row_bias[g0:g1, i0:i1, None] + neg_rev_table[ulo:ulo + w]  # (G, c, w): −z
+                # −log M + lse (−log M = softplus(−z)) in the skewed view of buf_p
+                lse_t = lse[g0:g1, i0:i1, None] if lse is not None else None
+                p, shifted = _log_mask(buf_p, neg_z, k_a, c, m, negated=True, shift=lse_t)
+                one_minus_m = neg_z.sigmoid_()  # 1 − M = sigmoid(−z) = d log M / dz
+                p.baddbmm_(q_t, kt_t, beta=-_LOG2E, alpha=scale * _LOG2E)  # in place: log2e · (scores + log M [− lse])
+                if lse_t is not None and not shifted:
+                    p.sub_(lse_t * _LOG2E)
+                allowed = _tile_allowed(g0, g1, H, c, m, t0, ctx.causal, kpm, q.device)
+                if allowed is not None:
+                    p.masked_fill_(~allowed, float("-inf"))
+                p = _softmax2_(p)[0] if lse is None else p.exp2_()  # p = exp(scores + log M − lse)
+                ds = _skew_view(buf_ds, c, m)
+                neg_d = neg_row_dot[g0:g1, i0:i1]
+                if gen is None:
+                    torch.bmm(torch.cat([g_t, neg_d], dim=-1), vt_aug, out=ds)  # dp − D_i
+                    grad_v3[g0:g1].baddbmm_(p.transpose(-1, -2), g_t)
+                else:
+                    keep = _keep_mask(p, ctx.drop_p, gen)
+                    torch.bmm(g_t, vt_aug, out=ds).mul_(keep).add_(neg_d)  # dp ⊙ keep − D_i
+                    grad_v3[g0:g1].baddbmm_((p * keep).transpose(-1, -2), g_t)
+                    del keep
+                ds.mul_(p)  # gradient of the scores (and of log M)
+                del p
+                if c == n or G == 1:
+                    torch.baddbmm(grad_q3[g0:g1, i0:i1], ds, k3[g0:g1], beta=0, alpha=scale,
+                                  out=grad_q3[g0:g1, i0:i1])
+                else:
+                    grad_q3[g0:g1, i0:i1] = torch.bmm(ds, k3[g0:g1]).mul_(scale)
+                grad_k3[g0:g1].baddbmm_(ds.transpose(-1, -2), q_t, alpha=scale)
+                dz = _gather_columns(buf_ds, k_a, w).mul_(one_minus_m)  # (G, c, w): Σ dS ⊙ (1 − M) per distance
+                del ds, one_minus_m
+                grad_row[g0:g1, i0:i1] = dz.sum(-1)
+                grad_rev_table[ulo:ulo + w] += dz.sum((0, 1))
+        grad_row = grad_row.view(B, H, n)
+        return (grad_q, grad_k, grad_v, grad_row.sum(1), grad_rev_table.flip(0), grad_row.sum((0, 2)),
                 None, None, None, None, None)
