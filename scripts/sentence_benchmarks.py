@@ -6,7 +6,9 @@ write mean ± std test accuracy (the measurements behind docs/results.md).
 
 Every run goes through the toolkit (``maskattn.train.Trainer``) with the preset of its data set
 (``configs/<dataset>.yaml``), the model overrides of MODELS below and ``--set`` overrides for all runs;
-results are appended to ``<out>/results.jsonl`` (a finished run is skipped when the script is restarted).
+results are appended to ``<out>/results.jsonl``. Each run is claimed first (``<run_dir>/.claimed``), so
+several copies of the script can share the grid and a restarted script skips claimed runs (delete the
+claim file of a run that was interrupted to redo it).
 """
 
 from __future__ import annotations
@@ -43,14 +45,12 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.jsonl"
-    done = {(r["dataset"], r["model"], r["seed"]) for r in map(json.loads, results_path.open())} \
-        if results_path.exists() else set()
     for dataset in args.datasets.split(","):
         for model in args.models.split(","):
             for seed in map(int, args.seeds.split(",")):
-                if (dataset, model, seed) in done:
-                    continue
                 run_dir = out / dataset / model / f"seed{seed}"
+                if not claim(run_dir):  # finished, or taken by another copy of this script running in parallel
+                    continue
                 overrides = [f"data.dir={Path(args.data_root) / dataset}", f"train.seed={seed}",
                              f"train.out_dir={run_dir}", "train.progress=false", *args.set, *MODELS[model]]
                 cfg = load_config(preset_path(dataset), overrides)
@@ -63,6 +63,16 @@ def main() -> None:
                 with results_path.open("a") as f:
                     f.write(json.dumps(row) + "\n")
     summarize(results_path)
+
+
+def claim(run_dir: Path) -> bool:
+    """Atomically claim a run (``<run_dir>/.claimed``); False when it was claimed before."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        (run_dir / ".claimed").open("x").close()
+    except FileExistsError:
+        return False
+    return True
 
 
 def summarize(results_path: Path) -> None:

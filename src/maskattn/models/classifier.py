@@ -15,6 +15,13 @@ from .heads import MLP, Pool
 __all__ = ["SentenceEncoder", "SentenceClassifier"]
 
 
+def embedding_scale(cfg) -> float:
+    """``cfg.embed_scale``, or by default ``√d_model`` before sinusoidal positions and 1 otherwise."""
+    if cfg.embed_scale is not None:
+        return float(cfg.embed_scale)
+    return math.sqrt(cfg.d_model) if cfg.positional == "sinusoidal" else 1.0
+
+
 class SentenceEncoder(nn.Module):
     """``ids (B, n)`` + padding mask ``(B, n)`` (True = padding) → sentence embedding ``(B, out_dim)``."""
 
@@ -23,7 +30,7 @@ class SentenceEncoder(nn.Module):
         super().__init__()
         self.embed = TokenEmbedding(vocab_size, cfg.d_model, embed_dim=cfg.embed_dim, pad_id=pad_id,
                                     dropout=cfg.dropout, pretrained=pretrained, freeze=cfg.freeze_embeddings,
-                                    scale=math.sqrt(cfg.d_model) if cfg.positional == "sinusoidal" else 1.0)
+                                    scale=embedding_scale(cfg))
         self.fusion = build_fusion(cfg, cfg.d_model)
         self.pool = Pool(self.fusion.out_dim, cfg.pool) if pool else None  # taggers use the tokens only
         self.out_dim = self.fusion.out_dim

@@ -18,7 +18,8 @@ class ModelConfig:
     ``bigru``, ``multi_cnn``, ``hrchy_cnn``) or a layer recipe (``"mtsa"``, ``"mha x2"``,
     ``"dman>san>ffn x6"``; :func:`maskattn.encoder.parse_recipe`) with ``ffn``, ``ffn_dim``, ``norm``,
     ``positional``, ``num_heads``, ``attention_dropout`` and ``backend`` applying to recipes and
-    ``encoder_options`` to baselines.
+    ``encoder_options`` to baselines. ``embed_scale``: factor on the word vectors (default: ``√d_model``
+    with sinusoidal positions, as in Vaswani et al. 2017, else 1).
     """
 
     type: str = "sentence"
@@ -40,3 +41,4 @@ class ModelConfig:
     mlp_layers: int = 1
     activation: str = "relu"
     freeze_embeddings: bool = False
+    embed_scale: float | None = None
