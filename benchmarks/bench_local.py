@@ -31,11 +31,18 @@ twice the bool mask plus eight q-sized buffers; it skips the point when the esti
 quadratically from the last measured n, exceeds ``--max-seconds`` per run are skipped for time.
 
 Target check: at ``--target-n`` the paths are compared at the largest batch (≤ ``--batch``) at which
-the dense paths fit the memory budget and time limit; that batch is stated in the output.
+the dense paths fit the memory budget and time limit; that batch is stated in the output. Its timed
+repeats are interleaved across the paths (banded, dense, banded, dense, …) so that a change of machine
+load hits every path alike. ``--skip-sweep`` runs the target check alone, ``--skip-target`` the sweep
+alone. The load average (1/5/15 min) is recorded at the start and end of the run and for every point.
 
-Example (the run in docs/csan.md)::
+Examples (the runs in docs/csan.md)::
 
     python benchmarks/bench_local.py --out benchmarks/results/bench_local.json
+    python benchmarks/bench_local.py --threads 1 --skip-sweep --batch 1 --paths banded dense-sdpa --repeats 5 \
+        --out benchmarks/results/bench_local_target.json
+    python benchmarks/bench_local.py --threads 1 --skip-target --paths banded --n 1024 2048 4096 8192 16384 \
+        --repeats 3 --out benchmarks/results/bench_local_growth.json
 """
 
 from __future__ import annotations
@@ -74,6 +81,8 @@ def parse_args(argv=None):
     p.add_argument("--max-seconds", type=float, default=25.0, help="skip dense points estimated slower per run")
     p.add_argument("--target-n", type=int, default=8192)
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    p.add_argument("--skip-sweep", action="store_true", help="run only the target check at --target-n")
+    p.add_argument("--skip-target", action="store_true", help="run only the sweep over --n")
     p.add_argument("--out", default="benchmarks/results/bench_local.json",
                    help="JSON path; the PNG plot is written next to it with the suffix .png")
     return p.parse_args(argv)
@@ -103,19 +112,35 @@ def sync(device):
         torch.cuda.synchronize()
 
 
+def timed(fn, device):
+    sync(device)
+    t0 = time.perf_counter()
+    result = fn()
+    sync(device)
+    elapsed = time.perf_counter() - t0
+    del result
+    return elapsed
+
+
 def measure(path, batch, heads, n, d_h, window, head_window, repeats, device):
     (q, k, v), grad = make_inputs(batch, heads, n, d_h, device)
     fn = lambda: step(path, q, k, v, grad, window, head_window)  # noqa: E731
     peak = peak_memory_bytes(fn, device)  # also the warm-up run
-    times = []
-    for _ in range(repeats):
-        sync(device)
-        t0 = time.perf_counter()
-        result = fn()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-        del result
+    times = [timed(fn, device) for _ in range(repeats)]
     return statistics.median(times), times, peak
+
+
+def measure_interleaved(paths, batch, heads, n, d_h, window, head_window, repeats, device):
+    """Peak memory of each path (also its warm-up run), then ``repeats`` rounds that time every path
+    once each, in turn: {path: (median seconds, times, peak bytes)}."""
+    (q, k, v), grad = make_inputs(batch, heads, n, d_h, device)
+    fns = {path: (lambda path=path: step(path, q, k, v, grad, window, head_window)) for path in paths}
+    peaks = {path: peak_memory_bytes(fn, device) for path, fn in fns.items()}
+    times = {path: [] for path in paths}
+    for _ in range(repeats):
+        for path, fn in fns.items():
+            times[path].append(timed(fn, device))
+    return {path: (statistics.median(times[path]), times[path], peaks[path]) for path in paths}
 
 
 def dense_estimate(path, batch, heads, n, head_window, coef):
@@ -131,34 +156,61 @@ def dense_estimate(path, batch, heads, n, head_window, coef):
 # driver
 # --------------------------------------------------------------------------------------------------
 
+def plan_row(args, path, batch, n, head_window, tag, coefs, last_time):
+    """The row of one point, with ``skipped`` set when a dense point is estimated over budget or time."""
+    row = dict(sweep=tag, path=path, head_window=head_window, n=n, batch=batch)
+    key = (path, head_window)
+    if path.startswith("dense"):
+        budget = args.mem_budget_gb * 2**30
+        est = dense_estimate(path, batch, args.heads, n, head_window, coefs.get(key, 5.0))
+        row["estimated_peak_bytes"] = int(est)
+        if est > budget:
+            row["skipped"] = f"estimated peak {est / 2**30:.1f} GiB > budget {args.mem_budget_gb} GiB"
+        elif key in last_time:
+            t_prev, n_prev, b_prev = last_time[key]
+            t_est = t_prev * (n / n_prev) ** 2 * batch / b_prev
+            row["estimated_seconds"] = t_est
+            if t_est > args.max_seconds:
+                row["skipped"] = f"estimated {t_est:.0f} s per run > --max-seconds {args.max_seconds:.0f}"
+    return row
+
+
+def record(row, args, result, coefs, last_time):
+    t, times, peak = result
+    n, batch, head_window, path = row["n"], row["batch"], row["head_window"], row["path"]
+    row.update(seconds=t, times=times, peak_bytes=int(peak), load_average=os.getloadavg())
+    last_time[(path, head_window)] = (t, n, batch)
+    if path == "dense-math" and (path, head_window) not in coefs:
+        coefs[(path, head_window)] = max(1.0, (peak - n * n) / (batch * args.heads * n * head_window * n * 4))
+
+
 def run_sweep(args, device, paths, batch, ns, rows, tag, coefs, last_time):
     d_h = args.d_model // args.heads
-    budget = args.mem_budget_gb * 2**30
     for head_window in args.head_windows:
         for path in paths:
             for n in ns:
-                row = dict(sweep=tag, path=path, head_window=head_window, n=n, batch=batch)
-                key = (path, head_window)
-                if path.startswith("dense"):
-                    est = dense_estimate(path, batch, args.heads, n, head_window, coefs.get(key, 5.0))
-                    row["estimated_peak_bytes"] = int(est)
-                    if est > budget:
-                        row["skipped"] = f"estimated peak {est / 2**30:.1f} GiB > budget {args.mem_budget_gb} GiB"
-                    elif key in last_time:
-                        t_prev, n_prev, b_prev = last_time[key]
-                        t_est = t_prev * (n / n_prev) ** 2 * batch / b_prev
-                        row["estimated_seconds"] = t_est
-                        if t_est > args.max_seconds:
-                            row["skipped"] = f"estimated {t_est:.0f} s per run > --max-seconds {args.max_seconds:.0f}"
+                row = plan_row(args, path, batch, n, head_window, tag, coefs, last_time)
                 if "skipped" not in row:
-                    t, times, peak = measure(path, batch, args.heads, n, d_h, args.window, head_window,
-                                             args.repeats, device)
-                    row.update(seconds=t, times=times, peak_bytes=int(peak))
-                    last_time[key] = (t, n, batch)
-                    if path == "dense-math" and key not in coefs:
-                        coefs[key] = max(1.0, (peak - n * n) / (batch * args.heads * n * head_window * n * 4))
+                    record(row, args, measure(path, batch, args.heads, n, d_h, args.window, head_window,
+                                              args.repeats, device), coefs, last_time)
                 rows.append(row)
                 print(format_row(row), flush=True)
+
+
+def run_target(args, device, paths, batch, rows, coefs, last_time):
+    """The target check at --target-n: every path that fits, with interleaved timed repeats."""
+    d_h = args.d_model // args.heads
+    for head_window in args.head_windows:
+        planned = [plan_row(args, path, batch, args.target_n, head_window, "target", coefs, last_time)
+                   for path in paths]
+        runnable = [row["path"] for row in planned if "skipped" not in row]
+        results = measure_interleaved(runnable, batch, args.heads, args.target_n, d_h, args.window, head_window,
+                                      args.repeats, device)
+        for row in planned:
+            if row["path"] in results:
+                record(row, args, results[row["path"]], coefs, last_time)
+            rows.append(row)
+            print(format_row(row), flush=True)
 
 
 def format_row(row):
@@ -244,26 +296,32 @@ def main(argv=None):
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     started = time.time()
     rows, coefs, last_time = [], {}, {}
+    load_start = os.getloadavg()
     print(f"device {device}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
-          f"load average {os.getloadavg()}", flush=True)
-    run_sweep(args, device, paths, args.batch, args.n, rows, "sweep", coefs, last_time)
-    tb = target_batch(args, paths)
-    print(f"target check at n={args.target_n}: batch {tb} (largest batch <= {args.batch} whose dense estimate fits)")
-    run_sweep(args, device, paths, tb, [args.target_n], rows, "target", coefs, last_time)
+          f"load average {load_start}", flush=True)
+    if not args.skip_sweep:
+        run_sweep(args, device, paths, args.batch, args.n, rows, "sweep", coefs, last_time)
+    if not args.skip_target:
+        tb = target_batch(args, paths)
+        print(f"target check at n={args.target_n}: batch {tb} (largest batch <= {args.batch} whose dense estimate "
+              f"fits), repeats interleaved across paths")
+        run_target(args, device, paths, tb, rows, coefs, last_time)
     summary = summarize(rows, args)
     for k, v in summary.items():
         print(f"{k}: {v:.2f}")
     result = dict(
         command=" ".join([os.path.basename(sys.executable), *sys.argv]),
         config=vars(args), device=str(device), torch=torch.__version__, threads=torch.get_num_threads(),
-        platform=platform.platform(), load_average_end=os.getloadavg(), wall_seconds=time.time() - started,
-        rows=rows, summary=summary,
+        platform=platform.platform(), load_average_start=load_start, load_average_end=os.getloadavg(),
+        wall_seconds=time.time() - started, rows=rows, summary=summary,
     )
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
-    png = os.path.splitext(args.out)[0] + ".png"
-    plot(rows, args, png, device)
-    print(f"wrote {args.out} and {png} in {time.time() - started:.0f} s")
+    written = [args.out]
+    if any(r["sweep"] == "sweep" and "seconds" in r for r in rows):
+        written.append(os.path.splitext(args.out)[0] + ".png")
+        plot(rows, args, written[-1], device)
+    print(f"load average at the end {os.getloadavg()}; wrote {' and '.join(written)} in {time.time() - started:.0f} s")
 
 
 if __name__ == "__main__":

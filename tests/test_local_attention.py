@@ -10,7 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from maskattn.benchmarking import peak_memory_bytes
 from maskattn.functional import banded_attention, local_attention, local_attention_maps
+from maskattn.functional import local as local_module
 
 BACKENDS = ("reference", "sdpa", "flex", "banded")
 
@@ -192,6 +194,148 @@ def test_auto_backend_is_banded_on_cpu_and_differentiable():
     out = local_attention(q, k, v, window=5, head_window=3)
     out.sum().backward()
     torch.testing.assert_close(out, local_attention(q, k, v, window=5, head_window=3, backend="banded"))
+
+
+# ---------------------------------------------------------------------------------------------- lean band kernel
+# The banded backend runs a custom autograd Function (_BandedAttention) for score_mod None / F.logsigmoid:
+# it keeps q, k, v, the output and one log-sum-exp per row, and recomputes each chunk of query blocks in
+# backward. _CHUNK_ELEMENTS = 1 forces one block per chunk, so tiny inputs cross many chunk boundaries.
+
+
+@pytest.fixture
+def tiny_chunks(monkeypatch):
+    monkeypatch.setattr(local_module, "_CHUNK_ELEMENTS", 1)
+
+
+def _seeded(fn, seed=3):
+    """``fn`` with the global seed reset before every call: the same dropout mask on every evaluation."""
+    def call(*args):
+        torch.manual_seed(seed)
+        return fn(*args)
+    return call
+
+
+@pytest.mark.parametrize("head_window,head_edges", [(1, "truncate"), (3, "truncate"), (3, "circular")])
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3])
+def test_lean_banded_gradcheck_several_blocks(tiny_chunks, head_window, head_edges, dropout_p):
+    q, k, v = qkv(B=2, H=3, n=37, d=2, d_v=2, requires_grad=True)  # block 16: 3 blocks, one per chunk
+    kpm = padding(2, 37, [37, 20])
+    kpm[0, 5:9] = True  # a hole of padding inside the sequence
+
+    def f(q, k, v):
+        return local_attention(q, k, v, window=5, head_window=head_window, key_padding_mask=kpm,
+                               head_edges=head_edges, dropout_p=dropout_p, training=True, backend="banded")
+
+    assert type(f(q, k, v).grad_fn).__name__ == "_BandedAttentionBackward"
+    assert torch.autograd.gradcheck(_seeded(f), (q, k, v), fast_mode=True)
+
+
+@pytest.mark.parametrize("radius", [(2, 1), (0, 4), (20, 20)])
+@pytest.mark.parametrize("dropout_p", [0.0, 0.25])
+def test_lean_banded_gradcheck_log_sigmoid(tiny_chunks, radius, dropout_p):
+    q, k, v = qkv(B=1, H=2, n=35, d=3, d_v=2, requires_grad=True)
+    kpm = padding(1, 35, [29])
+
+    def f(q, k, v):
+        return banded_attention(q, k, v, radius, score_mod=F.logsigmoid, key_padding_mask=kpm, dropout_p=dropout_p,
+                                training=True, backend="banded")
+
+    assert torch.autograd.gradcheck(_seeded(f), (q, k, v), fast_mode=True)
+
+
+@pytest.mark.parametrize("chunk", [1, 2**20])
+@pytest.mark.parametrize("head_window,head_edges", [(1, "truncate"), (3, "truncate"), (5, "circular")])
+def test_lean_banded_matches_reference_forward_and_backward(monkeypatch, chunk, head_window, head_edges):
+    monkeypatch.setattr(local_module, "_CHUNK_ELEMENTS", chunk)
+    q, k, v = qkv(B=2, H=5, n=70, d=6, d_v=4, requires_grad=True)
+    kpm = padding(2, 70, [70, 31])
+    kpm[0, 40:52] = True  # queries 46..: 0 in both batches, window 11 sees only padding around 46
+    grad = torch.randn(2, 5, 70, 4, dtype=torch.float64)
+    outs, grads = [], []
+    for backend in ("banded", "reference"):
+        out = local_attention(q, k, v, window=11, head_window=head_window, key_padding_mask=kpm,
+                              head_edges=head_edges, backend=backend)
+        outs.append(out)
+        grads.append(torch.autograd.grad(out, (q, k, v), grad))
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-12, atol=1e-12)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("score_mod", [None, F.logsigmoid])
+def test_lean_banded_matches_autograd_path_with_score_mod(tiny_chunks, score_mod):
+    """The custom Function against the same band kernel under plain autograd (float32, several chunks)."""
+    q, k, v = qkv(B=2, H=3, n=90, d=8, d_v=8, dtype=torch.float32, requires_grad=True)
+    kpm = padding(2, 90, [90, 50])
+    index, valid = torch.arange(3)[:, None], torch.ones(3, 1, dtype=torch.bool)
+    lean = banded_attention(q, k, v, (4, 2), score_mod=score_mod, key_padding_mask=kpm, backend="banded")
+    plain = local_module._banded_autograd(q, k, v, 4, 2, index, valid, kpm, 8 ** -0.5, score_mod, 0.0)
+    torch.testing.assert_close(lean, plain)
+    grad = torch.randn_like(lean)
+    for a, b in zip(torch.autograd.grad(lean, (q, k, v), grad), torch.autograd.grad(plain, (q, k, v), grad)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_lean_banded_rows_without_keys_are_zero_with_zero_finite_gradients(tiny_chunks):
+    q, k, v = qkv(B=2, H=3, n=40, requires_grad=True)
+    kpm = padding(2, 40, [40, 5])  # batch 1: queries 8.. see only padding within window 7
+    kpm[0, 10:30] = True  # batch 0: queries 13..26 see only padding
+    for head_window in (1, 3):
+        out = local_attention(q, k, v, window=7, head_window=head_window, key_padding_mask=kpm, backend="banded")
+        assert out[1, :, 8:].abs().max() == 0 and out[0, :, 13:27].abs().max() == 0
+        dq, dk, dv = torch.autograd.grad(out.square().sum() + out.sum(), (q, k, v))
+        assert all(torch.isfinite(t).all() for t in (dq, dk, dv))
+        assert dq[1, :, 8:].abs().max() == 0 and dq[0, :, 13:27].abs().max() == 0  # no key: q has no effect
+        assert dk[0, :, 10:30].abs().max() == 0 and dv[1, :, 5:].abs().max() == 0  # padding keys get nothing
+
+
+def test_lean_banded_saves_only_inputs_output_and_row_lse():
+    q, k, v = qkv(B=2, H=3, n=50, d=4, d_v=6, requires_grad=True)
+    out = local_attention(q, k, v, window=5, head_window=3, backend="banded")
+    saved = out.grad_fn.saved_tensors
+    assert [tuple(t.shape) for t in saved] == [(2, 3, 50, 4), (2, 3, 50, 4), (2, 3, 50, 6), (2, 3, 50, 6),
+                                               (2, 3, 50)]
+
+
+@pytest.mark.parametrize("head_window", [1, 3])
+@pytest.mark.parametrize("dropout_p", [0.0, 0.1])
+def test_lean_banded_peak_memory_is_outputs_plus_small_chunks(monkeypatch, head_window, dropout_p):
+    """Forward + backward allocate the output and the three input gradients (4 × q's bytes here) plus
+    chunk temporaries bounded by _CHUNK_ELEMENTS; the peak is read from PyTorch's CPU allocator."""
+    monkeypatch.setattr(local_module, "_CHUNK_ELEMENTS", 2**12)
+    q, k, v = qkv(B=1, H=4, n=1024, d=16, d_v=16, dtype=torch.float32, requires_grad=True)
+    grad = torch.randn(1, 4, 1024, 16)
+
+    def fn():
+        out = local_attention(q, k, v, window=11, head_window=head_window, dropout_p=dropout_p, training=True,
+                              backend="banded")
+        return out, torch.autograd.grad(out, (q, k, v), grad)
+
+    floor = 4 * q.numel() * q.element_size()
+    assert peak_memory_bytes(fn) < 1.3 * floor  # the autograd band kernel: 2.6× (1D), 8.2× (2D)
+
+
+def test_lean_banded_dropout_is_reproducible_and_scaled():
+    q, k = qkv(B=1, H=2, n=500, d=4)[:2]
+    v = torch.ones(1, 2, 500, 1, dtype=torch.float64)
+    torch.manual_seed(5)
+    a = local_attention(q, k, v, window=11, dropout_p=0.5, training=True, backend="banded")
+    torch.manual_seed(5)
+    b = local_attention(q, k, v, window=11, dropout_p=0.5, training=True, backend="banded")
+    torch.testing.assert_close(a, b)
+    assert (a == 0).any() and (a - 1).abs().max() > 0.1  # some rows lose weight, some gain
+    assert abs(a.mean().item() - 1.0) < 0.05  # inverted dropout: E[row weight] = 1
+
+
+def test_other_score_mods_keep_the_autograd_path_and_their_parameters_get_gradients():
+    q, k, v = qkv(B=1, H=2, n=30, requires_grad=True)
+    w = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    out = banded_attention(q, k, v, 3, score_mod=lambda s: w * s, backend="banded")
+    assert type(out.grad_fn).__name__ != "_BandedAttentionBackward"
+    out.sum().backward()
+    assert w.grad is not None and torch.isfinite(w.grad)
+    expected = oracle(q.detach(), k.detach(), v.detach(), left=3, right=3, score_mod=lambda s: 0.7 * s)
+    torch.testing.assert_close(out, expected)
 
 
 # ---------------------------------------------------------------------------------------------- maps, dropout
