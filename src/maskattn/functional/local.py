@@ -23,6 +23,8 @@ Backends (``backend=``):
 * ``"banded"``    — pure-torch blocked band: queries in blocks of ``C``, each block against the
   ``C + window − 1`` keys it can reach (an ``unfold`` view of the padded keys), one batched matmul.
   Time and memory are O(n · window) forward *and* backward; no ``n × n`` tensor exists. CPU and GPU.
+  A custom autograd Function (:class:`_BandedAttention`) walks the blocks in bounded chunks and saves
+  only q, k, v, the output and one log-sum-exp per row, recomputing the band scores in backward.
 * ``"flex"``      — FlexAttention with a block mask that skips empty blocks (O(n · window) on CUDA;
   eager and inference-only on CPU).
 * ``"sdpa"``      — dense masked ``F.scaled_dot_product_attention`` (O(n²); the baseline).
