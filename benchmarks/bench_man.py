@@ -12,7 +12,10 @@ The ratios in the summary are DMAN / SAN (maskattn.MultiHeadAttention) for the s
 
 Time: the median (and minimum) wall time of ``out = module(x); out.sum().backward()`` over ``--repeats``
 runs after ``--warmup`` runs (CUDA: synchronised); the modules of one configuration run interleaved,
-one run each in turn, so a change of machine load affects them alike.
+one run each in turn, so a change of machine load affects them alike. Also the median CPU time of the
+process (``time.process_time``) over the same runs: with ``--threads 1`` it is the compute itself and
+hardly depends on other jobs sharing the machine (wall time does: a descheduled run waits); with more
+threads it also counts the time threads spend waiting for each other.
 
 Peak memory on CPU: the increase of the process's peak resident set size during one forward+backward,
 ``VmHWM − VmRSS(before)`` from ``/proc/self/status``, with the high-water mark reset through
@@ -111,6 +114,7 @@ def peak_memory(module, x, device: str) -> float:
 def measure(modules: dict, x, *, repeats: int, warmup: int, device: str) -> dict:
     """Times of every module, interleaved run by run (so that load changes hit all alike)."""
     times = {name: [] for name in modules}
+    cpu = {name: [] for name in modules}
     for _ in range(warmup):
         for module in modules.values():
             step(module, x)
@@ -119,11 +123,13 @@ def measure(modules: dict, x, *, repeats: int, warmup: int, device: str) -> dict
             module.zero_grad(set_to_none=True)
             x.grad = None
             sync(device)
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             step(module, x)
             sync(device)
             times[name].append(time.perf_counter() - start)
-    return {name: {"time_ms_median": 1e3 * statistics.median(t), "time_ms_min": 1e3 * min(t)}
+            cpu[name].append(time.process_time() - start_cpu)
+    return {name: {"time_ms_median": 1e3 * statistics.median(t), "time_ms_min": 1e3 * min(t),
+                   "cpu_ms_median": 1e3 * statistics.median(cpu[name])}
             for name, t in times.items()}
 
 
@@ -192,7 +198,8 @@ def main(argv=None) -> int:
     for row in rows:
         row["peak_mib"] = peaks[(row["device"], row["heads"], row["n"], row["module"])]
         print(f"{row['device']:4s} H={row['heads']} n={row['n']:5d} {row['module']:9s} "
-              f"{row['time_ms_median']:9.2f} ms (min {row['time_ms_min']:9.2f})  peak {row['peak_mib']:8.2f} MiB",
+              f"{row['time_ms_median']:9.2f} ms (min {row['time_ms_min']:9.2f}, CPU {row['cpu_ms_median']:9.2f})  "
+              f"peak {row['peak_mib']:8.2f} MiB",
               flush=True)
     summary = []
     for r in rows:
@@ -201,6 +208,7 @@ def main(argv=None) -> int:
         san = next(s for s in rows if s["module"] == "san" and all(s[k] == r[k] for k in ("device", "heads", "n")))
         summary.append({k: r[k] for k in ("device", "heads", "n")} | {
             "time_ratio": r["time_ms_median"] / san["time_ms_median"],
+            "cpu_time_ratio": r["cpu_ms_median"] / san["cpu_ms_median"],
             "memory_ratio": r["peak_mib"] / san["peak_mib"] if san["peak_mib"] > 0 else None})
     meta = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv), "torch": torch.__version__,
             "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
@@ -211,7 +219,8 @@ def main(argv=None) -> int:
         json.dump({"meta": meta, "rows": rows, "dman_over_san": summary}, f, indent=1)
     for s in summary:
         mem = f"{s['memory_ratio']:.2f}" if s["memory_ratio"] is not None else "n/a"
-        print(f"{s['device']:4s} H={s['heads']} n={s['n']:5d}  DMAN/SAN time {s['time_ratio']:.2f}  memory {mem}")
+        print(f"{s['device']:4s} H={s['heads']} n={s['n']:5d}  DMAN/SAN time {s['time_ratio']:.2f}  "
+              f"CPU time {s['cpu_time_ratio']:.2f}  memory {mem}")
     return 0
 
 
