@@ -7,22 +7,10 @@ from .fast_disa import FastDiSA
 from .disa import DiSA
 from .source2token import Source2Token
 from .man import AttentionCache, DynamicMaskAttention, StaticMaskAttention
-
-__all__ = [
-    "AttentionInfo",
-    "attention_info",
-    "create_attention",
-    "list_attentions",
-    "register_attention",
-    "MultiHeadAttention",
-    "MTSA",
-    "FastDiSA",
-    "DiSA",
-    "Source2Token",
-    "AttentionCache",
-    "DynamicMaskAttention",
-    "StaticMaskAttention",
-]
 from .csan import ConvSelfAttention
 
-__all__ += ["ConvSelfAttention"]
+__all__ = [
+    "AttentionInfo", "attention_info", "create_attention", "list_attentions", "register_attention",
+    "MultiHeadAttention", "MTSA", "FastDiSA", "DiSA", "Source2Token",
+    "AttentionCache", "DynamicMaskAttention", "StaticMaskAttention", "ConvSelfAttention",
+]

@@ -37,6 +37,17 @@ def needs_grad(module: torch.nn.Module, *tensors: torch.Tensor) -> bool:
     return any(t.requires_grad for t in tensors) or any(p.requires_grad for p in module.parameters())
 
 
+def add_qkv_projections(module: torch.nn.Module, d_model: int, *, bias: bool) -> None:
+    """The standard fused ``in_proj`` (q, k, v) and ``out_proj`` of multi-head attention, Glorot-initialised
+    with zero biases; shared so that MHA-style modules have identical parameters and ``state_dict`` keys."""
+    module.in_proj = torch.nn.Linear(d_model, 3 * d_model, bias=bias)
+    module.out_proj = torch.nn.Linear(d_model, d_model, bias=bias)
+    torch.nn.init.xavier_uniform_(module.in_proj.weight)
+    if bias:
+        torch.nn.init.zeros_(module.in_proj.bias)
+        torch.nn.init.zeros_(module.out_proj.bias)
+
+
 def split_heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
     B, n, d = t.shape
     return t.view(B, n, num_heads, d // num_heads).transpose(1, 2)  # (B, n, d) -> (B, H, n, d/H)
@@ -54,5 +65,5 @@ def zero_padding(out: torch.Tensor, kpm) -> torch.Tensor:
     return out.masked_fill(kpm.unsqueeze(-1), 0.0)
 
 
-__all__ = ["check_dims", "check_input", "split_heads", "merge_heads", "zero_padding", "needs_grad", "check_choice",
+__all__ = ["check_dims", "check_input", "split_heads", "merge_heads", "zero_padding", "needs_grad", "add_qkv_projections", "check_choice",
            "check_probability"]

@@ -31,8 +31,16 @@ from ..functional.mask_attention import (
     mask_attention_weights,
     static_window_mask,
 )
-from ._common import check_choice, check_dims, check_input, check_probability, merge_heads, split_heads, \
-    zero_padding
+from ._common import (
+    add_qkv_projections,
+    check_choice,
+    check_dims,
+    check_input,
+    check_probability,
+    merge_heads,
+    split_heads,
+    zero_padding,
+)
 from .registry import register_attention
 
 __all__ = ["AttentionCache", "DynamicMaskAttention", "StaticMaskAttention", "ACTIVATIONS"]
@@ -117,12 +125,7 @@ class _MaskAttentionBase(nn.Module):
         if not isinstance(causal, bool):
             raise TypeError(f"causal must be a bool, got {describe(causal)}")
         self.causal = causal
-        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
-        nn.init.xavier_uniform_(self.in_proj.weight)
-        if bias:
-            nn.init.zeros_(self.in_proj.bias)
-            nn.init.zeros_(self.out_proj.bias)
+        add_qkv_projections(self, d_model, bias=bias)
 
     def _project(self, x):
         return [split_heads(t, self.num_heads) for t in self.in_proj(x).chunk(3, dim=-1)]  # 3 × (B, H, n, d_h)

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from ..backends import flex_attention_call, resolve_backend
 from ..masks import Mask, from_name, materialize
 from ._common import (
+    add_qkv_projections,
     check_choice,
     check_dims,
     check_input,
@@ -57,12 +58,7 @@ class MultiHeadAttention(nn.Module):
         self.dropout = check_probability(dropout, "dropout")
         self.backend = check_choice(backend, "backend", ("auto", "reference", "sdpa", "flex"))
         self.mask = from_name(mask) if mask is not None else None
-        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
-        nn.init.xavier_uniform_(self.in_proj.weight)
-        if bias:
-            nn.init.zeros_(self.in_proj.bias)
-            nn.init.zeros_(self.out_proj.bias)
+        add_qkv_projections(self, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None, return_attention: bool = False):
         """x: (B, n, d_model) → (B, n, d_model); with ``return_attention`` also ``{"attention": (B, H, n, n)}``."""
