@@ -59,7 +59,7 @@ from contextlib import nullcontext
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from maskattn.benchmarking import peak_memory_bytes
+from maskattn.benchmarking import peak_memory_bytes, time_call
 from maskattn.functional import local_attention
 
 PATHS_CPU = ("banded", "dense-sdpa", "dense-math")
@@ -107,19 +107,8 @@ def step(path, q, k, v, grad, window, head_window):
     return out, grads
 
 
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
 def timed(fn, device):
-    sync(device)
-    t0 = time.perf_counter()
-    result = fn()
-    sync(device)
-    elapsed = time.perf_counter() - t0
-    del result
-    return elapsed
+    return time_call(fn, repeats=1, warmup=0, device=device)["median_s"]
 
 
 def measure(path, batch, heads, n, d_h, window, head_window, repeats, device):

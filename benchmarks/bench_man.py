@@ -50,6 +50,7 @@ import time
 import torch
 
 import maskattn
+from maskattn.benchmarking import synchronize
 
 MMAP_ENV = "MALLOC_MMAP_THRESHOLD_"
 
@@ -84,11 +85,6 @@ def step(module: torch.nn.Module, x: torch.Tensor) -> None:
     out.sum().backward()
 
 
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def peak_memory(module, x, device: str) -> float:
     """Peak memory (MiB) of one forward+backward; see the module docstring for the method."""
     module.zero_grad(set_to_none=True)
@@ -98,7 +94,7 @@ def peak_memory(module, x, device: str) -> float:
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
         step(module, x)
-        sync(device)
+        synchronize(device)
         peak = torch.cuda.max_memory_allocated() - before
     else:
         before = _status("VmRSS:")
@@ -122,10 +118,10 @@ def measure(modules: dict, x, *, repeats: int, warmup: int, device: str) -> dict
         for name, module in modules.items():
             module.zero_grad(set_to_none=True)
             x.grad = None
-            sync(device)
+            synchronize(device)
             start, start_cpu = time.perf_counter(), time.process_time()
             step(module, x)
-            sync(device)
+            synchronize(device)
             times[name].append(time.perf_counter() - start)
             cpu[name].append(time.process_time() - start_cpu)
     return {name: {"time_ms_median": 1e3 * statistics.median(t), "time_ms_min": 1e3 * min(t),

@@ -91,9 +91,9 @@ def check_positive_int(value, name: str) -> int:
     return value
 
 
-def check_qkv(q, k, v, **extra: torch.Tensor) -> tuple[int, int, int, int]:
+def check_qkv(q, k, v, *, self_attention: bool = False, **extra: torch.Tensor) -> tuple[int, int, int, int]:
     """Check attention inputs q (B, H, n, d_k), k (B, H, m, d_k), v (B, H, m, d_v) — plus any ``extra``
-    tensors that must share v's shape — and return (B, H, n, m)."""
+    tensors that must share v's shape — and return (B, H, n, m). ``self_attention`` requires m == n."""
     check_tensor(q, "q", 4, "(batch, heads, queries, d_k)")
     check_tensor(k, "k", 4, "(batch, heads, keys, d_k)")
     check_tensor(v, "v", 4, "(batch, heads, keys, d_v)")
@@ -105,6 +105,9 @@ def check_qkv(q, k, v, **extra: torch.Tensor) -> tuple[int, int, int, int]:
         raise ValueError(f"k has shape {tuple(k.shape)} but q is {tuple(q.shape)}; expected (batch={B}, "
                          f"heads={H}, keys, d_k={d_k})")
     m = k.shape[2]
+    if self_attention and m != n:
+        raise ValueError(f"k has shape {tuple(k.shape)} but q is {tuple(q.shape)}; self-attention expects "
+                         f"as many keys as queries ({n})")
     if v.shape[:3] != (B, H, m):
         raise ValueError(f"v has shape {tuple(v.shape)} but k is {tuple(k.shape)}; expected (batch={B}, "
                          f"heads={H}, keys={m}, d_v)")

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import functools
-import math
 import warnings
 
 import torch
@@ -236,6 +235,3 @@ def flex_attention_call(q, k, v, *, score_mod=None, mask=None, scale: float | No
         warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
 
-
-def default_scale(d_k: int) -> float:
-    return 1.0 / math.sqrt(d_k)

@@ -45,6 +45,7 @@ __all__ = [
     "from_name",
     "MASK_NAMES",
     "materialize",
+    "as_dense",
 ]
 
 
@@ -57,14 +58,13 @@ class Mask:
     only), which lets callers materialise it once with a broadcast batch dimension.
     """
 
-    def __init__(self, mask_mod: MaskMod, name: str, *, static: bool = True, head_dependent: bool = False,
+    def __init__(self, mask_mod: MaskMod, name: str, *, static: bool = True,
                  band: tuple[float, float] | None = None):
         if not callable(mask_mod):
             raise TypeError(f"mask_mod must be callable (b, h, q_idx, kv_idx) -> bool, got {type(mask_mod).__name__}")
         self.mask_mod = mask_mod
         self.name = name
         self.static = static
-        self.head_dependent = head_dependent
         #: ``(left, right)`` when the mask is exactly the band ``i − left <= j <= i + right`` on every
         #: head (``inf`` for an open side), else None. Finite bands run on the O(n·band) local path.
         self.band = band
@@ -86,7 +86,6 @@ class Mask:
             lambda b, h, q, kv: a(b, h, q, kv) & c(b, h, q, kv),
             f"({self.name} & {other.name})",
             static=self.static and other.static,
-            head_dependent=self.head_dependent or other.head_dependent,
             band=None if self.band is None or other.band is None else (
                 min(self.band[0], other.band[0]), min(self.band[1], other.band[1])),
         )
@@ -98,13 +97,11 @@ class Mask:
             lambda b, h, q, kv: a(b, h, q, kv) | c(b, h, q, kv),
             f"({self.name} | {other.name})",
             static=self.static and other.static,
-            head_dependent=self.head_dependent or other.head_dependent,
         )
 
     def __invert__(self) -> Mask:
         a = self.mask_mod
-        return Mask(lambda b, h, q, kv: ~a(b, h, q, kv), f"~{self.name}", static=self.static,
-                    head_dependent=self.head_dependent)
+        return Mask(lambda b, h, q, kv: ~a(b, h, q, kv), f"~{self.name}", static=self.static)
 
     def __repr__(self) -> str:
         return f"Mask({self.name})"
@@ -192,7 +189,7 @@ def per_head(head_masks: Sequence[Mask]) -> Mask:
 
     names = ", ".join(m.name for m in head_masks)
     bands = {m.band for m in head_masks}
-    return Mask(mask_mod, f"per_head[{names}]", static=all(m.static for m in head_masks), head_dependent=True,
+    return Mask(mask_mod, f"per_head[{names}]", static=all(m.static for m in head_masks),
                 band=bands.pop() if len(bands) == 1 else None)
 
 
@@ -241,6 +238,15 @@ def materialize(mask: Mask, q_len: int, kv_len: int | None = None, *, batch: int
     kv = torch.arange(kv_len, device=device).view(1, 1, 1, kv_len)
     out = mask.mask_mod(b, h, q, kv)
     return out.expand(batch, heads, q_len, kv_len).contiguous()
+
+
+def as_dense(mask: Mask | torch.Tensor | None, q_len: int, kv_len: int, *, batch: int, heads: int,
+             device: torch.device | str | None = None) -> torch.Tensor | None:
+    """A bool tensor broadcastable to ``(batch, heads, q_len, kv_len)`` for a :class:`Mask` (materialised
+    with a batch dimension of 1 when it is static), or the tensor / ``None`` passed in unchanged."""
+    if isinstance(mask, Mask):
+        return materialize(mask, q_len, kv_len, batch=1 if mask.static else batch, heads=heads, device=device)
+    return mask
 
 
 def _describe(x) -> str:

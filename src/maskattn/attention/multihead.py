@@ -9,7 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..backends import flex_attention_call, resolve_backend
-from ..masks import Mask, from_name, materialize
+from ..masks import Mask, as_dense, from_name
 from ._common import (
     add_qkv_projections,
     check_choice,
@@ -68,10 +68,7 @@ class MultiHeadAttention(nn.Module):
         drop = self.dropout if self.training else 0.0
         backend = "reference" if return_attention else resolve_backend(
             self.backend, device=x.device, needs_grad=needs_grad(self, x), flex_ok=drop == 0.0, prefer_flex_on_cuda=False)
-        allowed = None
-        if self.mask is not None:
-            allowed = materialize(self.mask, n, batch=1 if self.mask.static else B, heads=self.num_heads,
-                                  device=x.device)
+        allowed = as_dense(self.mask, n, n, batch=B, heads=self.num_heads, device=x.device)
         if kpm is not None:
             keep = ~kpm[:, None, None, :]  # (B, 1, 1, n)
             allowed = keep if allowed is None else allowed & keep

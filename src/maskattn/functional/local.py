@@ -49,8 +49,7 @@ from .._validation import (
     check_choice,
     check_key_padding_mask,
     check_probability,
-    check_same_float,
-    check_tensor,
+    check_qkv,
     describe,
 )
 from ..backends import flex_attention_call, flex_available, resolve_backend
@@ -108,17 +107,7 @@ def _check_radius(radius) -> tuple[int, int]:
 
 
 def _check_qkv(q, k, v, key_padding_mask):
-    check_tensor(q, "q", 4, "(batch, heads, seq_len, d_k)")
-    check_tensor(k, "k", 4, "(batch, heads, seq_len, d_k)")
-    check_tensor(v, "v", 4, "(batch, heads, seq_len, d_v)")
-    check_same_float({"q": q, "k": k, "v": v})
-    B, H, n, d_k = q.shape
-    if k.shape != q.shape:
-        raise ValueError(f"k has shape {tuple(k.shape)} but q is {tuple(q.shape)}; local self-attention expects "
-                         f"k of shape (batch={B}, heads={H}, seq_len={n}, d_k={d_k})")
-    if v.shape[:3] != (B, H, n):
-        raise ValueError(f"v has shape {tuple(v.shape)} but q is {tuple(q.shape)}; expected (batch={B}, heads={H}, "
-                         f"seq_len={n}, d_v)")
+    B, H, n, _ = check_qkv(q, k, v, self_attention=True)
     kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, n, f"q has batch {B} and {n} positions")
     if kpm is not None and kpm.device != q.device:
         raise ValueError(f"key_padding_mask is on {kpm.device} but q is on {q.device}")
@@ -484,7 +473,7 @@ def _flex(q, k, v, left, right, index, valid, kpm, scale, score_mod):
         ok = (rel >= -left) & (rel <= right) & valid[h, kv_idx // n]
         return ok if keep is None else ok & keep[b, j]
 
-    mask = Mask(mask_mod, f"band({left}, {right}) x heads({A})", static=kpm is None, head_dependent=A > 1)
+    mask = Mask(mask_mod, f"band({left}, {right}) x heads({A})", static=kpm is None)
     mod = None if score_mod is None else (lambda s, b, h, q_idx, kv_idx: score_mod(s))
     return flex_attention_call(q, k_area, v_area, score_mod=mod, mask=mask, scale=scale)
 

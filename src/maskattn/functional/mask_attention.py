@@ -43,7 +43,7 @@ from .._validation import (
     describe,
 )
 from ..backends import _generator, _keep_mask, flex_attention_call, resolve_backend
-from ..masks import Mask, materialize
+from ..masks import Mask, as_dense
 
 __all__ = [
     "mask_attention",
@@ -102,9 +102,7 @@ def _check_attn_mask(attn_mask, target, device):
 
 
 def _dense(mask, B, H, n, m, device) -> torch.Tensor | None:
-    if isinstance(mask, Mask):
-        return materialize(mask, n, m, batch=1 if mask.static else B, heads=H, device=device)
-    return mask
+    return as_dense(mask, n, m, batch=B, heads=H, device=device)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from ..backends import (
     sigmoid_attention_backward,
     sigmoid_attention_forward,
 )
-from ..masks import Mask, materialize
+from ..masks import Mask, as_dense
 
 SCALES = ("log_sigmoid", "identity")
 
@@ -51,6 +51,11 @@ _EXACT_GROUP_ELEMENTS = 1 << 22
 
 def _scale_fn(scale: str):
     return F.logsigmoid if scale == "log_sigmoid" else (lambda r: r)
+
+
+def _token2token(q, k, scale):
+    """``σ_t(q_i·k_j / √d_k)``, Eq. 8 and the first term of Eq. 10: (B, H, n, m)."""
+    return _scale_fn(scale)(torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1]))
 
 
 def _validate(q, k, v, s2t, mask, key_padding_mask, scale, backend, dropout_p):
@@ -102,10 +107,7 @@ def tensorized_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s2t:
 
 def _dense_allowed(mask, kpm, B, H, n, m, device):
     """(B|1, H|1, n, m) bool of allowed (query, key) pairs, or None when everything is allowed."""
-    allowed = None
-    if mask is not None:
-        allowed = materialize(mask, n, m, batch=B if not mask.static else 1, heads=H, device=device) \
-            if isinstance(mask, Mask) else mask
+    allowed = as_dense(mask, n, m, batch=B, heads=H, device=device)
     if kpm is not None:
         keep = ~kpm[:, None, None, :]
         allowed = keep if allowed is None else allowed & keep
@@ -113,10 +115,10 @@ def _dense_allowed(mask, kpm, B, H, n, m, device):
 
 
 def _reference(q, k, v, s2t, mask, kpm, scale, drop):
-    B, H, n, d_k = q.shape
+    B, H, n, _ = q.shape
     m = k.shape[2]
     allowed = _dense_allowed(mask, kpm, B, H, n, m, q.device)
-    t2t = _scale_fn(scale)(torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d_k))  # (B, H, n, m)
+    t2t = _token2token(q, k, scale)  # (B, H, n, m)
     scores = t2t.unsqueeze(-1) + s2t.unsqueeze(2)  # (B, H, n, m, d_v): Eq. 10
     if allowed is not None:
         scores = scores.masked_fill(~allowed.unsqueeze(-1), float("-inf"))
@@ -150,10 +152,10 @@ def tensorized_attention_maps(q, k, s2t, mask=None, *, scale="log_sigmoid", key_
     """
     v = s2t  # only its shape is used by the checks
     mask, kpm = _validate(q, k, v, s2t, mask, key_padding_mask, scale, "reference", 0.0)
-    B, H, n, d_k = q.shape
+    B, H, n, _ = q.shape
     m = k.shape[2]
     allowed = _dense_allowed(mask, kpm, B, H, n, m, q.device)
-    t2t = _scale_fn(scale)(torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d_k))
+    t2t = _token2token(q, k, scale)
     if allowed is not None:
         t2t = t2t.masked_fill(~allowed, float("-inf"))
     p = torch.softmax(t2t, dim=-1)
@@ -281,8 +283,7 @@ def _factorised(q, k, v, s2t, mask, kpm, scale, backend, drop):
     band = mask.finite_band if isinstance(mask, Mask) and n == m else None
     if band is not None and backend == "sdpa" and drop == 0.0:
         return _banded(q, k, v, s2t, mask, kpm, scale, band)
-    dense = materialize(mask, n, m, batch=1 if mask.static else B, heads=H, device=q.device) \
-        if isinstance(mask, Mask) else mask
+    dense = as_dense(mask, n, m, batch=B, heads=H, device=q.device)
     has_key = _row_has_key(dense, kpm, B, H, n, m, q.device)
     if backend == "sdpa" and scale == "log_sigmoid" and drop == 0.0:
         blocked = None if dense is None else ~dense
