@@ -5,7 +5,7 @@ write mean ± std test accuracy (the measurements behind docs/results.md).
         --models mtsa,mha,bilstm,multi_cnn,disa --seeds 0,1,2 --out runs/bench
 
 Every run goes through the toolkit (``maskattn.train.Trainer``) with the preset of its data set
-(``configs/<dataset>.yaml``), the model overrides of MODELS below and ``--set`` overrides for all runs;
+(``src/maskattn/configs/<dataset>.yaml``), the model overrides of MODELS below and ``--set`` overrides for all runs;
 results are appended to ``<out>/results.jsonl``. Each run is claimed first (``<run_dir>/.claimed``), so
 several copies of the script can share the grid and a restarted script skips claimed runs (delete the
 claim file of a run that was interrupted to redo it).

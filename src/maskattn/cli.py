@@ -37,7 +37,7 @@ def _sigterm_as_interrupt() -> None:
 @app.command()
 def train(
     config: Path = typer.Option(None, "--config", "-c", help="YAML run configuration (sections data, model, optim, train)"),
-    preset: str = typer.Option(None, "--preset", "-p", help="a preset from configs/ (see `maskattn list`)"),
+    preset: str = typer.Option(None, "--preset", "-p", help="a preset shipped with maskattn (see `maskattn list`)"),
     data: Path = typer.Option(None, "--data", help="dataset folder (sets data.dir)"),
     out: Path = typer.Option(None, "--out", "-o", help="run folder for checkpoints and metrics (train.out_dir)"),
     seed: int = typer.Option(None, "--seed", help="train.seed"),

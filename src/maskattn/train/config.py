@@ -18,7 +18,7 @@ from ..models.config import ModelConfig
 __all__ = ["OptimConfig", "LoopConfig", "RunConfig", "from_dict", "load_config", "apply_overrides",
            "PRESETS_DIR", "list_presets", "preset_path"]
 
-PRESETS_DIR = Path(__file__).resolve().parents[3] / "configs"
+PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"  # shipped inside the package
 
 
 @dataclass
@@ -143,7 +143,7 @@ def apply_overrides(config: dict, overrides: list[str] | None) -> dict:
 
 
 def list_presets() -> list[str]:
-    """Preset names (YAML files in the repository's ``configs/`` folder)."""
+    """Preset names (the YAML files shipped in ``maskattn/configs/``)."""
     return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml")) if PRESETS_DIR.is_dir() else []
 
 
