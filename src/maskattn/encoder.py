@@ -212,12 +212,14 @@ class PositionalEncoding(nn.Module):
             table[:, 1::2] = torch.cos(position * rate[: d_model // 2])
             self.register_buffer("table", table, persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Add positions ``offset … offset + n − 1`` to ``x`` ``(B, n, d)``; ``offset`` > 0 continues a
+        sequence (incremental decoding)."""
         n = x.shape[1]
-        if n > self.max_len:
-            raise ValueError(f"sequence length {n} exceeds the positional encoding's max_len {self.max_len}; "
+        if offset + n > self.max_len:
+            raise ValueError(f"sequence length {offset + n} exceeds the positional encoding's max_len {self.max_len}; "
                              "raise max_len or truncate inputs")
-        return x + self.table[:n].to(x.dtype)
+        return x + self.table[offset:offset + n].to(x.dtype)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -81,7 +81,7 @@ from .attention.multihead import MultiHeadAttention  # noqa: E402
 
 MAN_SUBLAYERS = ("dman", "sman", "san", "ffn")
 
-__all__ += ["MANLayer", "MANLayerCache", "MAN_SUBLAYERS"]
+__all__ += ["MANLayer", "MANLayerCache", "MAN_SUBLAYERS", "incremental_self_attention"]
 
 
 @dataclass(frozen=True)
@@ -109,10 +109,23 @@ def _check_order(order) -> tuple[str, ...]:
     return tuple(order)
 
 
-def _san_incremental(san: MultiHeadAttention, x: torch.Tensor, kpm, cache: AttentionCache):
-    """One causal step of the plain SAN sublayer over cached keys/values (MultiHeadAttention has no cache
-    API of its own; this reuses its ``in_proj``/``out_proj``)."""
-    q, k, v = (split_heads(t, san.num_heads) for t in san.in_proj(x).chunk(3, dim=-1))  # (B, H, n, d_h)
+def incremental_self_attention(block: nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor | None,
+                               cache: AttentionCache) -> tuple[torch.Tensor, AttentionCache]:
+    """One causal incremental-decoding step of a self-attention sublayer.
+
+    ``x`` ``(B, n_new, d)`` holds the new positions (``key_padding_mask`` ``(B, n_new)``, True = padding),
+    ``cache`` the keys/values of the earlier ones. Returns ``(out (B, n_new, d), new cache)``; the
+    step-by-step outputs equal the block's full-sequence causal outputs. Causal DMAN / SMAN use their own
+    ``cache`` argument; plain multi-head attention (SAN, built with ``mask="causal"``) has no cache API of
+    its own, so its ``in_proj``/``out_proj`` run here over the cached keys/values.
+    """
+    if isinstance(block, (DynamicMaskAttention, StaticMaskAttention)):
+        return block(x, key_padding_mask=key_padding_mask, cache=cache)
+    if type(block) is not MultiHeadAttention or block.mask is None or block.mask.name != "causal":
+        raise TypeError(f"incremental decoding supports causal DynamicMaskAttention, StaticMaskAttention and "
+                        f"MultiHeadAttention(mask='causal'), got {block!r}")
+    kpm = check_input(x, block.d_model, key_padding_mask)
+    q, k, v = (split_heads(t, block.num_heads) for t in block.in_proj(x).chunk(3, dim=-1))  # (B, H, n, d_h)
     offset = len(cache)
     cache = cache.extend(k, v, kpm)
     n, m = q.shape[2], cache.key.shape[2]
@@ -120,10 +133,10 @@ def _san_incremental(san: MultiHeadAttention, x: torch.Tensor, kpm, cache: Atten
                <= torch.arange(offset, offset + n, device=x.device)[:, None])[None, None]  # (1, 1, n, m)
     if cache.padding is not None:
         allowed = allowed & ~cache.padding[:, None, None, :]
-    drop = san.dropout if san.training else 0.0
+    drop = block.dropout if block.training else 0.0
     out = F.scaled_dot_product_attention(q, cache.key, cache.value, attn_mask=allowed, dropout_p=drop)
     out = out.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
-    return zero_padding(san.out_proj(merge_heads(out)), kpm), cache
+    return zero_padding(block.out_proj(merge_heads(out)), kpm), cache
 
 
 class MANLayer(nn.Module):
@@ -198,7 +211,7 @@ class MANLayer(nn.Module):
                 if kind == "ffn":
                     return block(h)
                 if cache is not None and kind == "san":
-                    out, state["cache"] = _san_incremental(block, h, key_padding_mask, cache.sublayers[i])
+                    out, state["cache"] = incremental_self_attention(block, h, key_padding_mask, cache.sublayers[i])
                     return out
                 kwargs = {} if cache is None or kind == "san" else {"cache": cache.sublayers[i]}
                 result = block(h, key_padding_mask=key_padding_mask, return_attention=return_attention, **kwargs)

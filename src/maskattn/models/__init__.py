@@ -8,10 +8,11 @@ from .factory import MODELS, build_model, list_models
 from .fusion import BASELINES, BiRNN, HierarchicalCNN, MultiCNN, RecipeFusion, build_fusion, list_fusions
 from .heads import MLP, POOLS, Pool
 from .pair import PairClassifier
+from .seq2seq import DecoderState, Seq2Seq
 from .tagger import SequenceTagger
 
 __all__ = [
     "SentenceClassifier", "SentenceEncoder", "PairClassifier", "SequenceTagger", "ModelConfig", "MODEL_TYPES",
     "TokenEmbedding", "MODELS", "build_model", "list_models", "BASELINES", "BiRNN", "HierarchicalCNN", "MultiCNN",
-    "RecipeFusion", "build_fusion", "list_fusions", "MLP", "POOLS", "Pool",
+    "RecipeFusion", "build_fusion", "list_fusions", "MLP", "POOLS", "Pool", "Seq2Seq", "DecoderState",
 ]

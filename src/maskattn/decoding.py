@@ -1,0 +1,206 @@
+"""Decoding for :class:`~maskattn.models.seq2seq.Seq2Seq`: greedy search and beam search over the
+model's incremental :meth:`~maskattn.models.seq2seq.Seq2Seq.decode_step`.
+
+Both run the model in eval mode without gradients (the previous mode is restored), encode the source
+once, start every hypothesis with ``bos_id`` and return, per source row, token ids without BOS and EOS.
+``pad_id`` is never generated.
+
+Output length: at most ``max_len`` tokens before EOS; by default ``floor(max_len_a · src_len + max_len_b)``
+with ``src_len`` each row's own length without padding (fairseq's ``--max-len-a/--max-len-b``), capped by
+the model's positional range (:attr:`Seq2Seq.max_target_tokens` = ``max_len − 1`` of the model). When a
+hypothesis reaches its limit, EOS is its only allowed next token. An explicit ``max_len`` beyond the
+model's range raises ValueError.
+
+Beam search (Wu et al. 2016, GNMT §7; fairseq's search): all sentences × beams run as one batch. Each step
+expands every live beam, takes the ``2·beam_size`` best continuations per sentence, moves those ending in
+EOS among the best ``beam_size`` to the sentence's finished list and continues with the ``beam_size`` best
+others. A sentence is done when it has ``beam_size`` finished hypotheses (or no live beam); done sentences
+leave the batch. Finished hypotheses are ranked by ``log P(Y|X) / lp(Y)`` with the GNMT length penalty
+``lp(Y) = ((5 + |Y|) / 6) ** length_penalty``, ``|Y|`` counting EOS; ``length_penalty = 0`` ranks by
+log-probability, larger values favour longer outputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NamedTuple
+
+import torch
+
+from ._validation import describe
+from .models.seq2seq import Seq2Seq
+
+__all__ = ["greedy_decode", "beam_search", "Hypothesis", "length_penalty_factor"]
+
+
+class Hypothesis(NamedTuple):
+    """A finished beam-search hypothesis: ``tokens`` (without BOS/EOS), ``score`` = ``log_prob / lp``
+    (the ranking key) and ``log_prob`` = ``log P(tokens, EOS | source)``."""
+
+    tokens: list[int]
+    score: float
+    log_prob: float
+
+
+def length_penalty_factor(length: int, alpha: float) -> float:
+    """GNMT length penalty ``((5 + length) / 6) ** alpha`` (Wu et al. 2016, Eq. 14)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+@contextmanager
+def _inference(model: torch.nn.Module) -> Iterator[None]:
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def _check_token(value, name: str, model: Seq2Seq) -> int:
+    V = model.tgt_vocab_size
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int token id, got {describe(value)}")
+    if not 0 <= value < V:
+        raise ValueError(f"{name} must be a target id in [0, {V - 1}], got {value}")
+    if value == model.pad_id:
+        raise ValueError(f"{name} ({value}) equals the model's pad_id; padding is masked, so {name} needs its own id")
+    return value
+
+
+def _limits(model, src_ids: torch.Tensor, max_len, max_len_a, max_len_b) -> torch.Tensor:
+    """Per-row maximum number of output tokens before EOS, ``(B,)`` long."""
+    cap = model.max_target_tokens
+    if max_len is not None:
+        if isinstance(max_len, bool) or not isinstance(max_len, int):
+            raise TypeError(f"max_len must be an int or None, got {describe(max_len)}")
+        if max_len < 0:
+            raise ValueError(f"max_len must be >= 0, got {max_len}")
+        if cap is not None and max_len > cap:
+            raise ValueError(f"max_len {max_len} exceeds what the model can decode: {cap} tokens (its positional "
+                             f"max_len {model.max_len} minus the BOS position)")
+        return torch.full((src_ids.shape[0],), max_len, dtype=torch.long, device=src_ids.device)
+    for name, value in (("max_len_a", max_len_a), ("max_len_b", max_len_b)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise TypeError(f"{name} must be a finite number, got {describe(value)}")
+    if max_len_a < 0:
+        raise ValueError(f"max_len_a must be >= 0, got {max_len_a}")
+    lengths = (src_ids != model.pad_id).sum(dim=1).to(torch.float64)  # (B,) sources without padding
+    limits = torch.floor(max_len_a * lengths + max_len_b).clamp(min=0)
+    if cap is not None:
+        limits = limits.clamp(max=cap)
+    return limits.long()
+
+
+def _start(model, src_ids, bos_id, eos_id, max_len, max_len_a, max_len_b):
+    if not isinstance(model, Seq2Seq):
+        raise TypeError(f"model must be a maskattn Seq2Seq, got {describe(model)}")
+    bos_id = _check_token(bos_id, "bos_id", model)
+    eos_id = _check_token(eos_id, "eos_id", model)
+    memory, padding = model.encode(src_ids)  # validates src_ids
+    limits = _limits(model, src_ids, max_len, max_len_a, max_len_b)
+    return bos_id, eos_id, model.init_state(memory, padding), limits
+
+
+def _next_log_probs(model, logits: torch.Tensor, eos_id: int, at_limit: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities of the next token ``(N, V)`` with padding banned and EOS forced where ``at_limit``."""
+    log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)
+    log_probs[:, model.pad_id] = -math.inf
+    if bool(at_limit.any()):
+        forced = torch.full_like(log_probs, -math.inf)
+        forced[:, eos_id] = log_probs[:, eos_id]
+        log_probs = torch.where(at_limit[:, None], forced, log_probs)
+    return log_probs
+
+
+def greedy_decode(model: Seq2Seq, src_ids: torch.Tensor, *, bos_id: int, eos_id: int, max_len: int | None = None,
+                  max_len_a: float = 1.2, max_len_b: float = 10) -> list[list[int]]:
+    """The most probable next token at every step, for each source row of ``src_ids`` ``(B, S)``; returns
+    one list of token ids (without BOS/EOS) per row. Length limits: module docstring."""
+    with _inference(model):
+        bos_id, eos_id, state, limits = _start(model, src_ids, bos_id, eos_id, max_len, max_len_a, max_len_b)
+        outputs: list[list[int]] = [[] for _ in range(state.batch_size)]
+        rows = torch.arange(state.batch_size)  # source row of each live row
+        tokens = torch.full((state.batch_size, 1), bos_id, dtype=torch.long, device=src_ids.device)
+        step = 0
+        while rows.numel():
+            logits, state = model.decode_step(tokens, state)
+            next_tokens = _next_log_probs(model, logits, eos_id, step >= limits).argmax(dim=-1)  # (N,)
+            for row, token in zip(rows.tolist(), next_tokens.tolist()):
+                if token != eos_id:
+                    outputs[row].append(token)
+            live = next_tokens != eos_id
+            if not bool(live.all()):
+                keep = live.nonzero().squeeze(1)
+                rows, limits, next_tokens = rows[keep.cpu()], limits[keep], next_tokens[keep]
+                state = state.reorder(keep)
+            tokens = next_tokens[:, None]
+            step += 1
+        return outputs
+
+
+def beam_search(model: Seq2Seq, src_ids: torch.Tensor, *, beam_size: int = 5, length_penalty: float = 0.6,
+                bos_id: int, eos_id: int, max_len: int | None = None, max_len_a: float = 1.2,
+                max_len_b: float = 10, return_nbest: bool = False) -> list[list[int]] | list[list[Hypothesis]]:
+    """Beam search (module docstring) for each source row of ``src_ids`` ``(B, S)``.
+
+    Returns the best hypothesis per row as token ids without BOS/EOS; with ``return_nbest`` instead every
+    row's finished :class:`Hypothesis` list (up to ``beam_size``), best first. ``length_penalty`` is the
+    GNMT ``alpha`` (0.6 in Wu et al. 2016 and Vaswani et al. 2017).
+    """
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int):
+        raise TypeError(f"beam_size must be an int >= 1, got {describe(beam_size)}")
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
+        raise TypeError(f"length_penalty must be a number >= 0 (GNMT alpha), got {describe(length_penalty)}")
+    if not (math.isfinite(length_penalty) and length_penalty >= 0):
+        raise ValueError(f"length_penalty must be a finite number >= 0 (GNMT alpha), got {length_penalty}")
+    if not isinstance(return_nbest, bool):
+        raise TypeError(f"return_nbest must be a bool, got {describe(return_nbest)}")
+    K = beam_size
+    with _inference(model):
+        bos_id, eos_id, state, limits = _start(model, src_ids, bos_id, eos_id, max_len, max_len_a, max_len_b)
+        device, B, V = src_ids.device, state.batch_size, model.tgt_vocab_size
+        state = state.reorder(torch.arange(B, device=device).repeat_interleave(K))  # row s·K + k: beam k of s
+        sentences = torch.arange(B)  # source row of each live sentence
+        finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+        scores = torch.full((B, K), -math.inf, device=device)
+        scores[:, 0] = 0.0  # one live beam at the start, so the first expansion has no duplicates
+        hyps = torch.empty(B * K, 0, dtype=torch.long, device=device)  # generated tokens of each beam
+        step = 0
+        while sentences.numel():
+            n = sentences.numel()
+            logits, state = model.decode_step(
+                torch.full((n * K, 1), bos_id, dtype=torch.long, device=device) if step == 0 else hyps[:, -1:], state)
+            log_probs = _next_log_probs(model, logits, eos_id, (step >= limits).repeat_interleave(K))  # (n·K, V)
+            candidates = (scores.reshape(-1, 1) + log_probs).reshape(n, K * V)
+            top_scores, top = candidates.topk(min(2 * K, K * V), dim=1)  # (n, 2K), best first
+            beam, token = top // V, top % V
+            ends = (token == eos_id) & torch.isfinite(top_scores)
+            for i, j in ends[:, :K].nonzero().tolist():  # EOS among the best K: a finished hypothesis
+                done = finished[int(sentences[i])]
+                if len(done) < K:
+                    log_prob = float(top_scores[i, j])
+                    tokens = hyps[i * K + int(beam[i, j])].tolist()
+                    done.append(Hypothesis(tokens, log_prob / length_penalty_factor(len(tokens) + 1, length_penalty),
+                                           log_prob))
+            # continue with the K best candidates that do not end in EOS (ranked as before)
+            rank = torch.arange(top.shape[1], device=device) + ends * top.shape[1]
+            keep = rank.topk(K, dim=1, largest=False).indices  # (n, K), ascending rank
+            scores, beam, token = top_scores.gather(1, keep), beam.gather(1, keep), token.gather(1, keep)
+            full = torch.tensor([len(finished[int(s)]) >= K for s in sentences], device=device)
+            live = ~full & torch.isfinite(scores).any(dim=1)  # (n,)
+            rows = (torch.arange(n, device=device)[:, None] * K + beam)[live].reshape(-1)  # (n_live·K,)
+            state = state.reorder(rows)
+            hyps = torch.cat([hyps[rows], token[live].reshape(-1, 1)], dim=1)
+            scores, limits, sentences = scores[live], limits[live], sentences[live.cpu()]
+            step += 1
+        for hypotheses in finished:
+            hypotheses.sort(key=lambda h: h.score, reverse=True)
+        if return_nbest:
+            return finished
+        return [hypotheses[0].tokens for hypotheses in finished]  # never empty: EOS is forced at the limit
