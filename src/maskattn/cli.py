@@ -156,5 +156,132 @@ def list_mechanisms():
     console.print(f"presets ({PRESETS_DIR}): " + (", ".join(list_presets()) or "(none found)"))
 
 
+viz_app = typer.Typer(help="Draw masks, attention maps of trained models and MAN's localness table (Table 5).",
+                      no_args_is_help=True)
+app.add_typer(viz_app, name="viz")
+
+
+def _show(grid, out: Path | None, terminal: bool, title: str, dpi: int) -> None:
+    """Print ``grid`` in the terminal and/or save it as an image."""
+    from .viz import print_grid, save_grid
+
+    if out is None and not terminal:
+        raise ValueError("nothing to show: pass --out FILE.png, or drop --no-terminal")
+    if terminal:
+        print_grid(grid)
+    if out is not None:
+        Console().print(f"wrote {save_grid(grid, out, title=title, dpi=dpi)}", highlight=False)
+
+
+@viz_app.command("masks")
+def viz_masks(
+    names: list[str] = typer.Argument(None, help="mask names: full, forward, backward, forward_strict, backward_strict, "
+                                                 "causal, window:R, key_padding:L, csan1d:W, csan2d:WxN, combined "
+                                                 "with & (default: one of each)"),
+    length: int = typer.Option(8, "--length", "-n", help="sequence length"),
+    heads: int = typer.Option(4, "--heads", help="heads of the CSAN areas"),
+    query: int = typer.Option(None, "--query", help="query position of the CSAN areas (default: the middle one)"),
+    head: int = typer.Option(None, "--head", help="query head of the CSAN areas (default: the middle one)"),
+    head_edges: str = typer.Option("truncate", "--head-edges", help="CSAN 2D areas at the first/last head: "
+                                                                    "truncate (paper) or circular"),
+    checkpoint: Path = typer.Option(None, "--checkpoint", "-k",
+                                    help="with --sentence: MAN Fig. 1 (SAN, the model's DMAN mask per head, FFN)"),
+    sentence: str = typer.Option(None, "--sentence", "-s", help="the sentence for the DMAN masks of --checkpoint"),
+    layer: int = typer.Option(1, "--layer", "-l", help="encoder layer (1-based) of the DMAN masks"),
+    out: Path = typer.Option(None, "--out", "-o", help="image file (.png, .svg, .pdf)"),
+    dpi: int = typer.Option(110, "--dpi", min=20, help="image resolution"),
+    terminal: bool = typer.Option(True, "--terminal/--no-terminal", help="print the shaded view"),
+    device: str = typer.Option("cpu", "--device"),
+):
+    """Draw masks: maskattn.masks and CSAN areas for a length, or MAN's masks (Fig. 1) for a sentence.
+
+    Without --checkpoint: the named masks for --length positions (rows = queries, 1 = attend) and CSAN Fig. 1's
+    local areas (heads × positions). With --checkpoint and --sentence: SAN's all-ones mask, the model's DMAN mask
+    of each head in --layer, and FFN's identity mask.
+    """
+    from . import viz
+
+    try:
+        if checkpoint is not None or sentence is not None:
+            if checkpoint is None or sentence is None:
+                raise ValueError("MAN masks need both --checkpoint and --sentence")
+            if names:
+                raise ValueError("give mask names or --checkpoint/--sentence, not both")
+            grid, title = viz.man_mask_grid(viz.sentence_maps(checkpoint, sentence, device=device), layer), \
+                "MAN Fig. 1: SAN, DMAN and FFN masks"
+        else:
+            specs = names or ["forward", "backward", "forward_strict", "backward_strict", "causal", "full",
+                              "window:2", f"key_padding:{max(1, length - 2)}", "csan1d:3", "csan2d:3x3"]
+            panels = viz.mask_panels(specs, length, num_heads=heads, query=query, head=head, head_edges=head_edges)
+            grid = [panels[i:i + 5] for i in range(0, len(panels), 5)]  # five panels per row
+            title = f"masks, length {length}"
+        _show(grid, out, terminal, title, dpi)
+    except (ValueError, TypeError) as exc:
+        _fail(exc)
+
+
+@viz_app.command("attention")
+def viz_attention(
+    sentence: str = typer.Argument(..., help="the sentence, tokenised as in training"),
+    checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="a .safetensors checkpoint"),
+    layers: list[int] = typer.Option(None, "--layer", "-l", help="encoder layer, 1-based (repeatable; default all)"),
+    mechanism: str = typer.Option(None, "--mechanism", "-m",
+                                  help="only this mechanism (mtsa, dman, san, csan2d, …) or 'pool' (sentence pooling)"),
+    out: Path = typer.Option(None, "--out", "-o", help="image file (.png, .svg, .pdf)"),
+    dpi: int = typer.Option(110, "--dpi", min=20, help="image resolution"),
+    terminal: bool = typer.Option(True, "--terminal/--no-terminal", help="print the shaded view"),
+    device: str = typer.Option("cpu", "--device"),
+):
+    """Attention heatmaps of a trained model for one sentence.
+
+    MTSA / Fast-DiSA: token2token per head (forward and backward heads) and source2token per token (MTSA Fig. 3);
+    DMAN: its mask and attention per head; every other mechanism: its attention per head.
+    """
+    from . import viz
+
+    try:
+        maps = viz.sentence_maps(checkpoint, sentence, device=device)
+        grid = viz.attention_grid(maps, layers or None, mechanism)
+        if maps.unknown:
+            Console().print("note: not in the vocabulary (read as <unk>): "
+                            + " ".join(maps.tokens[i] for i in maps.unknown), highlight=False)
+        _show(grid, out, terminal, f"{checkpoint.parent.name}/{checkpoint.name}: {' '.join(maps.tokens)}", dpi)
+    except (ValueError, TypeError) as exc:
+        _fail(exc)
+
+
+@viz_app.command("localness")
+def viz_localness(
+    checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="a checkpoint with DMAN sublayers"),
+    data: Path = typer.Option(..., "--data", help="dataset file (e.g. the test split)"),
+    san_checkpoint: Path = typer.Option(None, "--san-checkpoint",
+                                        help="take the SAN rows from this model (default: --checkpoint's SAN sublayers)"),
+    windows: list[int] = typer.Option(None, "--window", "-w", help="window w of Eq. 13 (repeatable; default 1 2 4)"),
+    layers: list[int] = typer.Option(None, "--layer", "-l", help="encoder layer, 1-based (repeatable; default all)"),
+    format: str = typer.Option(None, "--format", help="tsv, trec, trec_fine, nli, conll, lines (default: the checkpoint's)"),
+    csv_path: Path = typer.Option(None, "--csv", help="write the table as CSV"),
+    json_path: Path = typer.Option(None, "--json", help="write the table as JSON"),
+    batch_size: int = typer.Option(32, "--batch-size"),
+    device: str = typer.Option("cpu", "--device"),
+):
+    """MAN Table 5: attention DMAN and SAN put within distance w of each query (Eq. 13, in percent).
+
+    The DMAN rows come from --checkpoint, the SAN rows from its own SAN sublayers or from --san-checkpoint.
+    """
+    from .viz import localness_table
+    from .viz.localness import WINDOWS
+
+    try:
+        table = localness_table(checkpoint, data, san_checkpoint=san_checkpoint, windows=windows or WINDOWS,
+                                layers=layers or None, format=format, batch_size=batch_size, device=device)
+        Console().print(table.summary(), highlight=False)
+        Console().print(table.rich_table())
+        for path, write in ((csv_path, table.write_csv), (json_path, table.write_json)):
+            if path is not None:
+                Console().print(f"wrote {write(path)}", highlight=False)
+    except (ValueError, TypeError) as exc:
+        _fail(exc)
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -3,7 +3,7 @@ model's incremental :meth:`~maskattn.models.seq2seq.Seq2Seq.decode_step`.
 
 Both run the model in eval mode without gradients (the previous mode is restored), encode the source
 once, start every hypothesis with ``bos_id`` and return, per source row, token ids without BOS and EOS.
-``pad_id`` is never generated.
+``pad_id`` and ``bos_id`` (unless it doubles as ``eos_id``) are never generated.
 
 Output length: at most ``max_len`` tokens before EOS; by default ``floor(max_len_a · src_len + max_len_b)``
 with ``src_len`` each row's own length without padding (fairseq's ``--max-len-a/--max-len-b``), capped by
@@ -105,10 +105,12 @@ def _start(model, src_ids, bos_id, eos_id, max_len, max_len_a, max_len_b):
     return bos_id, eos_id, model.init_state(memory, padding), limits
 
 
-def _next_log_probs(model, logits: torch.Tensor, eos_id: int, at_limit: torch.Tensor) -> torch.Tensor:
-    """Log-probabilities of the next token ``(N, V)`` with padding banned and EOS forced where ``at_limit``."""
+def _next_log_probs(model, logits: torch.Tensor, bos_id: int, eos_id: int, at_limit: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities of the next token ``(N, V)``: padding and BOS banned, EOS forced where ``at_limit``."""
     log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)
     log_probs[:, model.pad_id] = -math.inf
+    if bos_id != eos_id:
+        log_probs[:, bos_id] = -math.inf
     if bool(at_limit.any()):
         forced = torch.full_like(log_probs, -math.inf)
         forced[:, eos_id] = log_probs[:, eos_id]
@@ -128,7 +130,7 @@ def greedy_decode(model: Seq2Seq, src_ids: torch.Tensor, *, bos_id: int, eos_id:
         step = 0
         while rows.numel():
             logits, state = model.decode_step(tokens, state)
-            next_tokens = _next_log_probs(model, logits, eos_id, step >= limits).argmax(dim=-1)  # (N,)
+            next_tokens = _next_log_probs(model, logits, bos_id, eos_id, step >= limits).argmax(dim=-1)  # (N,)
             for row, token in zip(rows.tolist(), next_tokens.tolist()):
                 if token != eos_id:
                     outputs[row].append(token)
@@ -171,23 +173,24 @@ def beam_search(model: Seq2Seq, src_ids: torch.Tensor, *, beam_size: int = 5, le
         scores = torch.full((B, K), -math.inf, device=device)
         scores[:, 0] = 0.0  # one live beam at the start, so the first expansion has no duplicates
         hyps = torch.empty(B * K, 0, dtype=torch.long, device=device)  # generated tokens of each beam
+        inputs = torch.full((B * K, 1), bos_id, dtype=torch.long, device=device)
         step = 0
         while sentences.numel():
             n = sentences.numel()
-            logits, state = model.decode_step(
-                torch.full((n * K, 1), bos_id, dtype=torch.long, device=device) if step == 0 else hyps[:, -1:], state)
-            log_probs = _next_log_probs(model, logits, eos_id, (step >= limits).repeat_interleave(K))  # (n·K, V)
+            logits, state = model.decode_step(inputs, state)
+            log_probs = _next_log_probs(model, logits, bos_id, eos_id,
+                                        (step >= limits).repeat_interleave(K))  # (n·K, V)
             candidates = (scores.reshape(-1, 1) + log_probs).reshape(n, K * V)
             top_scores, top = candidates.topk(min(2 * K, K * V), dim=1)  # (n, 2K), best first
             beam, token = top // V, top % V
             ends = (token == eos_id) & torch.isfinite(top_scores)
             for i, j in ends[:, :K].nonzero().tolist():  # EOS among the best K: a finished hypothesis
-                done = finished[int(sentences[i])]
-                if len(done) < K:
+                hypotheses = finished[int(sentences[i])]
+                if len(hypotheses) < K:
                     log_prob = float(top_scores[i, j])
                     tokens = hyps[i * K + int(beam[i, j])].tolist()
-                    done.append(Hypothesis(tokens, log_prob / length_penalty_factor(len(tokens) + 1, length_penalty),
-                                           log_prob))
+                    lp = length_penalty_factor(len(tokens) + 1, length_penalty)
+                    hypotheses.append(Hypothesis(tokens, log_prob / lp, log_prob))
             # continue with the K best candidates that do not end in EOS (ranked as before)
             rank = torch.arange(top.shape[1], device=device) + ends * top.shape[1]
             keep = rank.topk(K, dim=1, largest=False).indices  # (n, K), ascending rank
@@ -196,7 +199,8 @@ def beam_search(model: Seq2Seq, src_ids: torch.Tensor, *, beam_size: int = 5, le
             live = ~full & torch.isfinite(scores).any(dim=1)  # (n,)
             rows = (torch.arange(n, device=device)[:, None] * K + beam)[live].reshape(-1)  # (n_live·K,)
             state = state.reorder(rows)
-            hyps = torch.cat([hyps[rows], token[live].reshape(-1, 1)], dim=1)
+            inputs = token[live].reshape(-1, 1)
+            hyps = torch.cat([hyps[rows], inputs], dim=1)
             scores, limits, sentences = scores[live], limits[live], sentences[live.cpu()]
             step += 1
         for hypotheses in finished:

@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn as nn
@@ -244,8 +246,9 @@ class Encoder(nn.Module):
 
     :meth:`from_recipe` builds the stack from a recipe string such as ``"dman>san>ffn x6"``.
 
-    ``forward(x, key_padding_mask=None)``: ``x`` ``(B, n, d_model)``, ``key_padding_mask`` ``(B, n)``
-    bool with ``True`` = padding → ``(B, n, d_model)``, padded positions exactly 0.
+    ``forward(x, key_padding_mask=None, return_attention=False)``: ``x`` ``(B, n, d_model)``,
+    ``key_padding_mask`` ``(B, n)`` bool with ``True`` = padding → ``(B, n, d_model)``, padded positions
+    exactly 0. With ``return_attention`` also the attention maps of every layer (see :meth:`forward`).
     """
 
     def __init__(self, d_model: int, num_heads: int, layers: Sequence[LayerSpec], *, ffn_dim: int | None = None,
@@ -282,7 +285,40 @@ class Encoder(nn.Module):
         use_final = norm == "pre" if final_norm is None else bool(final_norm)
         self.final_norm = nn.LayerNorm(d_model) if use_final else None
 
-    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def attention_sublayers(self) -> list[dict[str, nn.Module]]:
+        """The attention sublayers of every layer, bottom first: one dict per layer mapping
+        ``"<position>:<name>"`` (the keys of :class:`~maskattn.MANLayer`'s maps, e.g. ``"0:dman"``,
+        ``"1:san"``; ``"0:mtsa"`` for a Transformer layer) to the attention module. Layers given as custom
+        modules have none."""
+        found = []
+        for layer, layer_name in zip(self.layers, self.layer_names):
+            if isinstance(layer, EncoderLayer):
+                found.append({f"0:{layer_name.split('(', 1)[0]}": layer.attention})
+            elif isinstance(layer, MANLayer):
+                found.append({f"{i}:{kind}": block for i, (kind, block) in enumerate(zip(layer.order, layer.sublayers))
+                              if kind != "ffn"})
+            elif isinstance(layer, ChainLayer):
+                found.append({f"{i}:{name}": block for i, (name, block) in enumerate(zip(layer.names, layer.sublayers))
+                              if name != "ffn"})
+            else:
+                found.append({})
+        return found
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None, return_attention: bool = False):
+        """Encode ``x``. With ``return_attention`` returns ``(out, maps)``: ``maps`` holds one dict per layer,
+        bottom first, ``{"<position>:<name>": module_maps}`` for each attention sublayer (keys of
+        :meth:`attention_sublayers`), where ``module_maps`` is exactly what that module returns with
+        ``return_attention=True`` on the input it receives in this pass (e.g. MTSA's ``token2token`` /
+        ``source2token``, DMAN's ``attention`` / ``mask``, CSAN's ``attention``)."""
+        if not isinstance(return_attention, bool):
+            raise TypeError(f"return_attention must be a bool, got {describe(return_attention)}")
+        if not return_attention:
+            return self._encode(x, key_padding_mask)
+        with _recording_attention(self.attention_sublayers()) as maps:
+            out = self._encode(x, key_padding_mask)
+        return out, maps
+
+    def _encode(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must be a tensor of shape (batch, seq_len, {self.d_model}), got {describe(x)}")
         if self.positional is not None:
@@ -332,6 +368,35 @@ class Encoder(nn.Module):
         encoder.layer_names = [str(layer) for layer in layers]
         encoder.recipe = recipe_string(layers)
         return encoder
+
+
+def _ask_for_maps(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Forward pre-hook: call the attention module with ``return_attention=True``."""
+    return args, {**kwargs, "return_attention": True}
+
+
+def _keep_maps(record: dict, key: str, module: nn.Module, args: tuple, kwargs: dict, output):
+    """Forward hook: store the module's maps under ``key`` and hand its caller the output it asked for."""
+    out, record[key] = output
+    return out
+
+
+@contextmanager
+def _recording_attention(sublayers: list[dict[str, nn.Module]]) -> Iterator[list[dict]]:
+    """While active, every attention module of ``sublayers`` returns its usual output to its layer and
+    stores its maps in the yielded list (one dict per layer), so the maps come from the unchanged forward
+    pass of the layers."""
+    records: list[dict] = [{} for _ in sublayers]
+    handles = []
+    try:
+        for record, layer in zip(records, sublayers):
+            for key, module in layer.items():
+                handles.append(module.register_forward_pre_hook(_ask_for_maps, with_kwargs=True))
+                handles.append(module.register_forward_hook(partial(_keep_maps, record, key), with_kwargs=True))
+        yield records
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def csan_encoder(d_model: int, num_heads: int, num_layers: int = 6, csan_layers: int = 3, *, head_window: int = 3,

@@ -8,6 +8,7 @@ import math
 import torch
 import torch.nn as nn
 
+from ..encoder import Encoder
 from .embedding import TokenEmbedding
 from .fusion import build_fusion
 from .heads import MLP, Pool
@@ -41,6 +42,26 @@ class SentenceEncoder(nn.Module):
 
     def forward(self, ids: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
         return self.pool(self.tokens(ids, padding_mask), key_padding_mask=padding_mask)
+
+    def attention_maps(self, ids: torch.Tensor, padding_mask: torch.Tensor) -> tuple[list[dict], torch.Tensor | None]:
+        """The attention maps of one forward pass over ``ids`` (for plots and analysis):
+
+        * per encoder layer, bottom first, ``{"<position>:<name>": maps}`` — see
+          :meth:`maskattn.Encoder.forward` with ``return_attention=True``;
+        * the multi-dim source2token pooling weights ``(B, n, out_dim)`` (MTSA Eq. 9 pooling), or ``None``
+          when the sentence is pooled otherwise (or not at all, for taggers).
+
+        Raises ``ValueError`` when the context fusion is a baseline (Bi-LSTM, CNN, …) without attention layers.
+        """
+        encoder = getattr(self.fusion, "encoder", None)
+        if not isinstance(encoder, Encoder):
+            raise ValueError(f"the context fusion {type(self.fusion).__name__} has no attention layers; attention maps "
+                             "need a layer-recipe encoder such as 'mtsa' or 'dman>san>ffn x6'")
+        tokens, layers = encoder(self.embed(ids), key_padding_mask=padding_mask, return_attention=True)
+        pool = None
+        if self.pool is not None and self.pool.attention is not None:
+            _, pool = self.pool.attention(tokens, key_padding_mask=padding_mask, return_attention=True)
+        return layers, pool
 
 
 class SentenceClassifier(nn.Module):

@@ -1,0 +1,177 @@
+"""The attention maps of a trained model for one sentence: load a checkpoint, tokenise the sentence as
+training did, run the sentence encoder once and keep every attention sublayer's maps (the modules' own
+``return_attention=True`` output, through :meth:`maskattn.Encoder.forward`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from .._validation import describe
+from ..attention import list_attentions
+from ..data.readers import tokenize
+from ..encoder import SAN_ALIAS
+from ..models.classifier import SentenceEncoder
+from ..models.fusion import BASELINES
+from ..train.api import LoadedModel, load_model
+
+__all__ = ["Sublayer", "SentenceMaps", "sentence_maps", "load_for_maps", "mechanism_names", "check_sentence",
+           "sentence_encoder", "find_sublayers", "check_layers"]
+
+
+def mechanism_names() -> list[str]:
+    """Names accepted as ``mechanism``: the registered attentions, ``san`` (= ``mha``) and ``pool`` (the
+    sentence's source2token pooling)."""
+    return [*list_attentions(), "san", "pool"]
+
+
+def _kind(name: str) -> str:
+    """``san`` and ``mha`` are the same mechanism (MAN's name for plain multi-head attention)."""
+    return SAN_ALIAS.get(name, name)
+
+
+@dataclass(frozen=True)
+class Sublayer:
+    """One attention sublayer of a sentence's forward pass: encoder ``layer`` (1-based), its key in the
+    layer (``"0:dman"``), the mechanism ``name``, the module and its maps (batch dimension removed)."""
+
+    layer: int
+    key: str
+    name: str
+    module: nn.Module
+    maps: dict[str, torch.Tensor]
+
+
+@dataclass
+class SentenceMaps:
+    """The attention maps of one sentence through a model's encoder.
+
+    ``tokens``: the sentence as the model read it (tokenised, lowercased when training was);
+    ``unknown``: positions of tokens outside the vocabulary (read as ``<unk>``); ``layers``: per encoder
+    layer, bottom first, ``{key: maps}`` with the batch dimension removed; ``modules``: the matching
+    attention modules; ``layer_names``: the recipe of each layer; ``pool``: the source2token pooling
+    weights ``(n, d)`` or ``None``.
+    """
+
+    tokens: tuple[str, ...]
+    unknown: tuple[int, ...]
+    layers: list[dict[str, dict[str, torch.Tensor]]]
+    modules: list[dict[str, nn.Module]]
+    layer_names: list[str]
+    pool: torch.Tensor | None
+
+    def select(self, layers: Sequence[int] | None = None, mechanism: str | None = None) -> list[Sublayer]:
+        """The attention sublayers of ``layers`` (1-based, default all) whose mechanism is ``mechanism``
+        (see :func:`find_sublayers`), bottom first, with their maps."""
+        return [Sublayer(layer, key, key.split(":", 1)[1], self.modules[layer - 1][key], self.layers[layer - 1][key])
+                for layer, key in find_sublayers(self.modules, self.layer_names, layers, mechanism)]
+
+
+def describe_layers(layer_names: Sequence[str]) -> str:
+    return ", ".join(f"{i}: {name}" for i, name in enumerate(layer_names, start=1))
+
+
+def check_layers(layers: Sequence[int] | None, layer_names: Sequence[str]) -> list[int]:
+    """``layers`` (1-based) checked against the encoder's depth; ``None`` = every layer."""
+    count = len(layer_names)
+    if layers is None:
+        return list(range(1, count + 1))
+    if isinstance(layers, (str, int)) or not isinstance(layers, Sequence) or not layers:
+        raise TypeError(f"layers must be a non-empty list of 1-based layer indices, got {describe(layers)}")
+    for layer in layers:
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= count:
+            raise ValueError(f"layer {layer!r} is out of range: the encoder has {count} layer{'s' if count > 1 else ''} "
+                             f"(1..{count}; {describe_layers(layer_names)})")
+    return list(layers)
+
+
+def find_sublayers(modules: Sequence[dict[str, nn.Module]], layer_names: Sequence[str],
+                   layers: Sequence[int] | None = None, mechanism: str | None = None) -> list[tuple[int, str]]:
+    """``(layer, key)`` of the attention sublayers (``modules`` as :meth:`maskattn.Encoder.attention_sublayers`)
+    in ``layers`` (1-based, default all) whose mechanism is ``mechanism`` (a registered name or ``san``;
+    default any), bottom first. ``ValueError`` for an unknown mechanism, a layer out of range, or when
+    nothing matches."""
+    chosen = check_layers(layers, layer_names)
+    if mechanism is not None and mechanism not in mechanism_names():
+        raise ValueError(f"unknown mechanism {mechanism!r}; expected one of {', '.join(mechanism_names())}")
+    found = [(layer, key) for layer in chosen for key in modules[layer - 1]
+             if mechanism is None or _kind(key.split(":", 1)[1]) == _kind(mechanism)]
+    if not found:
+        where = "the encoder" if layers is None else f"layer{'s' if len(chosen) > 1 else ''} {', '.join(map(str, chosen))}"
+        what = "attention sublayers" if mechanism is None else f"{mechanism!r} sublayers"
+        raise ValueError(f"{where} has no {what}; the encoder layers are {describe_layers(layer_names)}")
+    return found
+
+
+def load_for_maps(checkpoint: str | Path | LoadedModel, *, device: str = "cpu") -> LoadedModel:
+    """A checkpoint loaded through :func:`maskattn.train.api.load_model`, checked to have an attention
+    encoder to read maps from (a layer recipe, not a Bi-LSTM / CNN baseline)."""
+    loaded = checkpoint if isinstance(checkpoint, LoadedModel) else load_model(checkpoint, device=device)
+    encoder = loaded.config.model.encoder
+    if isinstance(encoder, str) and encoder.strip() in BASELINES:
+        raise ValueError(f"the model's encoder is the context-fusion baseline {encoder.strip()!r}, which has no "
+                         "attention maps; use a checkpoint of a layer-recipe encoder (e.g. 'mtsa', 'dman>san>ffn x6')")
+    sentence_encoder(loaded)
+    return loaded
+
+
+def sentence_encoder(loaded: LoadedModel) -> SentenceEncoder:
+    """The :class:`SentenceEncoder` of a loaded sentence / pair / tagger model."""
+    encoder = getattr(loaded.model, "encoder", None)
+    if not isinstance(encoder, SentenceEncoder):
+        raise ValueError(f"the model ({type(loaded.model).__name__}, model.type {loaded.config.model.type!r}) has no "
+                         "sentence encoder to read attention maps from")
+    return encoder
+
+
+def check_sentence(loaded: LoadedModel, sentence: str) -> tuple[str, ...]:
+    """``sentence`` tokenised exactly as training did (whitespace, lowercased with ``data.lowercase``);
+    ``ValueError`` for an empty sentence or one longer than the model allows (``data.max_len``, and the
+    positional table's ``model.max_len``)."""
+    if not isinstance(sentence, str):
+        raise TypeError(f"sentence must be a string, got {describe(sentence)}")
+    tokens = tokenize(sentence, lowercase=loaded.config.data.lowercase)
+    if not tokens:
+        raise ValueError("the sentence is empty; give at least one token")
+    limits = []
+    if loaded.config.data.max_len:
+        limits.append((loaded.config.data.max_len, "data.max_len: longer inputs were truncated in training"))
+    if loaded.config.model.positional != "none":
+        limits.append((loaded.config.model.max_len, f"model.max_len of its {loaded.config.model.positional} "
+                                                    "positional encoding"))
+    for limit, why in limits:
+        if len(tokens) > limit:
+            raise ValueError(f"the sentence has {len(tokens)} tokens but the model takes at most {limit} ({why}); "
+                             "shorten it")
+    return tokens
+
+
+@torch.no_grad()
+def sentence_maps(checkpoint: str | Path | LoadedModel, sentence: str, *, device: str = "cpu") -> SentenceMaps:
+    """Run ``sentence`` through the encoder of ``checkpoint`` (a path or a :class:`LoadedModel`) once, in
+    evaluation mode, and return every attention sublayer's maps and the pooling weights."""
+    loaded = load_for_maps(checkpoint, device=device)
+    tokens = check_sentence(loaded, sentence)
+    encoder = sentence_encoder(loaded)
+    ids = torch.tensor([loaded.vocab.encode(tokens)], device=next(encoder.parameters()).device)  # (1, n)
+    padding = torch.zeros_like(ids, dtype=torch.bool)  # (1, n), True = padding: none
+    was_training = encoder.training
+    encoder.eval()  # no dropout: the maps of the trained model itself
+    try:
+        layers, pool = encoder.attention_maps(ids, padding)
+    finally:
+        encoder.train(was_training)
+    unknown = tuple(i for i, t in enumerate(ids[0].tolist()) if t == loaded.vocab.unk_id)
+    stacks = encoder.fusion.encoder
+    return SentenceMaps(
+        tokens=tokens,
+        unknown=unknown,
+        layers=[{key: {name: m[0].cpu() for name, m in maps.items()} for key, maps in layer.items()} for layer in layers],
+        modules=stacks.attention_sublayers(),
+        layer_names=list(stacks.layer_names),
+        pool=None if pool is None else pool[0].cpu(),
+    )
