@@ -1,4 +1,4 @@
-"""The ``maskattn`` command line: ``train``, ``eval``, ``predict``, ``list``, ``demo``.
+"""The ``maskattn`` command line: ``train``, ``eval``, ``predict``, ``translate``, ``list``, ``demo``.
 
 ``maskattn train`` with no arguments runs the embedded default job (the synthetic order task, MTSA vs
 multi-head attention). Multi-process data-parallel training: ``torchrun --nproc_per_node N -m maskattn.cli
@@ -83,18 +83,69 @@ def train(
 @app.command("eval")
 def eval_(
     checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="a .safetensors checkpoint"),
-    data: Path = typer.Option(..., "--data", help="labelled file to evaluate on"),
+    data: Path = typer.Option(None, "--data", help="classifiers: labelled file to evaluate on"),
     format: str = typer.Option(None, "--format", help="tsv, trec, trec_fine, nli, conll (default: the checkpoint's)"),
+    src: Path = typer.Option(None, "--src", help="translation: source sentences, one per line"),
+    ref: Path = typer.Option(None, "--ref", help="translation: reference translations, line-aligned with --src"),
+    beam: int = typer.Option(5, "--beam", help="translation: beam size (1 = greedy)"),
+    length_penalty: float = typer.Option(0.6, "--length-penalty", help="translation: beam-search length penalty α"),
+    batch_size: int = typer.Option(64, "--batch-size", help="translation: sentences per decoding batch"),
     device: str = typer.Option("cpu", "--device"),
 ):
-    """Evaluate a checkpoint on a labelled file; prints the metrics as JSON."""
-    from .train.api import evaluate_file
+    """Evaluate a checkpoint; prints the metrics as JSON. Classifiers: --data FILE. Translation: --src FILE
+    --ref FILE (sacreBLEU BLEU and chrF with their signatures)."""
+    from .train.api import evaluate_file, evaluate_translation
 
     try:
-        metrics = evaluate_file(checkpoint, data, format=format, device=device)
+        if src is not None or ref is not None:
+            if src is None or ref is None or data is not None:
+                raise ValueError("translation evaluation takes both --src FILE and --ref FILE (and no --data)")
+            metrics = evaluate_translation(checkpoint, src, ref, beam=beam, length_penalty=length_penalty,
+                                           batch_size=batch_size, device=device, on_truncate=_warn_truncated)
+        elif data is None:
+            raise ValueError("nothing to evaluate: pass --data FILE (classifiers) or --src FILE --ref FILE "
+                             "(translation)")
+        else:
+            metrics = evaluate_file(checkpoint, data, format=format, device=device)
     except (ValueError, TypeError) as exc:
         _fail(exc)
     Console().print_json(json.dumps(metrics))
+
+
+def _warn_truncated(lines: list[int]) -> None:
+    """Translation inputs longer than the model's max_len are truncated: say which, on stderr."""
+    shown = ", ".join(map(str, lines[:10])) + (", …" if len(lines) > 10 else "")
+    Console(stderr=True).print(f"[yellow]warning:[/yellow] {len(lines)} input line(s) longer than the model's "
+                               f"max_len were truncated to fit: line(s) {shown}", markup=True, highlight=False)
+
+
+@app.command()
+def translate(
+    checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="a translation .safetensors checkpoint"),
+    input: Path = typer.Option(None, "--input", "-i", help="source sentences, one per line (default: stdin)"),
+    output: Path = typer.Option(None, "--output", "-o", help="write translations here (default: stdout)"),
+    beam: int = typer.Option(5, "--beam", help="beam size (1 = greedy)"),
+    length_penalty: float = typer.Option(0.6, "--length-penalty", help="GNMT length penalty α of beam search"),
+    batch_size: int = typer.Option(64, "--batch-size", help="sentences per decoding batch"),
+    device: str = typer.Option("cpu", "--device"),
+):
+    """Translate sentences, one per line: one output line per input line (an empty line stays empty; a line
+    longer than the model's max_len is truncated, with a warning on stderr)."""
+    from .data.parallel import read_text_lines, split_lines
+    from .train.api import load_translator
+
+    try:
+        translator = load_translator(checkpoint, device=device)
+        lines = read_text_lines(input) if input is not None else split_lines(sys.stdin.read())
+        outputs = translator.translate(lines, beam=beam, length_penalty=length_penalty, batch_size=batch_size,
+                                       on_truncate=_warn_truncated)
+        text = "".join(line + "\n" for line in outputs)
+        if output is not None:
+            output.write_text(text, encoding="utf-8")
+    except (ValueError, TypeError, OSError) as exc:
+        _fail(exc)
+    if output is None:
+        typer.echo(text, nl=False)
 
 
 @app.command()

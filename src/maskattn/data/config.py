@@ -15,6 +15,13 @@ class DataConfig:
     ``trec``, ``trec_fine``, ``nli``, ``conll``), ``hf`` (Hugging Face ``datasets``: ``hf_name``,
     ``hf_config``, ``hf_data_files``, ``text_field``/``label_field`` or ``pair_fields``) or ``order`` (the
     synthetic order task: ``order_sizes`` train/dev/test, ``order_lengths`` min/max).
+
+    Translation (``model.type: seq2seq``) reads ``format: parallel``: ``train``/``dev``/``test`` are file
+    *prefixes* inside ``dir`` and the files are ``<prefix>.<src_lang>`` / ``<prefix>.<tgt_lang>``
+    (:mod:`maskattn.data.parallel`). A joint ``subword`` model (``bpe`` or ``unigram``, at most
+    ``subword_vocab`` pieces) is trained on both sides of the train split; training batches hold at most
+    ``max_tokens`` padded tokens; ``max_len`` (default: ``model.max_len``) bounds a side in subwords and
+    ``overlong`` says what happens to longer training pairs (``filter`` or ``truncate``).
     """
 
     source: str = "files"
@@ -41,3 +48,9 @@ class DataConfig:
     pair_fields: list | None = None
     order_sizes: list = field(default_factory=lambda: [4000, 500, 1000])
     order_lengths: list = field(default_factory=lambda: [8, 24])
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+    subword: str = "bpe"
+    subword_vocab: int = 8000
+    max_tokens: int = 4096
+    overlong: str = "filter"

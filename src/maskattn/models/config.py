@@ -6,20 +6,27 @@ from dataclasses import dataclass, field
 
 __all__ = ["ModelConfig", "MODEL_TYPES"]
 
-MODEL_TYPES = ("sentence", "pair", "tagger")
+MODEL_TYPES = ("sentence", "pair", "tagger", "seq2seq")
 
 
 @dataclass
 class ModelConfig:
     """What to build (see :func:`maskattn.models.build_model`).
 
-    ``type``: ``sentence`` (:class:`SentenceClassifier`), ``pair`` (:class:`PairClassifier`, NLI) or
-    ``tagger`` (:class:`SequenceTagger`). ``encoder``: a context-fusion baseline name (``bilstm``,
-    ``bigru``, ``multi_cnn``, ``hrchy_cnn``) or a layer recipe (``"mtsa"``, ``"mha x2"``,
-    ``"dman>san>ffn x6"``; :func:`maskattn.encoder.parse_recipe`) with ``ffn``, ``ffn_dim``, ``norm``,
-    ``positional``, ``num_heads``, ``attention_dropout`` and ``backend`` applying to recipes and
-    ``encoder_options`` to baselines. ``embed_scale``: factor on the word vectors (default: ``√d_model``
+    ``type``: ``sentence`` (:class:`SentenceClassifier`), ``pair`` (:class:`PairClassifier`, NLI),
+    ``tagger`` (:class:`SequenceTagger`) or ``seq2seq`` (:class:`Seq2Seq`, translation). ``encoder``: a
+    context-fusion baseline name (``bilstm``, ``bigru``, ``multi_cnn``, ``hrchy_cnn``) or a layer recipe
+    (``"mtsa"``, ``"mha x2"``, ``"dman>san>ffn x6"``; :func:`maskattn.encoder.parse_recipe`) with ``ffn``,
+    ``ffn_dim``, ``norm``, ``positional``, ``num_heads``, ``attention_dropout`` and ``backend`` applying to
+    recipes and ``encoder_options`` to baselines. ``embed_scale``: factor on the word vectors (default: ``√d_model``
     with sinusoidal positions, as in Vaswani et al. 2017, else 1).
+
+    ``seq2seq`` takes its layer recipes from ``preset`` (``transformer``, ``man``, ``csan``,
+    ``mtsa-encoder``; :attr:`Seq2Seq.PRESETS`) with ``encoder_layers`` / ``decoder_layers`` changing the
+    depths — or, without a preset, from ``encoder`` and ``decoder``. It also uses ``d_model``, ``num_heads``,
+    ``ffn_dim``, ``dropout``, ``attention_dropout``, ``norm``, ``positional``, ``max_len`` (longest source
+    or target in subwords), ``backend``, ``share_embeddings`` (one embedding matrix for source and target;
+    they share the joint subword vocabulary) and ``tie_output`` (output projection = target embeddings).
     """
 
     type: str = "sentence"
@@ -42,3 +49,9 @@ class ModelConfig:
     activation: str = "relu"
     freeze_embeddings: bool = False
     embed_scale: float | None = None
+    preset: str | None = None
+    decoder: str | list | None = None
+    encoder_layers: int | None = None
+    decoder_layers: int | None = None
+    share_embeddings: bool = False
+    tie_output: bool = True

@@ -1,7 +1,8 @@
 """Training toolkit: configuration, trainer (schedules, clipping, AMP, evaluation, best checkpoint, early
-stopping, exact resume, DDP), atomic safetensors checkpoints, metrics files, the embedded default job."""
+stopping, exact resume, DDP) for classifiers and translation, atomic safetensors checkpoints, metrics files,
+the embedded default job."""
 
-from .api import LoadedModel, evaluate_file, load_model, predict, resume, train
+from .api import LoadedModel, evaluate_file, evaluate_translation, load_model, load_translator, predict, resume, train
 from .checkpoint import FORMAT, Checkpoint, load_checkpoint, save_checkpoint
 from .config import LoopConfig, OptimConfig, RunConfig, from_dict, list_presets, load_config, preset_path
 from .default_job import DEFAULT_JOB, run_default_job
@@ -9,7 +10,7 @@ from .logger import MetricsLogger, read_metrics
 from .trainer import Trainer, load_weights
 
 __all__ = [
-    "train", "resume", "LoadedModel", "load_model", "evaluate_file", "predict",
+    "train", "resume", "LoadedModel", "load_model", "evaluate_file", "predict", "load_translator", "evaluate_translation",
     "FORMAT", "Checkpoint", "load_checkpoint", "save_checkpoint",
     "RunConfig", "OptimConfig", "LoopConfig", "from_dict", "load_config", "list_presets", "preset_path",
     "DEFAULT_JOB", "run_default_job", "MetricsLogger", "read_metrics", "Trainer", "load_weights",

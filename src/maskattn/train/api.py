@@ -1,5 +1,6 @@
 """The toolkit's entry points: train a configuration, load a trained model, evaluate it on a labelled
-file, predict labels for raw text."""
+file, predict labels for raw text; for translation checkpoints load a :class:`Translator` and score a
+source file against a reference file."""
 
 from __future__ import annotations
 
@@ -13,13 +14,17 @@ from ..data.batching import encode_examples
 from ..data.examples import PairExample, TextExample
 from ..data.readers import READERS, tokenize
 from ..data.vocab import LabelSet, Vocabulary
+from ..data.parallel import read_parallel
 from ..models.factory import build_model
-from .checkpoint import load_checkpoint
+from ..translation import Translator, corpus_scores
+from .checkpoint import Checkpoint, load_checkpoint
 from .config import RunConfig, from_dict
 from .evaluation import evaluate, predict_ids
+from .tasks import subword_from_checkpoint
 from .trainer import Trainer, load_weights, resolve_device
 
-__all__ = ["train", "resume", "LoadedModel", "load_model", "evaluate_file", "predict"]
+__all__ = ["train", "resume", "LoadedModel", "load_model", "evaluate_file", "predict", "load_translator",
+           "evaluate_translation"]
 
 
 def train(cfg: RunConfig, *, console: Console | None = None) -> dict:
@@ -44,8 +49,12 @@ class LoadedModel:
 
 
 def load_model(path: str | Path, *, device: str = "cpu") -> LoadedModel:
-    """Rebuild the model of a checkpoint from its own configuration and vocabulary, and load the weights."""
+    """Rebuild the (classification) model of a checkpoint from its own configuration and vocabulary, and
+    load the weights. A translation checkpoint raises ``ValueError`` pointing to :func:`load_translator`."""
     ckpt = load_checkpoint(path)
+    if ckpt.model_type == "seq2seq":
+        raise ValueError(f"checkpoint {path} holds a translation (seq2seq) model; use `maskattn translate` or "
+                         "`maskattn eval --src FILE --ref FILE` (Python: load_translator)")
     cfg = from_dict(RunConfig, ckpt.config)
     vocab, labels = Vocabulary(ckpt.vocab), LabelSet(ckpt.labels)
     model = build_model(cfg.model, len(vocab), len(labels), pad_id=Vocabulary.pad_id)
@@ -90,3 +99,36 @@ def predict(path: str | Path | LoadedModel, texts: list[str], *, batch_size: int
     ids = predict_ids(loaded.model, items, batch_size=batch_size, device=resolve_device(device))
     return [loaded.labels.decode(p) if isinstance(p, list) else loaded.labels.itos[p] for p in ids]
 
+
+
+def _translation_checkpoint(path: str | Path) -> Checkpoint:
+    ckpt = load_checkpoint(path)
+    if ckpt.model_type != "seq2seq":
+        raise ValueError(f"checkpoint {path} holds a {ckpt.model_type!r} model, not a translation model "
+                         "(model.type seq2seq); use `maskattn predict` or `maskattn eval --data FILE` for it")
+    return ckpt
+
+
+def load_translator(path: str | Path, *, device: str = "cpu") -> Translator:
+    """A :class:`~maskattn.translation.Translator` from a translation checkpoint: its own configuration,
+    subword model and weights."""
+    ckpt = _translation_checkpoint(path)
+    cfg = from_dict(RunConfig, ckpt.config)
+    subword = subword_from_checkpoint(ckpt)
+    model = build_model(cfg.model, len(subword), 0)
+    load_weights(model, ckpt)
+    torch_device = resolve_device(device)
+    return Translator(model.to(torch_device).eval(), subword, max_len=cfg.data.max_len or cfg.model.max_len,
+                      device=torch_device)
+
+
+def evaluate_translation(path: str | Path | Translator, src_file: str | Path, ref_file: str | Path, *,
+                         beam: int = 5, length_penalty: float = 0.6, batch_size: int = 64, device: str = "cpu",
+                         on_truncate=None) -> dict:
+    """Translate ``src_file`` line by line and score it against ``ref_file`` (line-aligned; different line
+    counts raise ``ValueError``): sacreBLEU BLEU and chrF with their signatures."""
+    translator = path if isinstance(path, Translator) else load_translator(path, device=device)
+    text = read_parallel(src_file, ref_file)
+    hypotheses = translator.translate(text.source, beam=beam, length_penalty=length_penalty, batch_size=batch_size,
+                                      on_truncate=on_truncate)
+    return corpus_scores(hypotheses, text.target)

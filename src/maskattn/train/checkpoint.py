@@ -6,9 +6,10 @@ Layout of ``*.safetensors``:
 * tensors ``optim.<param>.<key>`` and ``rng.*`` — optimiser state and RNG states (only in resumable
   checkpoints, e.g. ``last.safetensors``);
 * string metadata: ``format`` (``maskattn-checkpoint/1``), ``config`` (the full resolved run
-  configuration, JSON), ``vocab`` and ``labels`` (JSON lists), ``model_type``, ``step``, and ``trainer``
-  (JSON: epoch, position in the epoch, best metric, scheduler state, optimiser hyper-parameters, the
-  Python / NumPy RNG states).
+  configuration, JSON), ``vocab`` and ``labels`` (JSON lists), ``model_type``, ``step``, ``extra`` (JSON:
+  what the task needs to feed the model text — for translation the subword model, base64 — and a
+  fingerprint of the training data) and ``trainer`` (JSON: epoch, position in the epoch, best metric,
+  scheduler state, optimiser hyper-parameters, the Python / NumPy RNG states).
 
 Writing goes to a temporary file in the same directory, which is flushed and ``fsync``-ed and then
 ``os.replace``-d over the target (and the directory is ``fsync``-ed), so a kill at any moment leaves either
@@ -20,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,8 +38,9 @@ FORMAT = "maskattn-checkpoint/1"
 
 @dataclass
 class Checkpoint:
-    """A loaded checkpoint: model weights, the run config (dict), vocabulary and labels, the step, and —
-    for resumable checkpoints — the trainer state and its tensors."""
+    """A loaded checkpoint: model weights, the run config (dict), vocabulary and labels, the step, the
+    task's ``extra`` data (e.g. the subword model), and — for resumable checkpoints — the trainer state and
+    its tensors."""
 
     path: Path
     model_state: dict[str, torch.Tensor]
@@ -49,6 +51,7 @@ class Checkpoint:
     step: int
     trainer: dict | None
     extra_tensors: dict[str, torch.Tensor]
+    extra: dict = field(default_factory=dict)
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -127,12 +130,14 @@ def optimizer_from_flat(optimizer: torch.optim.Optimizer, tensors: dict[str, tor
 
 def save_checkpoint(path: str | Path, *, model: torch.nn.Module, config: dict, vocab: list[str], labels: list[str],
                     model_type: str, step: int, trainer: dict | None = None,
-                    extra_tensors: dict[str, torch.Tensor] | None = None) -> Path:
-    """Write a checkpoint atomically; ``trainer`` / ``extra_tensors`` make it resumable."""
+                    extra_tensors: dict[str, torch.Tensor] | None = None, extra: dict | None = None) -> Path:
+    """Write a checkpoint atomically; ``trainer`` / ``extra_tensors`` make it resumable; ``extra``: JSON data
+    of the task (stored as metadata)."""
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     tensors.update(extra_tensors or {})
     metadata = {"format": FORMAT, "config": json.dumps(config), "vocab": json.dumps(vocab),
-                "labels": json.dumps(labels), "model_type": model_type, "step": str(step)}
+                "labels": json.dumps(labels), "model_type": model_type, "step": str(step),
+                "extra": json.dumps(extra or {})}
     if trainer is not None:
         metadata["trainer"] = json.dumps(trainer)
     atomic_write_bytes(path, safetensors_bytes(tensors, metadata=metadata))
@@ -154,7 +159,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     if metadata.get("format") != FORMAT:
         raise ValueError(f"{path} is not a maskattn checkpoint (format {metadata.get('format')!r}, expected {FORMAT!r})")
     model_state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
-    extra = {k: v for k, v in tensors.items() if not k.startswith("model.")}
+    extra_tensors = {k: v for k, v in tensors.items() if not k.startswith("model.")}
     trainer = json.loads(metadata["trainer"]) if "trainer" in metadata else None
     return Checkpoint(path, model_state, json.loads(metadata["config"]), json.loads(metadata["vocab"]),
-                      json.loads(metadata["labels"]), metadata["model_type"], int(metadata["step"]), trainer, extra)
+                      json.loads(metadata["labels"]), metadata["model_type"], int(metadata["step"]), trainer,
+                      extra_tensors, json.loads(metadata.get("extra", "{}")))

@@ -27,7 +27,8 @@ class OptimConfig:
     ``weight_decay``: L2 penalty (coupled for adam/adadelta/sgd, decoupled for adamw); ``schedule``:
     ``constant``, ``warmup`` (linear warm-up then constant), ``inverse_sqrt`` (warm-up then 1/√step),
     ``plateau`` (× ``plateau_factor`` after ``plateau_patience`` evaluations without improvement);
-    ``clip_norm``: gradient-norm clipping (0 = off)."""
+    ``clip_norm``: gradient-norm clipping (0 = off); ``label_smoothing``: ε of the label-smoothed
+    cross-entropy training loss (``None``: 0.1 for translation, 0 for classification)."""
 
     name: str = "adam"
     lr: float = 1e-3
@@ -42,6 +43,7 @@ class OptimConfig:
     plateau_patience: int = 2
     min_lr: float = 0.0
     clip_norm: float = 0.0
+    label_smoothing: float | None = None
 
 
 @dataclass
@@ -49,7 +51,11 @@ class LoopConfig:
     """The training loop. ``max_steps`` / ``max_epochs``: stop at whichever comes first (0 = no limit
     for that one); ``eval_every``: steps between dev evaluations and checkpoints (0 = once per epoch);
     ``patience``: stop after this many evaluations without a better ``metric`` (0 = never); ``amp``:
-    mixed precision (bfloat16/float16 autocast on CUDA only); ``device``: ``auto``, ``cpu``, ``cuda``."""
+    mixed precision (bfloat16/float16 autocast on CUDA only); ``device``: ``auto``, ``cpu``, ``cuda``.
+    ``metric``: ``accuracy``, ``f1`` (taggers), ``loss``; for translation ``bleu``, ``chrf`` (greedy or
+    ``eval_beam`` decoding of the dev set) or ``loss`` (dev cross-entropy per target token, much faster).
+    Translation only: ``eval_beam`` / ``test_beam`` (beam sizes for dev and for the final test scores; 1 =
+    greedy) and ``length_penalty`` (of beam search)."""
 
     seed: int = 0
     batch_size: int = 64
@@ -66,6 +72,9 @@ class LoopConfig:
     progress: bool = True
     log_every: int = 10
     keep_last: bool = True
+    eval_beam: int = 1
+    test_beam: int = 5
+    length_penalty: float = 0.6
 
 
 @dataclass

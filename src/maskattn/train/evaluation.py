@@ -13,10 +13,13 @@ from .metrics import accuracy, span_f1
 __all__ = ["summed_loss", "evaluate", "predict_ids"]
 
 
-def summed_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy summed over examples (``(B, C)`` logits) or non-padding tokens (``(B, n, C)``)."""
+def summed_loss(logits: torch.Tensor, labels: torch.Tensor, *, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Cross-entropy summed over examples (``(B, C)`` logits) or tokens (``(B, n, C)``), skipping targets equal
+    to ``IGNORE_INDEX`` (padding). With ``label_smoothing`` ε the target distribution is ``(1 − ε)`` on the
+    label plus ``ε / C`` on every class (Szegedy et al. 2016), i.e. per term
+    ``(1 − ε) · (−log p_y) + ε · mean_c(−log p_c)``."""
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
-                           ignore_index=IGNORE_INDEX, reduction="sum")
+                           ignore_index=IGNORE_INDEX, reduction="sum", label_smoothing=label_smoothing)
 
 
 def _batches(items: list[dict], batch_size: int):

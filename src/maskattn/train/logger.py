@@ -10,7 +10,8 @@ from pathlib import Path
 
 __all__ = ["MetricsLogger", "COLUMNS", "read_metrics"]
 
-COLUMNS = ("step", "epoch", "split", "loss", "accuracy", "f1", "lr", "examples_per_s", "elapsed_s")
+COLUMNS = ("step", "epoch", "split", "loss", "accuracy", "f1", "lr", "examples_per_s", "elapsed_s", "ppl", "bleu",
+           "chrf", "tokens_per_s")
 
 
 def read_metrics(path: str | Path) -> list[dict]:

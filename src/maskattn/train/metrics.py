@@ -1,4 +1,5 @@
-"""Evaluation metrics: accuracy, and BIO chunk F1 for tagging (exact span match, CoNLL style)."""
+"""Evaluation metrics: accuracy, and BIO chunk F1 for tagging (exact span match, CoNLL style); translation's
+BLEU and chrF come from sacreBLEU (:func:`maskattn.translation.corpus_scores`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Sequence
 
 __all__ = ["accuracy", "bio_spans", "span_f1", "METRICS"]
 
-METRICS = ("accuracy", "f1", "loss")
+METRICS = ("accuracy", "f1", "loss", "bleu", "chrf")
 
 
 def accuracy(predictions: Sequence[int], targets: Sequence[int]) -> float:

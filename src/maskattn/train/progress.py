@@ -1,4 +1,4 @@
-"""A rich progress bar for training: step count, loss, speed (examples/s) and ETA."""
+"""A rich progress bar for training: step count, loss, speed (examples/s or tokens/s) and ETA."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ __all__ = ["TrainProgress"]
 
 
 class TrainProgress:
-    """``with TrainProgress(total, console, enabled) as bar: bar.update(step, loss=…, speed=…)``."""
+    """``with TrainProgress(total, console, enabled) as bar: bar.update(step, loss=…, speed=…)``; ``unit``
+    labels the speed (``ex`` → "ex/s", ``tok`` → "tok/s")."""
 
     def __init__(self, total: int, *, console: Console | None = None, enabled: bool = True, start: int = 0,
-                 description: str = "train"):
+                 description: str = "train", unit: str = "ex"):
         self.enabled = enabled
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[speed]} ex/s"),
+                                 TextColumn("loss {task.fields[loss]}"),
+                                 TextColumn("{task.fields[speed]} " + unit + "/s"),
                                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                                  console=console, transient=False, disable=not enabled)
         self.task = self.progress.add_task(description, total=total, completed=start, loss="-", speed="-")

@@ -1,9 +1,13 @@
 """The training loop: optimiser and schedule, gradient clipping, mixed precision on GPU, evaluation every
 N steps, best-checkpoint selection, early stopping, exact resume, DDP, progress bar and metrics files.
 
-Resume determinism: the batch order is a pure function of (seed, epoch) (:class:`BucketBatchSampler`), and
-a resumable checkpoint stores the position in the epoch, the optimiser and scheduler states and the torch /
-Python / NumPy RNG states (dropout), so a resumed run reproduces the uninterrupted run's loss curve.
+One loop serves every model type; what differs (data, batches, model, loss, metrics, what a checkpoint
+carries) lives in a task (:mod:`maskattn.train.tasks`): classification or translation.
+
+Resume determinism: the batch order is a pure function of (seed, epoch) (:class:`BucketBatchSampler`,
+:class:`TokenBatchSampler`), and a resumable checkpoint stores the position in the epoch, the optimiser and
+scheduler states and the torch / Python / NumPy RNG states (dropout), so a resumed run reproduces the
+uninterrupted run's loss curve.
 """
 
 from __future__ import annotations
@@ -20,19 +24,15 @@ import yaml
 from rich.console import Console
 from torch.nn.parallel import DistributedDataParallel
 
-from ..data.batching import BucketBatchSampler, collate
-from ..data.pipeline import PreparedData, prepare_data
-from ..data.vocab import LabelSet, Vocabulary
-from ..models.factory import build_model
 from .checkpoint import (Checkpoint, capture_rng, load_checkpoint, optimizer_from_flat, optimizer_to_flat,
                          restore_rng, save_checkpoint)
 from .config import RunConfig, from_dict
 from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_distributed
-from .evaluation import evaluate, summed_loss
 from .logger import MetricsLogger
 from .metrics import METRICS
 from .optim import build_optimizer, build_scheduler
 from .progress import TrainProgress
+from .tasks import Task, build_task
 
 __all__ = ["Trainer", "resolve_device", "seed_everything"]
 
@@ -63,7 +63,7 @@ class Trainer:
     """Train one model described by a :class:`RunConfig`.
 
     ``Trainer(cfg).fit()`` trains and returns a summary (best dev metric, its step, test metrics of the
-    best checkpoint, paths). ``Trainer.resume(path)`` continues from a resumable checkpoint
+    best checkpoint, training throughput, paths). ``Trainer.resume(path)`` continues from a resumable checkpoint
     (``last.safetensors``). Under ``torchrun`` every process runs the same code (DDP).
     """
 
@@ -85,13 +85,15 @@ class Trainer:
         self.out_dir = Path(loop.out_dir)
         ckpt = _checkpoint
         seed_everything(loop.seed)
-        vocab = Vocabulary(ckpt.vocab) if ckpt else None
-        labels = LabelSet(ckpt.labels) if ckpt else None
-        self.data: PreparedData = prepare_data(cfg.data, vocab=vocab, labels=labels,
-                                               embed_dim=cfg.model.embed_dim or cfg.model.d_model)
-        self.sampler = BucketBatchSampler(self.data.train, loop.batch_size, seed=loop.seed)
-        self.model = build_model(cfg.model, len(self.data.vocab), len(self.data.labels),
-                                 pad_id=Vocabulary.pad_id, pretrained=self.data.vectors).to(self.device)
+        if ckpt is not None and ckpt.model_type != cfg.model.type:
+            raise ValueError(f"checkpoint {ckpt.path} holds a {ckpt.model_type!r} model, the config a "
+                             f"{cfg.model.type!r} model")
+        self.task: Task = build_task(cfg, self.device, ckpt)
+        if loop.metric not in self.task.metrics:
+            raise ValueError(f"train.metric {loop.metric!r} is not computed for model.type {cfg.model.type!r}; "
+                             f"expected one of {', '.join(self.task.metrics)}")
+        self.sampler = self.task.sampler
+        self.model = self.task.model.to(self.device)
         self.optimizer = build_optimizer(cfg.optim, self.model)
         self.scheduler = build_scheduler(cfg.optim, self.optimizer)
         self.step, self.epoch, self.position = 0, 0, 0
@@ -124,9 +126,6 @@ class Trainer:
         return cls(from_dict(RunConfig, config), console=console, _checkpoint=ckpt)
 
     def _restore(self, ckpt: Checkpoint) -> None:
-        if ckpt.model_type != self.cfg.model.type:
-            raise ValueError(f"checkpoint {ckpt.path} holds a {ckpt.model_type!r} model, the config a "
-                             f"{self.cfg.model.type!r} model")
         load_weights(self.model, ckpt)
         state = ckpt.trainer
         optimizer_from_flat(self.optimizer, ckpt.extra_tensors, state["optimizer"])
@@ -150,23 +149,22 @@ class Trainer:
                        "optimizer": optim_meta, "scheduler": self.scheduler.state_dict()}
             extra = {**rng_tensors, **optim_tensors}
         return save_checkpoint(self.out_dir / f"{name}.safetensors", model=self.model, config=self.cfg.to_dict(),
-                               vocab=self.data.vocab.to_list(), labels=self.data.labels.itos,
-                               model_type=self.cfg.model.type, step=self.step, trainer=trainer, extra_tensors=extra)
+                               model_type=self.cfg.model.type, step=self.step, trainer=trainer, extra_tensors=extra,
+                               **self.task.checkpoint_fields())
 
     # --- one step ---------------------------------------------------------------------------------------
 
     def _train_step(self, indices: list[int]) -> tuple[float, int]:
-        """One optimiser step on the global batch ``indices``; returns (global mean loss, examples)."""
+        """One optimiser step on the global batch ``indices``; returns (global mean loss, throughput units:
+        examples or target tokens)."""
         world, rank = self.dist.world_size, self.dist.rank
-        items = [self.data.train[i] for i in indices]
-        global_count = collate(items).count
-        local = items[rank::world]
+        global_count = self.task.loss_terms(indices)
+        local = indices[rank::world]
         module = self.ddp or self.model
         module.train()
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
             if local:
-                batch = collate(local).to(self.device)
-                loss_sum = summed_loss(module(**batch.inputs), batch.labels)
+                loss_sum = self.task.loss_sum(module, local)
             else:  # an empty shard still joins DDP's gradient all-reduce
                 loss_sum = sum(p.sum() for p in module.parameters()) * 0.0
         loss = loss_sum * (world / global_count)
@@ -184,15 +182,13 @@ class Trainer:
         if self.cfg.optim.schedule != "plateau":
             self.scheduler.step()
         total = all_reduce_sum(loss_sum.detach().float().reshape(1), self.dist)
-        return float(total) / global_count, len(indices)
+        return float(total) / global_count, self.task.throughput_units(indices)
 
     # --- evaluation -------------------------------------------------------------------------------------
 
     def evaluate(self, split: str) -> dict[str, float]:
         """Metrics of the current model on ``dev`` or ``test`` (every rank computes the same numbers)."""
-        items = getattr(self.data, split)
-        return evaluate(self.model, items, self.data.labels, batch_size=self.cfg.train.eval_batch_size,
-                        device=self.device)
+        return self.task.evaluate(self.model, split)
 
     def _evaluate_and_checkpoint(self) -> bool:
         """Dev evaluation, best / last checkpoints, schedule and early stopping; True = stop."""
@@ -231,31 +227,36 @@ class Trainer:
         loop = self.cfg.train
         total = self.total_steps()
         self._start = time.perf_counter()
-        window_loss, window_examples, window_start, window_steps = 0.0, 0, time.perf_counter(), 0
+        speed_key = f"{self.task.unit}_per_s"
+        self._train_units, self._train_seconds = 0, 0.0  # throughput of the training steps alone
+        window_loss, window_units, window_start, window_steps = 0.0, 0, time.perf_counter(), 0
         stop = self.step >= total
         interrupted = False
         try:
             with TrainProgress(total, console=self.console, enabled=loop.progress and self.dist.is_main,
-                               start=self.step) as bar:
+                               start=self.step, unit="tok" if self.task.unit == "tokens" else "ex") as bar:
                 while not stop:
                     batches = self.sampler.batches(self.epoch)
                     while self.position < len(batches) and not stop:
-                        loss, examples = self._train_step(batches[self.position])
+                        step_start = time.perf_counter()
+                        loss, units = self._train_step(batches[self.position])
+                        self._train_seconds += time.perf_counter() - step_start
+                        self._train_units += units
                         if not math.isfinite(loss):
                             raise FloatingPointError(f"training loss is {loss} at step {self.step + 1}; lower "
                                                      "optim.lr or set optim.clip_norm")
                         self.step += 1
                         self.position += 1
                         window_loss += loss
-                        window_examples += examples
+                        window_units += units
                         window_steps += 1
                         if self.step % max(1, loop.log_every) == 0 or self.step == total:
-                            speed = window_examples / max(1e-9, time.perf_counter() - window_start)
+                            speed = window_units / max(1e-9, time.perf_counter() - window_start)
                             self.logger.log(step=self.step, epoch=self.epoch, split="train",
                                             loss=window_loss / window_steps, lr=self.optimizer.param_groups[0]["lr"],
-                                            examples_per_s=round(speed, 1), elapsed_s=self._elapsed())
+                                            **{speed_key: round(speed, 1)}, elapsed_s=self._elapsed())
                             bar.update(self.step, loss=window_loss / window_steps, speed=speed)
-                            window_loss, window_examples, window_steps = 0.0, 0, 0
+                            window_loss, window_units, window_steps = 0.0, 0, 0
                             window_start = time.perf_counter()
                         if self.position == len(batches):
                             self.epoch, self.position = self.epoch + 1, 0
@@ -288,7 +289,11 @@ class Trainer:
             load_weights(self.model, load_checkpoint(best))
         summary = {"best_dev": self.best_metric, "best_step": self.best_step, "steps": self.step,
                    "metric": self.cfg.train.metric, "out_dir": str(self.out_dir)}
-        if self.data.test:
+        if self._train_seconds > 0:  # this session's training steps (evaluation time excluded)
+            summary[f"{self.task.unit}_per_s"] = round(self._train_units / self._train_seconds, 1)
+        if self.task.data_summary():
+            summary["data"] = self.task.data_summary()
+        if self.task.has_split("test"):
             test = self.evaluate("test")
             summary["test"] = test
             self.logger.log(step=self.best_step or self.step, epoch=self.epoch, split="test", **test,

@@ -1,0 +1,105 @@
+"""Joint source/target subword model (sentencepiece BPE or unigram) for translation.
+
+One model is trained on the raw (untokenised) training text of *both* languages, so source and target share
+one vocabulary (and may share embeddings). Special ids are fixed: ``<pad>`` = 0, ``<unk>`` = 1,
+``<s>`` (bos) = 2, ``</s>`` (eos) = 3. The model is plain bytes (its serialized protobuf) and is stored inside
+every translation checkpoint, so a checkpoint is self-contained.
+
+Unseen characters: every character of the training text is kept in the vocabulary (character coverage 1.0),
+but a character that never occurred in training (e.g. a Chinese character in an English–German model) is
+encoded as ``<unk>`` (id 1) — never an error. Decoding renders ``<unk>`` as sentencepiece's ``⁇`` mark.
+
+Text is normalised with sentencepiece's default NFKC-based rule (``nmt_nfkc``) and decoding returns
+detokenised text (whitespace restored from the ``▁`` marks), ready for sacreBLEU.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Sequence
+
+import sentencepiece as spm
+
+__all__ = ["SubwordModel", "SUBWORD_TYPES", "PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID"]
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+SUBWORD_TYPES = ("bpe", "unigram")
+
+
+class SubwordModel:
+    """A trained sentencepiece model with the fixed special ids above.
+
+    ``SubwordModel.train(texts, vocab_size=8000)`` trains one; ``SubwordModel(proto)`` loads the bytes of
+    :attr:`proto` (e.g. from a checkpoint). ``encode(text)`` → ids without bos/eos; ``decode(ids)`` → text
+    (special ids are dropped).
+    """
+
+    pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
+
+    def __init__(self, proto: bytes):
+        if not isinstance(proto, (bytes, bytearray)) or not proto:
+            raise TypeError(f"proto must be the non-empty bytes of a sentencepiece model, got {type(proto).__name__}")
+        self.proto = bytes(proto)
+        self._sp = spm.SentencePieceProcessor()
+        try:
+            self._sp.LoadFromSerializedProto(self.proto)
+        except RuntimeError as exc:
+            raise ValueError(f"not a sentencepiece model ({exc})") from None
+        specials = (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id())
+        if specials != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+            raise ValueError(f"subword model has special ids pad/unk/bos/eos = {specials}; expected (0, 1, 2, 3)")
+
+    @classmethod
+    def train(cls, texts: Iterable[str], *, vocab_size: int = 8000, model_type: str = "bpe",
+              num_threads: int = 1) -> SubwordModel:
+        """Train on ``texts`` (raw sentences of both languages; empty ones are skipped).
+
+        ``vocab_size`` is an upper bound: on a small corpus the model gets fewer pieces rather than failing.
+        """
+        if model_type not in SUBWORD_TYPES:
+            raise ValueError(f"unknown subword model_type {model_type!r}; expected one of {', '.join(SUBWORD_TYPES)}")
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 8:
+            raise ValueError(f"vocab_size must be an int >= 8 (4 special ids + pieces), got {vocab_size!r}")
+        sentences = [t for t in texts if t.strip()]
+        if not sentences:
+            raise ValueError("cannot train a subword model on empty text")
+        writer = io.BytesIO()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences), model_writer=writer, model_type=model_type, vocab_size=vocab_size,
+            hard_vocab_limit=False, character_coverage=1.0, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID,
+            eos_id=EOS_ID, num_threads=num_threads, minloglevel=2)
+        return cls(writer.getvalue())
+
+    def __len__(self) -> int:
+        return self._sp.get_piece_size()
+
+    def pieces(self) -> list[str]:
+        """All pieces, indexed by id."""
+        return [self._sp.id_to_piece(i) for i in range(len(self))]
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of ``text`` (no bos/eos); unseen characters become ``unk_id``."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        return self._sp.encode(text)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return self._sp.encode(list(texts))
+
+    def tokenize(self, text: str) -> list[str]:
+        """The pieces of ``text`` (for inspection)."""
+        return self._sp.encode(text, out_type=str)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Detokenised text of ``ids``; pad/bos/eos are dropped, ``<unk>`` shows as ``⁇``."""
+        ids = [int(i) for i in ids]
+        bad = [i for i in ids if not 0 <= i < len(self)]
+        if bad:
+            raise ValueError(f"ids {bad[:5]} are outside the subword vocabulary (size {len(self)})")
+        return self._sp.decode([i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)])
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, SubwordModel) and self.proto == other.proto
+
+    def __repr__(self) -> str:
+        return f"SubwordModel(size={len(self)})"

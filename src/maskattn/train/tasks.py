@@ -1,0 +1,253 @@
+"""Tasks: what the :class:`~maskattn.train.Trainer` loop needs to know about a kind of model.
+
+A task builds the data, the batch sampler and the model, computes the summed training loss of a batch,
+evaluates a split, and says what a checkpoint must carry to feed the model text later. The loop itself
+(optimiser, schedule, clipping, AMP, DDP, evaluation cadence, checkpoints, resume, metrics files) is shared.
+
+* :class:`ClassificationTask` — sentence / pair classifiers and taggers (``model.type`` ``sentence``,
+  ``pair``, ``tagger``): example batches of ``train.batch_size``, cross-entropy, accuracy / F1.
+* :class:`TranslationTask` — ``model.type: seq2seq`` on parallel text: joint subword model, batches of at
+  most ``data.max_tokens`` tokens, label-smoothed cross-entropy per target token, dev loss / perplexity and
+  sacreBLEU BLEU / chrF of greedy or beam decoding.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+from pathlib import Path
+from typing import Protocol
+
+import torch
+import torch.nn as nn
+
+from ..data.batching import IGNORE_INDEX, BucketBatchSampler, collate
+from ..data.parallel import (ParallelText, TokenBatchSampler, collate_pairs, encode_pairs, parallel_paths,
+                             read_parallel)
+from ..data.pipeline import PreparedData, prepare_data
+from ..data.subword import PAD_ID, SUBWORD_TYPES, SubwordModel
+from ..data.vocab import LabelSet, Vocabulary
+from ..models.factory import build_model
+from ..translation import Translator, corpus_scores
+from .checkpoint import Checkpoint
+from .config import RunConfig
+from .evaluation import evaluate, summed_loss
+
+__all__ = ["Task", "ClassificationTask", "TranslationTask", "build_task", "subword_from_checkpoint"]
+
+TRANSLATION_LABEL_SMOOTHING = 0.1  # default ε for translation (Vaswani et al. 2017 §5.4)
+
+
+class Task(Protocol):
+    """The interface the trainer uses."""
+
+    unit: str  # what throughput counts: "examples" or "tokens" (target tokens)
+    metrics: tuple[str, ...]  # dev metrics that train.metric may select
+    model: nn.Module
+    sampler: BucketBatchSampler | TokenBatchSampler
+
+    def loss_terms(self, indices: list[int]) -> int:
+        """Number of loss terms in the batch (the normaliser of the mean loss)."""
+
+    def throughput_units(self, indices: list[int]) -> int:
+        """Examples / target tokens in the batch (for the ``*_per_s`` figures)."""
+
+    def loss_sum(self, module: nn.Module, indices: list[int]) -> torch.Tensor:
+        """Summed training loss of the train items ``indices`` (a scalar on the device)."""
+
+    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+        """Metrics of ``model`` on ``dev`` or ``test``."""
+
+    def has_split(self, split: str) -> bool:
+        """Is there data for ``split``?"""
+
+    def checkpoint_fields(self) -> dict:
+        """Keyword arguments ``vocab``, ``labels``, ``extra`` of :func:`save_checkpoint`."""
+
+    def data_summary(self) -> dict:
+        """Facts about the prepared data for the run summary (may be empty)."""
+
+
+def _label_smoothing(cfg: RunConfig, default: float) -> float:
+    eps = default if cfg.optim.label_smoothing is None else cfg.optim.label_smoothing
+    if not 0.0 <= eps < 1.0:
+        raise ValueError(f"optim.label_smoothing must be in [0, 1), got {eps!r}")
+    return eps
+
+
+class ClassificationTask:
+    """Sentence / pair classification and tagging on the readers of :mod:`maskattn.data`."""
+
+    unit = "examples"
+    metrics = ("accuracy", "f1", "loss")
+
+    def __init__(self, cfg: RunConfig, device: torch.device, checkpoint: Checkpoint | None = None):
+        if cfg.data.format == "parallel":
+            raise ValueError(f"data.format 'parallel' is translation data; set model.type=seq2seq (model.type is "
+                             f"{cfg.model.type!r})")
+        self.cfg, self.device = cfg, device
+        self.label_smoothing = _label_smoothing(cfg, 0.0)
+        vocab = Vocabulary(checkpoint.vocab) if checkpoint else None
+        labels = LabelSet(checkpoint.labels) if checkpoint else None
+        self.data: PreparedData = prepare_data(cfg.data, vocab=vocab, labels=labels,
+                                               embed_dim=cfg.model.embed_dim or cfg.model.d_model)
+        self.sampler = BucketBatchSampler(self.data.train, cfg.train.batch_size, seed=cfg.train.seed)
+        self.model = build_model(cfg.model, len(self.data.vocab), len(self.data.labels), pad_id=Vocabulary.pad_id,
+                                 pretrained=self.data.vectors)
+
+    def loss_terms(self, indices: list[int]) -> int:
+        return collate([self.data.train[i] for i in indices]).count
+
+    def throughput_units(self, indices: list[int]) -> int:
+        return len(indices)
+
+    def loss_sum(self, module: nn.Module, indices: list[int]) -> torch.Tensor:
+        batch = collate([self.data.train[i] for i in indices]).to(self.device)
+        return summed_loss(module(**batch.inputs), batch.labels, label_smoothing=self.label_smoothing)
+
+    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+        return evaluate(model, getattr(self.data, split), self.data.labels, batch_size=self.cfg.train.eval_batch_size,
+                        device=self.device)
+
+    def has_split(self, split: str) -> bool:
+        return bool(getattr(self.data, split))
+
+    def checkpoint_fields(self) -> dict:
+        return {"vocab": self.data.vocab.to_list(), "labels": self.data.labels.itos, "extra": {}}
+
+    def data_summary(self) -> dict:
+        return {}
+
+
+def subword_from_checkpoint(ckpt: Checkpoint) -> SubwordModel:
+    """The subword model stored in a translation checkpoint."""
+    encoded = ckpt.extra.get("subword_model")
+    if not encoded:
+        raise ValueError(f"checkpoint {ckpt.path} holds no subword model (not a translation checkpoint?)")
+    return SubwordModel(base64.b64decode(encoded))
+
+
+def _fingerprint(paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+class TranslationTask:
+    """Translation with a :class:`~maskattn.models.seq2seq.Seq2Seq` on line-aligned parallel files."""
+
+    unit = "tokens"
+    metrics = ("bleu", "chrf", "loss")
+
+    def __init__(self, cfg: RunConfig, device: torch.device, checkpoint: Checkpoint | None = None):
+        data = cfg.data
+        if data.format != "parallel":
+            raise ValueError(f"model.type seq2seq reads parallel text: set data.format=parallel (got {data.format!r})")
+        if data.source != "files":
+            raise ValueError(f"translation reads files (data.source=files), got data.source={data.source!r}")
+        if data.dir is None:
+            raise ValueError("data.dir is not set; pass the dataset folder, e.g. --data ../shared/data/multi30k")
+        if not Path(data.dir).is_dir():
+            raise ValueError(f"data.dir {data.dir} is not a directory")
+        if not data.train:
+            raise ValueError("data.train (the train file prefix inside data.dir, e.g. 'train') is not set")
+        if not data.dev:
+            raise ValueError("translation needs a dev split: set data.dev (file prefix, e.g. 'val')")
+        if data.lowercase:
+            raise ValueError("data.lowercase is not supported for translation (BLEU is computed on cased text)")
+        if data.subword not in SUBWORD_TYPES:
+            raise ValueError(f"unknown data.subword {data.subword!r}; expected one of {', '.join(SUBWORD_TYPES)}")
+        self.max_len = data.max_len or cfg.model.max_len
+        if self.max_len > cfg.model.max_len:
+            raise ValueError(f"data.max_len {data.max_len} exceeds model.max_len {cfg.model.max_len} (the longest "
+                             "sequence the model's positions cover)")
+        if self.max_len > data.max_tokens:
+            raise ValueError(f"data.max_tokens {data.max_tokens} is smaller than one sequence of data.max_len "
+                             f"{self.max_len}; raise data.max_tokens or lower data.max_len")
+        self.cfg, self.device = cfg, device
+        self.label_smoothing = _label_smoothing(cfg, TRANSLATION_LABEL_SMOOTHING)
+        self.text: dict[str, ParallelText] = {}
+        for split in ("train", "dev", "test"):
+            prefix = getattr(data, split)
+            if prefix:
+                self.text[split] = read_parallel(*parallel_paths(data.dir, prefix, data.src_lang, data.tgt_lang))
+        train = self.text["train"]
+        self.fingerprint = _fingerprint([train.src_path, train.tgt_path])
+        if checkpoint is not None:
+            if checkpoint.extra.get("train_sha256") != self.fingerprint:
+                raise ValueError(f"the train files {train.src_path} / {train.tgt_path} differ from the ones checkpoint "
+                                 f"{checkpoint.path} was trained on; resume with the same data")
+            self.subword = subword_from_checkpoint(checkpoint)
+        else:
+            self.subword = SubwordModel.train(train.source + train.target, vocab_size=data.subword_vocab,
+                                              model_type=data.subword, num_threads=max(1, torch.get_num_threads()))
+        self.encoded = {split: encode_pairs(text, self.subword, max_len=self.max_len, training=split == "train",
+                                            overlong=data.overlong) for split, text in self.text.items()}
+        self.train_items = self.encoded["train"].items
+        if not self.train_items:
+            raise ValueError(f"no training pairs left in {train.src_path} / {train.tgt_path} (empty, or every pair is "
+                             f"longer than data.max_len {self.max_len})")
+        self.sampler = TokenBatchSampler(self.train_items, data.max_tokens, seed=cfg.train.seed)
+        self.model = build_model(cfg.model, len(self.subword), 0, pad_id=PAD_ID)
+
+    def loss_terms(self, indices: list[int]) -> int:
+        return sum(len(self.train_items[i]["tgt"]) - 1 for i in indices)
+
+    throughput_units = loss_terms  # target tokens
+
+    def loss_sum(self, module: nn.Module, indices: list[int]) -> torch.Tensor:
+        batch = collate_pairs([self.train_items[i] for i in indices]).to(self.device)
+        logits = module(batch.src, batch.tgt_in)  # (B, T, V)
+        return summed_loss(logits, batch.tgt_out.masked_fill(batch.tgt_out == PAD_ID, IGNORE_INDEX),
+                           label_smoothing=self.label_smoothing)
+
+    @torch.no_grad()
+    def dev_loss(self, model: nn.Module, split: str) -> float:
+        """Cross-entropy (no smoothing) per target token on ``split``, teacher-forced."""
+        items = self.encoded[split].items
+        model.eval()
+        total, tokens = 0.0, 0
+        for indices in TokenBatchSampler(items, self.cfg.data.max_tokens, shuffle=False).batches():
+            batch = collate_pairs([items[i] for i in indices]).to(self.device)
+            logits = model(batch.src, batch.tgt_in)
+            total += float(summed_loss(logits, batch.tgt_out.masked_fill(batch.tgt_out == PAD_ID, IGNORE_INDEX)))
+            tokens += batch.ntokens
+        return total / tokens
+
+    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+        """``loss`` (per target token) and ``ppl`` always; ``bleu`` and ``chrf`` on the test split and when
+        ``train.metric`` needs them (decoding with ``eval_beam`` on dev, ``test_beam`` on test)."""
+        loop = self.cfg.train
+        loss = self.dev_loss(model, split)
+        result = {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
+        if split == "test" or loop.metric != "loss":
+            text = self.text[split]
+            translator = Translator(model, self.subword, max_len=self.max_len, device=self.device)
+            hyps = translator.translate(text.source, beam=loop.eval_beam if split == "dev" else loop.test_beam,
+                                        length_penalty=loop.length_penalty, batch_size=loop.eval_batch_size)
+            scores = corpus_scores(hyps, text.target)
+            result.update(bleu=scores["bleu"], chrf=scores["chrf"])
+        return result
+
+    def has_split(self, split: str) -> bool:
+        return split in self.text
+
+    def checkpoint_fields(self) -> dict:
+        return {"vocab": self.subword.pieces(), "labels": [],
+                "extra": {"subword_model": base64.b64encode(self.subword.proto).decode("ascii"),
+                          "train_sha256": self.fingerprint}}
+
+    def data_summary(self) -> dict:
+        """Subword vocabulary size and what encoding did to the train split."""
+        train = self.encoded["train"]
+        return {"subword_vocab": len(self.subword), "train_pairs": len(train.items),
+                "skipped_empty": train.skipped_empty, "filtered_overlong": train.filtered,
+                "truncated_overlong": train.truncated}
+
+
+def build_task(cfg: RunConfig, device: torch.device, checkpoint: Checkpoint | None = None) -> Task:
+    """The task of ``cfg.model.type``: translation for ``seq2seq``, classification otherwise."""
+    cls = TranslationTask if cfg.model.type == "seq2seq" else ClassificationTask
+    return cls(cfg, device, checkpoint)
