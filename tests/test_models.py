@@ -92,13 +92,15 @@ def test_pools():
 
 
 def test_bad_model_configs():
-    with pytest.raises(ValueError, match="unknown model.type 'seq2seq'"):
+    with pytest.raises(ValueError, match="unknown model.type 'lstm'"):
+        build_model(ModelConfig(type="lstm"), V, C)
+    with pytest.raises(ValueError, match="model.type seq2seq needs model.preset"):
         build_model(ModelConfig(type="seq2seq"), V, C)
     with pytest.raises(ValueError, match="encoder_options only apply to the baselines"):
         build_model(ModelConfig(encoder="mtsa", encoder_options={"hidden": 3}, d_model=8), V, C)
     with pytest.raises(ValueError, match="do not fit 'bilstm'"):
         build_model(ModelConfig(encoder="bilstm", encoder_options={"kernels": [3]}, d_model=8), V, C)
-    assert set(list_models()) == {"sentence", "pair", "tagger"}
+    assert set(list_models()) == {"sentence", "pair", "tagger", "seq2seq"}
 
 
 def test_word_vectors_are_scaled_before_sinusoidal_positions():
