@@ -9,7 +9,7 @@ For each configuration ``d_model:heads`` and sequence length n, one forward + ba
 * ``mha``         — ``torch.nn.MultiheadAttention(d_model, heads, batch_first=True)``, ``need_weights=False``
   (PyTorch's fused SDPA kernel);
 * ``algorithm1``  — a direct port of the paper's Algorithm 1 (n×n matrices ``E_R`` per head, ``exp`` with
-  no max-subtraction), with MTSA's projections;
+  no max-subtraction), with MTSA's projections: :class:`maskattn.bench.Algorithm1`;
 * ``naive``       — the explicit tensor form of Eq. 10–12 (``backend="reference"``: n×n×d_h scores).
 
 Time: median wall time over ``--repeats`` runs after one warm-up (the memory run); the models of one
@@ -29,38 +29,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import maskattn
+from maskattn.bench import Algorithm1
 from maskattn.benchmarking import count_flops, machine_info, peak_memory_bytes, time_call
 
 MODELS = ("mtsa", "mha", "algorithm1", "naive")
-
-
-class Algorithm1(nn.Module):
-    """MTSA Algorithm 1 as printed: per head, ``E_R = exp(σ_t(R))·exp(M)``, ``E_S = exp(S)``,
-    ``E_X = v·E_S``, ``H = E_R E_X / E_R E_S`` — materialised n×n matrices, no max-subtraction."""
-
-    def __init__(self, d_model, heads):
-        super().__init__()
-        self.mtsa = maskattn.MTSA(d_model, heads)
-
-    def forward(self, x):
-        m = self.mtsa
-        q, k, v, s2t = m.project(x)  # (B, H, n, d)
-        n = x.shape[1]
-        mask = m.mask.materialize(n, heads=m.num_heads, device=x.device).to(x.dtype)  # exp(M): 1 or 0
-        e_r = torch.exp(F.logsigmoid(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]))) * mask  # step 5
-        e_s = torch.exp(s2t)  # step 6
-        heads = (e_r @ (v * e_s)) / (e_r @ e_s)  # step 7
-        return m.out_proj(heads.transpose(1, 2).reshape(x.shape))
 
 
 def build(name, d_model, heads):

@@ -1,0 +1,214 @@
+"""Benchmark settings, their validation, and the (mechanism, backend) candidates they select."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+
+import torch
+import torch.nn as nn
+
+from .._validation import check_positive_int, describe
+from ..attention import attention_info, create_attention, list_attentions
+from ..backends import flex_available
+from .baselines import BASELINES, list_baselines
+
+__all__ = ["BenchSettings", "Candidate", "DTYPES", "DEVICES", "QUICK", "parse_lengths", "parse_names",
+           "valid_mechanisms", "all_backends", "resolve_devices", "select_candidates"]
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+#: ``auto`` = the CPU, plus CUDA when present.
+DEVICES = ("auto", "cpu", "cuda")
+#: The ``--quick`` preset: a few lengths, a small model, two timed repeats.
+QUICK = {"lengths": (32, 64, 128, 256), "batch": 4, "width": 64, "heads": 4, "repeats": 2, "warmup": 1}
+#: Backend name recorded for the baselines (plain PyTorch modules, no backend switch).
+BASELINE_BACKEND = "torch"
+
+
+def valid_mechanisms() -> list[str]:
+    """Every name ``--mechanisms`` accepts: the registered mechanisms, then the baselines."""
+    return list_attentions() + list_baselines()
+
+
+def all_backends() -> list[str]:
+    """Every backend some registered mechanism offers."""
+    return sorted({b for name in list_attentions() for b in attention_info(name).backends})
+
+
+def _split(text, name: str) -> list[str]:
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a comma-separated string, got {describe(text)}")
+    items = [item.strip() for item in text.split(",")]
+    if not text.strip() or any(not item for item in items):
+        raise ValueError(f"{name} must be a comma-separated list with no empty entries, got {text!r}")
+    return items
+
+
+def parse_lengths(text: str) -> tuple[int, ...]:
+    """``"64,128,256"`` → ``(64, 128, 256)``; every entry must be a positive integer."""
+    lengths = []
+    for item in _split(text, "lengths"):
+        try:
+            value = int(item)
+        except ValueError:
+            raise ValueError(f"lengths must be positive integers separated by commas, got {item!r} in {text!r}") \
+                from None
+        if value < 1:
+            raise ValueError(f"lengths must be positive integers (>= 1), got {value} in {text!r}")
+        lengths.append(value)
+    return tuple(lengths)
+
+
+def parse_names(text: str, name: str) -> tuple[str, ...]:
+    """``"mtsa, mha"`` → ``("mtsa", "mha")`` (validated later, against the registry)."""
+    return tuple(_split(text, name))
+
+
+def _check_subset(values, name: str, valid: list[str], listing: str) -> tuple[str, ...]:
+    if isinstance(values, str) or not all(isinstance(v, str) for v in values):
+        raise TypeError(f"{name} must be a sequence of names, got {describe(values)}")
+    values = tuple(values)
+    unknown = [v for v in values if v not in valid]
+    if unknown:
+        raise ValueError(f"unknown {name} {unknown}; {listing}")
+    if not values:
+        raise ValueError(f"{name} is empty; {listing}")
+    return values
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """What ``maskattn bench`` measures. Construct with keyword arguments; invalid values raise
+    ``ValueError`` / ``TypeError`` naming the setting.
+
+    Attributes:
+        lengths: sequence lengths n (positive ints).
+        batch, width, heads: the input ``(batch, n, width)`` and the number of heads of every module.
+        dtype: ``"float32"``, ``"float64"`` or ``"bfloat16"``.
+        mechanisms: registered mechanisms and baselines to run; ``None`` = all of them.
+        backends: backends to run the registered mechanisms on (baselines have none); ``None`` = every
+            backend each mechanism offers that can run forward and backward on the device.
+        repeats: timed forward runs and timed backward runs per point; warmup: untimed steps before.
+        device: ``"auto"`` (the CPU, plus CUDA when present), ``"cpu"`` or ``"cuda"``.
+        mem_budget_gb: skip points whose estimated peak exceeds this (GiB); ``None`` = a fraction
+            (:data:`maskattn.bench.runner.MEMORY_FRACTION`) of the memory available on each device.
+        seed: seed of the parameters and inputs.
+    """
+
+    lengths: tuple[int, ...] = (64, 128, 256, 512, 1024)
+    batch: int = 8
+    width: int = 256
+    heads: int = 4
+    dtype: str = "float32"
+    mechanisms: tuple[str, ...] | None = None
+    backends: tuple[str, ...] | None = None
+    repeats: int = 5
+    warmup: int = 1
+    device: str = "auto"
+    mem_budget_gb: float | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        if isinstance(self.lengths, (str, int)) or not hasattr(self.lengths, "__iter__"):
+            raise TypeError(f"lengths must be a sequence of positive ints, got {describe(self.lengths)}")
+        lengths = tuple(self.lengths)
+        if not lengths:
+            raise ValueError("lengths is empty; expected at least one sequence length")
+        for n in lengths:
+            check_positive_int(n, "each length")
+        object.__setattr__(self, "lengths", lengths)
+        for name in ("batch", "width", "heads", "repeats"):
+            check_positive_int(getattr(self, name), name)
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int):
+            raise TypeError(f"warmup must be an int >= 0, got {describe(self.warmup)}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise TypeError(f"seed must be an int, got {describe(self.seed)}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}")
+        if self.device not in DEVICES:
+            raise ValueError(f"unknown device {self.device!r}; expected one of {', '.join(DEVICES)}")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device 'cuda' was requested but torch.cuda.is_available() is False; use 'cpu' or 'auto'")
+        budget = self.mem_budget_gb
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))):
+            raise TypeError(f"mem_budget_gb must be a number of GiB or None, got {describe(budget)}")
+        if budget is not None and not budget > 0:
+            raise ValueError(f"mem_budget_gb must be a positive number of GiB, got {budget}")
+        if self.mechanisms is not None:
+            object.__setattr__(self, "mechanisms", _check_subset(
+                self.mechanisms, "mechanisms", valid_mechanisms(),
+                f"registered mechanisms: {', '.join(list_attentions())}; baselines: {', '.join(list_baselines())}"))
+        if self.backends is not None:
+            object.__setattr__(self, "backends", _check_subset(
+                self.backends, "backends", all_backends(), f"valid backends: {', '.join(all_backends())}"))
+
+    @classmethod
+    def quick(cls, **overrides) -> BenchSettings:
+        """The ``--quick`` preset (:data:`QUICK`), with any setting overridden."""
+        return cls(**{**QUICK, **overrides})
+
+    def to_dict(self) -> dict:
+        """The settings as JSON-ready values (tuples become lists)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {name: list(value) if isinstance(value, tuple) else value for name, value in values.items()}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One benchmarked module: a registered mechanism on one backend, or a baseline."""
+
+    name: str
+    backend: str
+    kind: str  # "mechanism" | "baseline"
+    description: str
+    build: Callable[[], nn.Module] = field(repr=False)
+
+    @property
+    def label(self) -> str:
+        return self.name if self.kind == "baseline" else f"{self.name}/{self.backend}"
+
+
+def resolve_devices(device: str) -> list[str]:
+    """``auto`` → ``["cpu"]`` plus ``"cuda"`` when present; otherwise the one device."""
+    if device == "auto":
+        return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    return [device]
+
+
+def _unsupported(backend: str, device: str) -> str | None:
+    """Why ``backend`` cannot run a training step (forward + backward) on ``device``, or None."""
+    if backend == "flex":
+        if not flex_available():
+            return "torch.nn.attention.flex_attention is not available in this PyTorch"
+        if device == "cpu":
+            return "FlexAttention has no backward on CPU"
+    return None
+
+
+def select_candidates(settings: BenchSettings, device: str) -> tuple[list[Candidate], list[str]]:
+    """The candidates ``settings`` select on ``device`` and notes on the pairs left out (and why)."""
+    names = settings.mechanisms or tuple(valid_mechanisms())
+    candidates, notes = [], []
+    for name in names:
+        if name in BASELINES:
+            baseline = BASELINES[name]
+            candidates.append(Candidate(name, BASELINE_BACKEND, "baseline", baseline.description,
+                                        lambda b=baseline: b.build(settings.width, settings.heads)))
+            continue
+        info = attention_info(name)
+        wanted = [b for b in info.backends if settings.backends is None or b in settings.backends]
+        for backend in wanted:
+            reason = _unsupported(backend, device)
+            if reason is not None:
+                notes.append(f"{device}: {name}/{backend} not run: {reason}")
+                continue
+            candidates.append(Candidate(name, backend, "mechanism", info.description,
+                                        lambda n=name, b=backend: create_attention(n, settings.width, settings.heads,
+                                                                                   backend=b)))
+    if not candidates:
+        raise ValueError(f"nothing to run on {device}: mechanisms {list(names)} with backends "
+                         f"{list(settings.backends or all_backends())} leave no runnable pair"
+                         + (f" ({'; '.join(notes)})" if notes else ""))
+    return candidates, notes
