@@ -1,4 +1,5 @@
-"""The ``maskattn`` command line: ``train``, ``eval``, ``predict``, ``translate``, ``list``, ``demo``.
+"""The ``maskattn`` command line: ``train``, ``eval``, ``predict``, ``translate``, ``bench``, ``viz`` (``masks``,
+``attention``, ``localness``), ``list``, ``demo``.
 
 ``maskattn train`` with no arguments runs the embedded default job (the synthetic order task, MTSA vs
 multi-head attention). Multi-process data-parallel training: ``torchrun --nproc_per_node N -m maskattn.cli
