@@ -414,15 +414,27 @@ class Seq2Seq(nn.Module):
 
     # ------------------------------------------------------------------ full (teacher-forced) pass
 
-    def encode(self, src_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``src_ids`` ``(B, S)`` → ``(memory (B, S, d), src_padding_mask (B, S))`` (True = padding;
-        memory at padded positions is 0)."""
+    def _embed_source(self, src_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Checked ``src_ids`` ``(B, S)`` → the encoder input ``(B, S, d)`` and the padding mask ``(B, S)``."""
         src_ids = self._check_ids(src_ids, "src_ids", self.src_vocab_size)
         self._check_positions(src_ids.shape[1], "src_ids")
         padding = src_ids == self.pad_id
         embedding = self.tgt_embed if self.src_embed is None else self.src_embed
-        x = self._embed(src_ids, embedding, self.src_positions)
+        return self._embed(src_ids, embedding, self.src_positions), padding
+
+    def encode(self, src_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``src_ids`` ``(B, S)`` → ``(memory (B, S, d), src_padding_mask (B, S))`` (True = padding;
+        memory at padded positions is 0)."""
+        x, padding = self._embed_source(src_ids)
         return self.encoder(x, key_padding_mask=padding), padding
+
+    def encoder_attention_maps(self, src_ids: torch.Tensor) -> list[dict[str, dict[str, torch.Tensor]]]:
+        """The encoder self-attention maps of one :meth:`encode` pass over ``src_ids`` ``(B, S)`` (padding =
+        ``pad_id``), for plots and analysis: per encoder layer, bottom first, ``{"<position>:<name>": maps}``
+        as :meth:`maskattn.Encoder.forward` returns them with ``return_attention=True``."""
+        x, padding = self._embed_source(src_ids)
+        _, maps = self.encoder(x, key_padding_mask=padding, return_attention=True)
+        return maps
 
     def forward(self, src_ids: torch.Tensor, tgt_in_ids: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits ``(B, T, tgt_vocab_size)``: position ``t`` predicts the token after

@@ -48,12 +48,18 @@ class LoadedModel:
     step: int
 
 
-def load_model(path: str | Path, *, device: str = "cpu") -> LoadedModel:
-    """Rebuild the (classification) model of a checkpoint from its own configuration and vocabulary, and
-    load the weights. A translation checkpoint raises ``ValueError`` pointing to :func:`load_translator`."""
-    ckpt = load_checkpoint(path)
+def _read_checkpoint(path: str | Path | Checkpoint) -> Checkpoint:
+    """``path`` read with :func:`load_checkpoint`, or the already read :class:`Checkpoint` itself."""
+    return path if isinstance(path, Checkpoint) else load_checkpoint(path)
+
+
+def load_model(path: str | Path | Checkpoint, *, device: str = "cpu") -> LoadedModel:
+    """Rebuild the (classification) model of a checkpoint (a file, or a :class:`Checkpoint` already read)
+    from its own configuration and vocabulary, and load the weights. A translation checkpoint raises
+    ``ValueError`` pointing to :func:`load_translator`."""
+    ckpt = _read_checkpoint(path)
     if ckpt.model_type == "seq2seq":
-        raise ValueError(f"checkpoint {path} holds a translation (seq2seq) model; use `maskattn translate` or "
+        raise ValueError(f"checkpoint {ckpt.path} holds a translation (seq2seq) model; use `maskattn translate` or "
                          "`maskattn eval --src FILE --ref FILE` (Python: load_translator)")
     cfg = from_dict(RunConfig, ckpt.config)
     vocab, labels = Vocabulary(ckpt.vocab), LabelSet(ckpt.labels)
@@ -101,17 +107,17 @@ def predict(path: str | Path | LoadedModel, texts: list[str], *, batch_size: int
 
 
 
-def _translation_checkpoint(path: str | Path) -> Checkpoint:
-    ckpt = load_checkpoint(path)
+def _translation_checkpoint(path: str | Path | Checkpoint) -> Checkpoint:
+    ckpt = _read_checkpoint(path)
     if ckpt.model_type != "seq2seq":
-        raise ValueError(f"checkpoint {path} holds a {ckpt.model_type!r} model, not a translation model "
+        raise ValueError(f"checkpoint {ckpt.path} holds a {ckpt.model_type!r} model, not a translation model "
                          "(model.type seq2seq); use `maskattn predict` or `maskattn eval --data FILE` for it")
     return ckpt
 
 
-def load_translator(path: str | Path, *, device: str = "cpu") -> Translator:
-    """A :class:`~maskattn.translation.Translator` from a translation checkpoint: its own configuration,
-    subword model and weights."""
+def load_translator(path: str | Path | Checkpoint, *, device: str = "cpu") -> Translator:
+    """A :class:`~maskattn.translation.Translator` from a translation checkpoint (a file, or a
+    :class:`Checkpoint` already read): its own configuration, subword model and weights."""
     ckpt = _translation_checkpoint(path)
     cfg = from_dict(RunConfig, ckpt.config)
     subword = subword_from_checkpoint(ckpt)

@@ -4,6 +4,12 @@ DMAN and SAN attention maps over a dataset file, for windows ``w`` and encoder l
 The DMAN rows come from the DMAN sublayer of each chosen layer of one checkpoint; the SAN rows from the
 SAN sublayer of the same checkpoint (MAN's DMAN → SAN → FFN layers hold both) or of a second checkpoint
 (e.g. a Transformer trained on the same data). Values are percentages, as in the paper.
+
+Either model kind works (:mod:`.sources`): classifier checkpoints read the file as their training read its
+data; translation checkpoints read raw source text, one sentence per line, encoded with their own subword
+model, and give the maps of their Seq2Seq encoder — MAN Table 5 itself is measured on translation encoders.
+Sentences a translation model cannot take whole (longer than ``max_len − 1`` subwords) and empty lines are
+skipped and counted in :attr:`LocalnessTable.skipped`.
 """
 
 from __future__ import annotations
@@ -19,19 +25,13 @@ from rich.table import Table
 
 from .._validation import describe
 from ..analysis import localness_per_sequence
-from ..data.batching import BucketBatchSampler, collate
-from ..data.pipeline import sentences_of
-from ..data.readers import READERS, read_lines
-from ..train.api import LoadedModel
-from .maps import find_sublayers, load_for_maps, sentence_encoder
+from .maps import describe_layers, find_sublayers
+from .sources import MapSource, load_for_maps
 
-__all__ = ["WINDOWS", "FORMATS", "LocalnessRow", "LocalnessTable", "read_sentences", "localness_values",
-           "localness_table"]
+__all__ = ["WINDOWS", "LocalnessRow", "LocalnessTable", "localness_values", "localness_table"]
 
 #: The windows of MAN Table 5.
 WINDOWS = (1, 2, 4)
-#: Dataset formats: the toolkit's readers, and ``lines`` (one raw sentence per line).
-FORMATS = (*READERS, "lines")
 
 
 @dataclass(frozen=True)
@@ -48,13 +48,15 @@ class LocalnessRow:
 @dataclass
 class LocalnessTable:
     """MAN Table 5: rows per (mechanism, window), a column per layer; ``sentences``: how many sentences
-    each checkpoint was measured on."""
+    each checkpoint was measured on; ``skipped``: per checkpoint, how many it left out and why
+    (``{"over-long": 2, "empty": 1}``, see :class:`~maskattn.viz.sources.EncodedFile`)."""
 
     windows: tuple[int, ...]
     layers: tuple[int, ...]
     rows: list[LocalnessRow]
     data_file: str
     sentences: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def value(self, mechanism: str, window: int, layer: int) -> float:
         """``100 · attn_s_{w,l}`` of ``mechanism`` (``DMAN`` / ``SAN``)."""
@@ -65,7 +67,7 @@ class LocalnessTable:
 
     def to_dict(self) -> dict:
         return {"data_file": self.data_file, "windows": list(self.windows), "layers": list(self.layers),
-                "sentences": self.sentences, "unit": "percent (100 * attn_s of MAN Eq. 13)",
+                "sentences": self.sentences, "skipped": self.skipped, "unit": "percent (100 * attn_s of MAN Eq. 13)",
                 "rows": [{"mechanism": r.mechanism, "checkpoint": r.checkpoint, "window": r.window,
                           "values": {str(layer): v for layer, v in r.values.items()}} for r in self.rows]}
 
@@ -87,13 +89,18 @@ class LocalnessTable:
         return path
 
     def summary(self) -> str:
-        """Where the rows come from: the data file, and per checkpoint its rows and sentence count."""
+        """Where the rows come from: the data file, and per checkpoint its rows, sentence count and the
+        sentences it skipped."""
         sources = {}
         for r in self.rows:
             sources.setdefault(r.checkpoint, []).append(r.mechanism)
-        return f"{self.data_file}: " + "; ".join(
-            f"{'/'.join(dict.fromkeys(names))} from {path} ({self.sentences[path]} sentences)"
-            for path, names in sources.items())
+        parts = []
+        for path, names in sources.items():
+            skipped = self.skipped.get(path, {})
+            reasons = ", ".join(f"{n} {reason}" for reason, n in skipped.items())
+            note = f", {sum(skipped.values())} skipped: {reasons}" if skipped else ""
+            parts.append(f"{'/'.join(dict.fromkeys(names))} from {path} ({self.sentences[path]} sentences{note})")
+        return f"{self.data_file}: " + "; ".join(parts)
 
     def rich_table(self) -> Table:
         table = Table(title="attn_s (%), MAN Eq. 13")
@@ -102,24 +109,6 @@ class LocalnessTable:
         for r in self.rows:
             table.add_row(r.mechanism, str(r.window), *(f"{r.values[layer]:.2f}" for layer in self.layers))
         return table
-
-
-def read_sentences(path: str | Path, loaded: LoadedModel, *, format: str | None = None) -> list[tuple[str, ...]]:
-    """The sentences of a dataset file, read as ``loaded``'s training read its data: its reader
-    (``format`` defaults to the checkpoint's ``data.format``; ``lines`` = one raw sentence per line), its
-    lowercasing, and truncation to its ``data.max_len``. NLI files give premises and hypotheses."""
-    fmt = format or loaded.config.data.format
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    lowercase = loaded.config.data.lowercase
-    if fmt == "lines":
-        sentences = read_lines(path, lowercase=lowercase)
-    else:
-        sentences = sentences_of(READERS[fmt](path, lowercase=lowercase))
-    if not sentences:
-        raise ValueError(f"data file {path} holds no sentences")
-    max_len = loaded.config.data.max_len
-    return [s[:max_len] if max_len else s for s in sentences]
 
 
 def _check_windows(windows) -> tuple[int, ...]:
@@ -132,16 +121,21 @@ def _check_windows(windows) -> tuple[int, ...]:
 
 
 @torch.no_grad()
-def localness_values(loaded: LoadedModel, sentences: Sequence[Sequence[str]], mechanism: str, layers: Sequence[int],
+def localness_values(source: MapSource, sentences: Sequence[Sequence[int]], mechanism: str, layers: Sequence[int],
                      windows: Sequence[int], *, batch_size: int = 32) -> dict[tuple[int, int], float]:
     """``{(layer, window): 100 · attn_s_{w,l}}`` for the first ``mechanism`` sublayer (``dman``, ``san``, or
-    any registered attention) of each layer (1-based) of ``loaded``: Eq. 13 over ``sentences``, each
-    sentence counting once, padded queries excluded (:func:`maskattn.analysis.localness_per_sequence`)."""
+    any registered attention) of each layer (1-based) of ``source``'s encoder: Eq. 13 over ``sentences``
+    (encoded ids, e.g. :attr:`EncodedFile.ids <maskattn.viz.sources.EncodedFile>`), each sentence counting
+    once, padded queries excluded (:func:`maskattn.analysis.localness_per_sequence`)."""
+    if not isinstance(source, MapSource):
+        raise TypeError(f"source must be a MapSource (maskattn.viz.load_for_maps), got {describe(source)}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {describe(batch_size)}")
+    if isinstance(sentences, (str, bytes)) or not isinstance(sentences, Sequence) or not sentences:
+        raise ValueError(f"sentences must be a non-empty list of encoded sentences (id lists), got "
+                         f"{describe(sentences)}")
     windows = _check_windows(windows)
-    encoder = sentence_encoder(loaded)
-    stack = encoder.fusion.encoder
+    stack = source.stack
     found = find_sublayers(stack.attention_sublayers(), stack.layer_names, list(layers), mechanism)
     keys = {}
     for layer, key in found:
@@ -149,49 +143,44 @@ def localness_values(loaded: LoadedModel, sentences: Sequence[Sequence[str]], me
     missing = [layer for layer in layers if layer not in keys]
     if missing:
         raise ValueError(f"layer {missing[0]} has no {mechanism!r} sublayer; the encoder layers are "
-                         + ", ".join(f"{i}: {name}" for i, name in enumerate(stack.layer_names, start=1)))
-    items = [{"tokens": loaded.vocab.encode(s)} for s in sentences]
-    device = next(encoder.parameters()).device
+                         + describe_layers(stack.layer_names))
     per_sentence: dict[tuple[int, int], list[torch.Tensor]] = {(layer, w): [] for layer in layers for w in windows}
-    was_training = encoder.training
-    encoder.eval()
-    try:
-        for indices in BucketBatchSampler(items, batch_size, shuffle=False).batches():
-            batch = collate([items[i] for i in indices]).to(device)
-            padding = batch.inputs["padding_mask"]
-            maps, _ = encoder.attention_maps(batch.inputs["tokens"], padding)
-            for layer in layers:
-                attention = maps[layer - 1][keys[layer]]["attention"]  # (B, H, n, n): S_M(Q, K) of Eq. 4
-                for w in windows:
-                    per_sentence[(layer, w)].append(localness_per_sequence(attention, w, padding).cpu())
-    finally:
-        encoder.train(was_training)
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))  # similar lengths: little padding
+    for start in range(0, len(order), batch_size):
+        maps, _, padding = source.maps([sentences[i] for i in order[start:start + batch_size]])
+        for layer in layers:
+            attention = maps[layer - 1][keys[layer]]["attention"]  # (B, H, n, n): S_M(Q, K) of Eq. 4
+            for w in windows:
+                per_sentence[(layer, w)].append(localness_per_sequence(attention, w, padding).cpu())
     return {k: 100.0 * float(torch.cat(v).double().mean()) for k, v in per_sentence.items()}
 
 
 def localness_table(checkpoint: str | Path, data_file: str | Path, *, san_checkpoint: str | Path | None = None,
                     windows: Sequence[int] = WINDOWS, layers: Sequence[int] | None = None, format: str | None = None,
                     batch_size: int = 32, device: str = "cpu") -> LocalnessTable:
-    """MAN Table 5 for ``checkpoint`` (a model with DMAN sublayers) on ``data_file``.
+    """MAN Table 5 for ``checkpoint`` (a classifier or translation model with DMAN sublayers) on ``data_file``.
 
     The SAN rows come from ``san_checkpoint`` when given, else from ``checkpoint``'s own SAN sublayers.
     ``layers``: 1-based encoder layers (default all); ``format``: the file's format (default each
-    checkpoint's ``data.format``; ``lines`` for raw text).
+    checkpoint's ``data.format`` for classifiers, ``lines`` — raw source text — for translation). Each
+    checkpoint reads the file its own way (:meth:`MapSource.read_file`); what it skipped is in
+    :attr:`LocalnessTable.skipped`.
     """
     windows = _check_windows(windows)
     sources = [("DMAN", "dman", checkpoint), ("SAN", "san", san_checkpoint or checkpoint)]
-    loaded = {}
+    loaded: dict[str, MapSource] = {}
     for _, _, path in sources:
         if str(path) not in loaded:
             loaded[str(path)] = load_for_maps(path, device=device)
-    depth = min(len(sentence_encoder(m).fusion.encoder.layer_names) for m in loaded.values())
+    depth = min(len(source.stack.layer_names) for source in loaded.values())
     layers = list(range(1, depth + 1)) if layers is None else list(layers)
-    rows, counts = [], {}
+    files = {path: source.read_file(data_file, format=format) for path, source in loaded.items()}
+    rows = []
     for label, mechanism, path in sources:
-        model = loaded[str(path)]
-        sentences = read_sentences(data_file, model, format=format)
-        counts[str(path)] = len(sentences)
-        values = localness_values(model, sentences, mechanism, layers, windows, batch_size=batch_size)
+        values = localness_values(loaded[str(path)], files[str(path)].ids, mechanism, layers, windows,
+                                  batch_size=batch_size)
         rows += [LocalnessRow(label, str(path), w, {layer: values[(layer, w)] for layer in layers}) for w in windows]
     rows.sort(key=lambda r: (r.window, r.mechanism != "DMAN"))  # Table 5: DMAN above SAN for each w
-    return LocalnessTable(windows, tuple(layers), rows, str(data_file), counts)
+    return LocalnessTable(windows, tuple(layers), rows, str(data_file),
+                          {path: len(f.ids) for path, f in files.items()},
+                          {path: f.skipped for path, f in files.items()})

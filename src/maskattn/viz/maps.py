@@ -1,6 +1,7 @@
-"""The attention maps of a trained model for one sentence: load a checkpoint, tokenise the sentence as
-training did, run the sentence encoder once and keep every attention sublayer's maps (the modules' own
-``return_attention=True`` output, through :meth:`maskattn.Encoder.forward`)."""
+"""The attention maps of a trained model for one sentence: load a checkpoint (classifier or translation,
+through :mod:`.sources`), encode the sentence as training did, run the attention encoder once and keep every
+attention sublayer's maps (the modules' own ``return_attention=True`` output, through
+:meth:`maskattn.Encoder.forward`)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,12 @@ import torch.nn as nn
 
 from .._validation import describe
 from ..attention import list_attentions
-from ..data.readers import tokenize
 from ..encoder import SAN_ALIAS
-from ..models.classifier import SentenceEncoder
-from ..models.fusion import BASELINES
-from ..train.api import LoadedModel, load_model
+from ..train.api import LoadedModel
+from ..translation import Translator
+from .sources import MapSource, load_for_maps
 
-__all__ = ["Sublayer", "SentenceMaps", "sentence_maps", "load_for_maps", "mechanism_names", "check_sentence",
-           "sentence_encoder", "find_sublayers", "check_layers"]
+__all__ = ["Sublayer", "SentenceMaps", "sentence_maps", "mechanism_names", "find_sublayers", "check_layers"]
 
 
 def mechanism_names() -> list[str]:
@@ -50,8 +49,9 @@ class Sublayer:
 class SentenceMaps:
     """The attention maps of one sentence through a model's encoder.
 
-    ``tokens``: the sentence as the model read it (tokenised, lowercased when training was);
-    ``unknown``: positions of tokens outside the vocabulary (read as ``<unk>``); ``layers``: per encoder
+    ``tokens``: the sentence as the model read it, a label per position (classifiers: whitespace tokens,
+    lowercased when training was; translation: subword pieces and ``</s>``); ``unknown``: positions of
+    tokens outside the vocabulary (read as ``<unk>``); ``layers``: per encoder
     layer, bottom first, ``{key: maps}`` with the batch dimension removed; ``modules``: the matching
     attention modules; ``layer_names``: the recipe of each layer; ``pool``: the source2token pooling
     weights ``(n, d)`` or ``None``.
@@ -107,71 +107,20 @@ def find_sublayers(modules: Sequence[dict[str, nn.Module]], layer_names: Sequenc
     return found
 
 
-def load_for_maps(checkpoint: str | Path | LoadedModel, *, device: str = "cpu") -> LoadedModel:
-    """A checkpoint loaded through :func:`maskattn.train.api.load_model`, checked to have an attention
-    encoder to read maps from (a layer recipe, not a Bi-LSTM / CNN baseline)."""
-    loaded = checkpoint if isinstance(checkpoint, LoadedModel) else load_model(checkpoint, device=device)
-    encoder = loaded.config.model.encoder
-    if isinstance(encoder, str) and encoder.strip() in BASELINES:
-        raise ValueError(f"the model's encoder is the context-fusion baseline {encoder.strip()!r}, which has no "
-                         "attention maps; use a checkpoint of a layer-recipe encoder (e.g. 'mtsa', 'dman>san>ffn x6')")
-    sentence_encoder(loaded)
-    return loaded
-
-
-def sentence_encoder(loaded: LoadedModel) -> SentenceEncoder:
-    """The :class:`SentenceEncoder` of a loaded sentence / pair / tagger model."""
-    encoder = getattr(loaded.model, "encoder", None)
-    if not isinstance(encoder, SentenceEncoder):
-        raise ValueError(f"the model ({type(loaded.model).__name__}, model.type {loaded.config.model.type!r}) has no "
-                         "sentence encoder to read attention maps from")
-    return encoder
-
-
-def check_sentence(loaded: LoadedModel, sentence: str) -> tuple[str, ...]:
-    """``sentence`` tokenised exactly as training did (whitespace, lowercased with ``data.lowercase``);
-    ``ValueError`` for an empty sentence or one longer than the model allows (``data.max_len``, and the
-    positional table's ``model.max_len``)."""
-    if not isinstance(sentence, str):
-        raise TypeError(f"sentence must be a string, got {describe(sentence)}")
-    tokens = tokenize(sentence, lowercase=loaded.config.data.lowercase)
-    if not tokens:
-        raise ValueError("the sentence is empty; give at least one token")
-    limits = []
-    if loaded.config.data.max_len:
-        limits.append((loaded.config.data.max_len, "data.max_len: longer inputs were truncated in training"))
-    if loaded.config.model.positional != "none":
-        limits.append((loaded.config.model.max_len, f"model.max_len of its {loaded.config.model.positional} "
-                                                    "positional encoding"))
-    for limit, why in limits:
-        if len(tokens) > limit:
-            raise ValueError(f"the sentence has {len(tokens)} tokens but the model takes at most {limit} ({why}); "
-                             "shorten it")
-    return tokens
-
-
-@torch.no_grad()
-def sentence_maps(checkpoint: str | Path | LoadedModel, sentence: str, *, device: str = "cpu") -> SentenceMaps:
-    """Run ``sentence`` through the encoder of ``checkpoint`` (a path or a :class:`LoadedModel`) once, in
-    evaluation mode, and return every attention sublayer's maps and the pooling weights."""
-    loaded = load_for_maps(checkpoint, device=device)
-    tokens = check_sentence(loaded, sentence)
-    encoder = sentence_encoder(loaded)
-    ids = torch.tensor([loaded.vocab.encode(tokens)], device=next(encoder.parameters()).device)  # (1, n)
-    padding = torch.zeros_like(ids, dtype=torch.bool)  # (1, n), True = padding: none
-    was_training = encoder.training
-    encoder.eval()  # no dropout: the maps of the trained model itself
-    try:
-        layers, pool = encoder.attention_maps(ids, padding)
-    finally:
-        encoder.train(was_training)
-    unknown = tuple(i for i, t in enumerate(ids[0].tolist()) if t == loaded.vocab.unk_id)
-    stacks = encoder.fusion.encoder
+def sentence_maps(checkpoint: str | Path | LoadedModel | Translator | MapSource, sentence: str, *,
+                  device: str = "cpu") -> SentenceMaps:
+    """Run ``sentence`` through the encoder of ``checkpoint`` (see :func:`load_for_maps`) once, in evaluation
+    mode, and return every attention sublayer's maps and the pooling weights. The sentence is encoded as the
+    model was trained (:meth:`MapSource.encode`); an empty or over-long one raises ``ValueError``."""
+    source = load_for_maps(checkpoint, device=device)
+    encoded = source.encode(sentence)
+    layers, pool, _ = source.maps([encoded.ids])
     return SentenceMaps(
-        tokens=tokens,
-        unknown=unknown,
-        layers=[{key: {name: m[0].cpu() for name, m in maps.items()} for key, maps in layer.items()} for layer in layers],
-        modules=stacks.attention_sublayers(),
-        layer_names=list(stacks.layer_names),
+        tokens=encoded.tokens,
+        unknown=encoded.unknown,
+        layers=[{key: {name: m[0].cpu() for name, m in maps.items()} for key, maps in layer.items()}
+                for layer in layers],
+        modules=source.stack.attention_sublayers(),
+        layer_names=list(source.stack.layer_names),
         pool=None if pool is None else pool[0].cpu(),
     )

@@ -253,8 +253,9 @@ def attention_grid(sentence: SentenceMaps, layers: Sequence[int] | None = None,
             grid += sublayer_rows(sub, sentence.tokens)
     if pool:
         if sentence.pool is None:
-            raise ValueError("the model does not pool with source2token attention (model.pool is not "
-                             "'source2token'); there are no pooling weights to draw")
+            raise ValueError("the model does not pool with source2token attention (a classifier with model.pool "
+                             "'source2token' does; translation encoders never pool); there are no pooling weights "
+                             "to draw")
         grid.append([_attention_panel("sentence pooling\nsource2token (token level)", sentence.pool.mean(-1)[None],
                                       ["pool"], sentence.tokens, ylabel="", xlabel="token")])
     return grid
