@@ -208,7 +208,8 @@ def list_mechanisms():
     console.print(f"presets ({PRESETS_DIR}): " + (", ".join(list_presets()) or "(none found)"))
 
 
-viz_app = typer.Typer(help="Draw masks, attention maps of trained models and MAN's localness table (Table 5).",
+viz_app = typer.Typer(help="Draw masks, attention maps of trained models (classifiers; the encoder of translation "
+                           "models) and MAN's localness table (Table 5).",
                       no_args_is_help=True)
 app.add_typer(viz_app, name="viz")
 
@@ -310,7 +311,8 @@ def viz_localness(
                                         help="take the SAN rows from this model (default: --checkpoint's SAN sublayers)"),
     windows: list[int] = typer.Option(None, "--window", "-w", help="window w of Eq. 13 (repeatable; default 1 2 4)"),
     layers: list[int] = typer.Option(None, "--layer", "-l", help="encoder layer, 1-based (repeatable; default all)"),
-    format: str = typer.Option(None, "--format", help="tsv, trec, trec_fine, nli, conll, lines (default: the checkpoint's)"),
+    format: str = typer.Option(None, "--format", help="tsv, trec, trec_fine, nli, conll, lines (default: the "
+                               "checkpoint's format; lines for translation checkpoints)"),
     csv_path: Path = typer.Option(None, "--csv", help="write the table as CSV"),
     json_path: Path = typer.Option(None, "--json", help="write the table as JSON"),
     batch_size: int = typer.Option(32, "--batch-size"),
