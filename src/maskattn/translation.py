@@ -20,16 +20,11 @@ import sacrebleu
 import torch
 import torch.nn as nn
 
+from ._validation import check_positive_int
 from .data.subword import BOS_ID, EOS_ID, PAD_ID, SubwordModel
 from .decoding import beam_search, greedy_decode
 
 __all__ = ["Translator", "corpus_scores"]
-
-
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    return value
 
 
 class Translator:
@@ -59,8 +54,8 @@ class Translator:
     def translate_ids(self, sources: Sequence[list[int]], *, beam: int = 5, length_penalty: float = 0.6,
                       batch_size: int = 64) -> list[list[int]]:
         """Output subword ids for encoded sources (each ending in ``</s>``), in input order."""
-        _positive_int("beam", beam)
-        _positive_int("batch_size", batch_size)
+        check_positive_int(beam, "beam")
+        check_positive_int(batch_size, "batch_size")
         self.model.eval()
         out: list[list[int]] = [[] for _ in sources]
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))  # little padding per batch
