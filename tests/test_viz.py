@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
+from _viz_helpers import stack_sublayer_input
 from _train_helpers import tiny_config, write_sentiment
 from maskattn import masks, viz
 from maskattn.analysis import localness
@@ -107,12 +108,7 @@ def module_input(loaded, ids, layer: int, sublayer: int):
     x = enc.embed(ids)
     if stack.positional is not None:
         x = stack.positional(x)
-    for below in stack.layers[:layer]:
-        x = below(x, key_padding_mask=pad)
-    target = stack.layers[layer]
-    for j in range(sublayer):
-        x = target.residuals[j](x, lambda h, j=j: target.sublayers[j](h, key_padding_mask=pad))
-    return target.residuals[sublayer].norm(x), target.sublayers[sublayer], pad
+    return stack_sublayer_input(stack, x, pad, layer, sublayer)
 
 
 @torch.no_grad()

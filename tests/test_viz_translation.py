@@ -20,6 +20,7 @@ from maskattn.data.parallel import ParallelText, encode_pairs, read_text_lines
 from maskattn.data.subword import EOS_ID, UNK_ID
 from maskattn.train import Trainer
 from maskattn.train.api import load_translator
+from _viz_helpers import stack_sublayer_input
 from test_translation import sentence_pairs, translation_config, write_parallel
 
 runner = CliRunner()
@@ -52,15 +53,7 @@ def sublayer_input(model, ids, layer: int, sublayer: int):
     pad = ids == model.pad_id
     embedding = model.src_embed or model.tgt_embed
     x = model.src_positions(embedding(ids) * model.embed_scale)
-    stack = model.encoder
-    for below in stack.layers[:layer]:
-        x = below(x, key_padding_mask=pad)
-    target = stack.layers[layer]
-    if not hasattr(target, "residuals"):  # a Transformer layer: attention → FFN
-        return target.attention_residual.norm(x), target.attention, pad
-    for j in range(sublayer):
-        x = target.residuals[j](x, lambda h, j=j: target.sublayers[j](h, key_padding_mask=pad))
-    return target.residuals[sublayer].norm(x), target.sublayers[sublayer], pad
+    return stack_sublayer_input(model.encoder, x, pad, layer, sublayer)
 
 
 @torch.no_grad()

@@ -44,7 +44,7 @@ from .attention.registry import create_attention, list_attentions
 from .functional.local import check_window
 from .layers import MAN_SUBLAYERS, NORMS, EncoderLayer, FeedForward, MANLayer, Residual
 
-__all__ = ["Encoder", "csan_encoder", "parse_recipe", "recipe_string", "LayerRecipe", "ChainLayer",
+__all__ = ["Encoder", "csan_encoder", "parse_recipe", "recipe_string", "recipe_runs", "LayerRecipe", "ChainLayer",
            "PositionalEncoding", "POSITIONAL"]
 
 LayerSpec = str | tuple[str, dict] | nn.Module
@@ -144,15 +144,20 @@ def parse_recipe(recipe: str | Sequence[str]) -> list[LayerRecipe]:
     return layers
 
 
+def recipe_runs(layers: Sequence[LayerRecipe]) -> list[tuple[LayerRecipe, int]]:
+    """Runs of equal consecutive layers as ``(layer, count)`` pairs, in order."""
+    runs: list[list] = []
+    for layer in layers:
+        if runs and runs[-1][0] == layer:
+            runs[-1][1] += 1
+        else:
+            runs.append([layer, 1])
+    return [(layer, count) for layer, count in runs]
+
+
 def recipe_string(layers: Sequence[LayerRecipe]) -> str:
     """The canonical recipe string of parsed layers (runs of equal layers folded into ``x N``)."""
-    groups: list[list] = []
-    for layer in layers:
-        if groups and groups[-1][0] == layer:
-            groups[-1][1] += 1
-        else:
-            groups.append([layer, 1])
-    return ", ".join(str(layer) + (f" x{n}" if n > 1 else "") for layer, n in groups)
+    return ", ".join(str(layer) + (f" x{n}" if n > 1 else "") for layer, n in recipe_runs(layers))
 
 
 class ChainLayer(nn.Module):

@@ -34,7 +34,8 @@ from .._validation import check_choice, check_positive_int, check_probability, d
 from ..attention._common import check_dims, merge_heads, split_heads, zero_padding
 from ..attention.man import AttentionCache, StaticMaskAttention
 from ..attention.registry import create_attention
-from ..encoder import POSITIONAL, SAN_ALIAS, Encoder, LayerRecipe, PositionalEncoding, parse_recipe, recipe_string
+from ..encoder import (POSITIONAL, SAN_ALIAS, Encoder, LayerRecipe, PositionalEncoding, parse_recipe, recipe_runs,
+                       recipe_string)
 from ..layers import MAN_SUBLAYERS, NORMS, FeedForward, Residual, incremental_self_attention
 
 __all__ = ["Seq2Seq", "DecoderState", "DecoderLayer", "CrossAttention", "DECODER_SELF_ATTENTIONS"]
@@ -246,12 +247,7 @@ class DecoderState:
 def _scale_recipe(layers: list[LayerRecipe], num_layers: int) -> list[LayerRecipe]:
     """``layers`` resized to ``num_layers``: each run of equal layers keeps its share of the depth (largest
     remainders, ties to the lower runs), so ``"csan2d x3, mha x3"`` at 2 layers is ``"csan2d, mha"``."""
-    runs: list[list] = []
-    for layer in layers:
-        if runs and runs[-1][0] == layer:
-            runs[-1][1] += 1
-        else:
-            runs.append([layer, 1])
+    runs = recipe_runs(layers)
     exact = [count * num_layers / len(layers) for _, count in runs]
     counts = [math.floor(e) for e in exact]
     by_remainder = sorted(range(len(runs)), key=lambda i: (-(exact[i] - counts[i]), i))
