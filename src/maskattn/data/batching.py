@@ -15,7 +15,7 @@ import torch
 from .examples import Example, PairExample, TaggedExample, TextExample
 from .vocab import LabelSet, Vocabulary
 
-__all__ = ["Batch", "encode_examples", "collate", "BucketBatchSampler", "IGNORE_INDEX"]
+__all__ = ["Batch", "encode_examples", "collate", "BucketBatchSampler", "epoch_generator", "IGNORE_INDEX"]
 
 IGNORE_INDEX = -100  # tag targets at padded positions (F.cross_entropy's default ignore_index)
 
@@ -85,6 +85,12 @@ def _length(item: dict) -> int:
     return max(len(item[k]) for k in ("tokens", "premise", "hypothesis") if k in item)
 
 
+def epoch_generator(seed: int, epoch: int) -> torch.Generator:
+    """The data-order generator of ``epoch`` (re-derived from ``(seed, epoch)``, never carried between
+    epochs, so a resumed run draws the same order)."""
+    return torch.Generator().manual_seed(seed * 100_003 + epoch)
+
+
 class BucketBatchSampler:
     """Length-bucketed batches of indices.
 
@@ -109,8 +115,7 @@ class BucketBatchSampler:
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def generator(self, epoch: int) -> torch.Generator:
-        """The data-order generator of ``epoch`` (re-derived, never carried between epochs)."""
-        return torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        return epoch_generator(self.seed, epoch)
 
     def batches(self, epoch: int = 0) -> list[list[int]]:
         n, size = len(self.lengths), self.batch_size

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from .batching import epoch_generator
 from .subword import BOS_ID, EOS_ID, PAD_ID, SubwordModel
 
 __all__ = ["OVERLONG", "ParallelText", "split_lines", "read_text_lines", "parallel_paths", "read_parallel",
@@ -194,8 +195,7 @@ class TokenBatchSampler:
         return self._num_batches
 
     def generator(self, epoch: int) -> torch.Generator:
-        """The data-order generator of ``epoch`` (re-derived, never carried between epochs)."""
-        return torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        return epoch_generator(self.seed, epoch)
 
     def _cut(self, order: list[int]) -> list[list[int]]:
         batches, current, width = [], [], 0
