@@ -15,7 +15,8 @@ ENCODERS = ["mtsa", "mha x2", "disa", "dman>san>ffn", "csan1d(window=3)", *list_
 
 def cfg(encoder, type="sentence", **kw):
     small = {"multi_cnn": {"channels": 8}}.get(encoder, {})
-    return ModelConfig(type=type, encoder=encoder, d_model=16, num_heads=2, dropout=0.0, encoder_options=small,
+    kw = {"dropout": 0.0, **kw}
+    return ModelConfig(type=type, encoder=encoder, d_model=16, num_heads=2, encoder_options=small,
                        positional="sinusoidal" if encoder.startswith("mha") else "none", **kw)
 
 
@@ -107,3 +108,14 @@ def test_word_vectors_are_scaled_before_sinusoidal_positions():
     plain = build_model(cfg("mtsa"), V, C)
     with_positions = build_model(cfg("mha x2"), V, C)
     assert plain.encoder.embed.scale == 1.0 and with_positions.encoder.embed.scale == pytest.approx(16 ** 0.5)
+
+
+def test_embed_dropout_defaults_to_dropout_and_can_be_set_apart():
+    default = build_model(cfg("multi_cnn", dropout=0.5), V, C)
+    assert default.encoder.embed.dropout.p == 0.5 and default.head.net[0].p == 0.5
+    kim = build_model(cfg("multi_cnn", dropout=0.5, embed_dropout=0.0), V, C).train()
+    assert kim.encoder.embed.dropout.p == 0.0 and kim.head.net[0].p == 0.5
+    ids, _ = batch()
+    torch.testing.assert_close(kim.encoder.embed(ids), kim.encoder.embed(ids))  # no dropout on the word vectors
+    with pytest.raises(ValueError, match=r"model.embed_dropout must be in \[0, 1\), got 1.5"):
+        build_model(cfg("mtsa", embed_dropout=1.5), V, C)

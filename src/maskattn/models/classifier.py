@@ -8,6 +8,7 @@ import math
 import torch
 import torch.nn as nn
 
+from .._validation import check_probability
 from ..encoder import Encoder
 from .embedding import TokenEmbedding
 from .fusion import build_fusion
@@ -29,9 +30,10 @@ class SentenceEncoder(nn.Module):
     def __init__(self, cfg, vocab_size: int, *, pad_id: int = 0, pretrained: torch.Tensor | None = None,
                  pool: bool = True):
         super().__init__()
+        embed_dropout = cfg.dropout if cfg.embed_dropout is None else cfg.embed_dropout
         self.embed = TokenEmbedding(vocab_size, cfg.d_model, embed_dim=cfg.embed_dim, pad_id=pad_id,
-                                    dropout=cfg.dropout, pretrained=pretrained, freeze=cfg.freeze_embeddings,
-                                    scale=embedding_scale(cfg))
+                                    dropout=check_probability(embed_dropout, "model.embed_dropout"),
+                                    pretrained=pretrained, freeze=cfg.freeze_embeddings, scale=embedding_scale(cfg))
         self.fusion = build_fusion(cfg, cfg.d_model)
         self.pool = Pool(self.fusion.out_dim, cfg.pool) if pool else None  # taggers use the tokens only
         self.out_dim = self.fusion.out_dim

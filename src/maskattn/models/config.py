@@ -49,6 +49,7 @@ class ModelConfig:
     activation: str = "relu"
     freeze_embeddings: bool = False
     embed_scale: float | None = None
+    embed_dropout: float | None = None
     preset: str | None = None
     decoder: str | list | None = None
     encoder_layers: int | None = None
