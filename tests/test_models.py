@@ -119,3 +119,12 @@ def test_embed_dropout_defaults_to_dropout_and_can_be_set_apart():
     torch.testing.assert_close(kim.encoder.embed(ids), kim.encoder.embed(ids))  # no dropout on the word vectors
     with pytest.raises(ValueError, match=r"model.embed_dropout must be in \[0, 1\), got 1.5"):
         build_model(cfg("mtsa", embed_dropout=1.5), V, C)
+
+
+def test_embed_init_bounds_the_uniform_word_vectors():
+    for bound in (0.05, 0.25):
+        weight = build_model(cfg("mtsa", embed_init=bound), V, C).encoder.embed.embedding.weight
+        assert weight[1:].abs().max() <= bound and weight[1:].abs().max() > 0.8 * bound
+        assert weight[0].abs().max() == 0  # the padding row
+    with pytest.raises(ValueError, match="model.embed_init must be a positive number.*got 0"):
+        build_model(cfg("mtsa", embed_init=0), V, C)

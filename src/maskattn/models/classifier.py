@@ -33,7 +33,8 @@ class SentenceEncoder(nn.Module):
         embed_dropout = cfg.dropout if cfg.embed_dropout is None else cfg.embed_dropout
         self.embed = TokenEmbedding(vocab_size, cfg.d_model, embed_dim=cfg.embed_dim, pad_id=pad_id,
                                     dropout=check_probability(embed_dropout, "model.embed_dropout"),
-                                    pretrained=pretrained, freeze=cfg.freeze_embeddings, scale=embedding_scale(cfg))
+                                    pretrained=pretrained, freeze=cfg.freeze_embeddings, scale=embedding_scale(cfg),
+                                    init=cfg.embed_init)
         self.fusion = build_fusion(cfg, cfg.d_model)
         self.pool = Pool(self.fusion.out_dim, cfg.pool) if pool else None  # taggers use the tokens only
         self.out_dim = self.fusion.out_dim

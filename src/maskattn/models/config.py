@@ -50,6 +50,7 @@ class ModelConfig:
     freeze_embeddings: bool = False
     embed_scale: float | None = None
     embed_dropout: float | None = None
+    embed_init: float = 0.05
     preset: str | None = None
     decoder: str | list | None = None
     encoder_layers: int | None = None
