@@ -123,6 +123,13 @@ def test_config_errors_and_presets(tmp_path):
         load_config(None, ["datta.dir=x"])
     with pytest.raises(ValueError, match="config key train.batch_size must be int, got 'many'"):
         load_config(None, ["train.batch_size=many"])
+    # YAML 1.1 reads 1e-6 (no dot) as a string: float-typed keys take it as a number, other keys do not
+    cfg = load_config(None, ["optim.eps=1e-6", "optim.weight_decay=5e-5", "model.embed_dropout=2e-1"])
+    assert (cfg.optim.eps, cfg.optim.weight_decay, cfg.model.embed_dropout) == (1e-6, 5e-5, 0.2)
+    with pytest.raises(ValueError, match="config key train.max_steps must be int, got '1e3'"):
+        load_config(None, ["train.max_steps=1e3"])
+    with pytest.raises(ValueError, match="config key optim.lr must be float, got 'fast'"):
+        load_config(None, ["optim.lr=fast"])
     path = tmp_path / "c.yaml"
     path.write_text("optim:\n  lr: 0.5\nmodel:\n  encoder: [mtsa x2, mha]\n")
     cfg = load_config(path, ["optim.name=adadelta"])

@@ -124,11 +124,22 @@ def from_dict(cls, data: dict | None, where: str = ""):
         name = f"{where}.{key}" if where else key
         if dataclasses.is_dataclass(tp):
             kwargs[key] = from_dict(tp, value, name)
-        elif not _accepts(tp, value):
-            raise ValueError(f"config key {name} must be {_type_name(tp)}, got {value!r}")
         else:
+            value = _number_from_text(tp, value)
+            if not _accepts(tp, value):
+                raise ValueError(f"config key {name} must be {_type_name(tp)}, got {value!r}")
             kwargs[key] = float(value) if tp is float else value
     return cls(**kwargs)
+
+
+def _number_from_text(tp, value):
+    """YAML 1.1 reads ``1e-6`` (no dot) as a string; for a float-typed key take it as the number it spells."""
+    if isinstance(value, str) and _accepts(tp, 0.5) and not _accepts(tp, value):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def _type_name(tp) -> str:
