@@ -6,9 +6,10 @@ write mean ± std test accuracy (the measurements behind docs/results.md).
 
 Every run goes through the toolkit (``maskattn.train.Trainer``) with the preset of its data set
 (``src/maskattn/configs/<dataset>.yaml``), the model overrides of MODELS below and ``--set`` overrides for all runs;
-results are appended to ``<out>/results.jsonl``. Each run is claimed first (``<run_dir>/.claimed``), so
-several copies of the script can share the grid and a restarted script skips claimed runs (delete the
-claim file of a run that was interrupted to redo it).
+results are appended to ``<out>/results.jsonl``. A model's own overrides come after ``--set`` and win (a
+note names each ``--set`` they replace): ``--set model.encoder=...`` does not change ``mtsa``. Each run is
+claimed first (``<run_dir>/.claimed``), so several copies of the script can share the grid and a restarted
+script skips claimed runs (delete the claim file of a run that was interrupted to redo it).
 """
 
 from __future__ import annotations
@@ -28,6 +29,15 @@ MODELS = {
     "bilstm": ["model.encoder=bilstm", "model.encoder_options={hidden: 150}"],
     "multi_cnn": ["model.encoder=multi_cnn", "model.encoder_options={channels: 100}"],
     "disa": ["model.encoder=disa", "model.ffn=false", "model.positional=none", "model.num_heads=2"],
+    # Kim (2014) CNN-rand, model and training protocol: 300-d word vectors U(-0.25, 0.25), 3/4/5-gram filters x 100,
+    # ReLU, max-over-time pooling, dropout 0.5 on the penultimate layer only, softmax; Adadelta (rho 0.95,
+    # eps 1e-6), batch 50, 25 epochs, test accuracy of the best dev epoch. Not reproduced: Kim's max-norm 3
+    # constraint on the output weights. These overrides replace any --set of the same keys.
+    "cnn_rand": ["model.encoder=multi_cnn", "model.encoder_options={channels: 100}", "model.d_model=300",
+                 "model.embed_init=0.25", "model.pool=max", "model.mlp_layers=0", "model.dropout=0.5",
+                 "model.embed_dropout=0.0", "optim.name=adadelta", "optim.lr=1.0", "optim.rho=0.95", "optim.eps=1e-6",
+                 "optim.weight_decay=0.0", "train.batch_size=50", "train.max_steps=0", "train.max_epochs=25",
+                 "train.eval_every=0", "train.patience=0"],
 }
 
 
@@ -42,6 +52,9 @@ def main() -> None:
                         help="override for every run (before the per-model overrides): section.key=value")
     args = parser.parse_args()
 
+    unknown = sorted(set(args.models.split(",")) - set(MODELS))
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; models: {', '.join(MODELS)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.jsonl"
@@ -53,6 +66,7 @@ def main() -> None:
                     continue
                 overrides = [f"data.dir={Path(args.data_root) / dataset}", f"train.seed={seed}",
                              f"train.out_dir={run_dir}", "train.progress=false", *args.set, *MODELS[model]]
+                warn_replaced(args.set, MODELS[model], model)
                 cfg = load_config(preset_path(dataset), overrides)
                 start = time.perf_counter()
                 summary = Trainer(cfg).fit()
@@ -63,6 +77,15 @@ def main() -> None:
                 with results_path.open("a") as f:
                     f.write(json.dumps(row) + "\n")
     summarize(results_path)
+
+
+def warn_replaced(common: list[str], per_model: list[str], model: str) -> None:
+    """Say which ``--set`` overrides the model's own overrides replace (they come later, so they win)."""
+    own = {item.split("=", 1)[0]: item for item in per_model}
+    for item in common:
+        key = item.split("=", 1)[0]
+        if key in own and own[key] != item:
+            print(f"note: for {model}, --set {item} is replaced by {own[key]}", flush=True)
 
 
 def claim(run_dir: Path) -> bool:
