@@ -47,6 +47,8 @@ def train(
     resume: Path = typer.Option(None, "--resume", help="continue the run of this last.safetensors checkpoint"),
     overrides: list[str] = typer.Option(None, "--set", "-s", help="override: section.key=value (repeatable)"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="show the progress bar"),
+    all_folds: bool = typer.Option(False, "--all-folds", help="train every fold of data.cv_folds into "
+                                   "<out>/fold<i> and report the mean ± std test metric (<out>/cv.json)"),
 ):
     """Train a model. With no arguments: the embedded default job (order task, MTSA vs multi-head)."""
     from .train import api, default_job
@@ -58,6 +60,9 @@ def train(
     _sigterm_as_interrupt()
     try:
         if resume is not None:
+            if all_folds:
+                raise ValueError("--all-folds continues an interrupted cross-validation by itself: run the same "
+                                 "command again, without --resume")
             if config or preset or data:
                 raise ValueError("--resume continues a run with its own configuration; drop --config/--preset/--data "
                                  "(train.* settings may be overridden)")
@@ -66,14 +71,16 @@ def train(
                 raise ValueError(f"with --resume only train.* settings may change, got sections {sorted(extra)}")
             summary = api.resume(resume, train_overrides={**extra.get("train", {}),
                                                           **({} if progress else {"progress": False})})
-        elif config is None and preset is None and data is None and not overrides and seed is None and device is None:
+        elif config is None and preset is None and data is None and not overrides and seed is None and device is None \
+                and not all_folds:
             default_job.run_default_job(str(out or "runs/default"), max_steps=max_steps, progress=progress)
             return
         else:
             if config and preset:
                 raise ValueError("give either --config or --preset, not both")
             path = config or (preset_path(preset) if preset else None)
-            summary = api.train(load_config(path, flags + ([] if progress else ["train.progress=false"])))
+            cfg = load_config(path, flags + ([] if progress else ["train.progress=false"]))
+            summary = api.cross_validate(cfg, console=Console()) if all_folds else api.train(cfg)
     except KeyboardInterrupt:
         raise typer.Exit(code=130) from None
     except (ValueError, TypeError, FloatingPointError) as exc:

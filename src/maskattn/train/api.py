@@ -1,4 +1,4 @@
-"""The toolkit's entry points: train a configuration, load a trained model, evaluate it on a labelled
+"""The toolkit's entry points: train a configuration (or every fold of a cross-validation), load a trained model, evaluate it on a labelled
 file, predict labels for raw text; for translation checkpoints load a :class:`Translator` and score a
 source file against a reference file."""
 
@@ -19,11 +19,12 @@ from ..models.factory import build_model
 from ..translation import Translator, corpus_scores
 from .checkpoint import Checkpoint, load_checkpoint
 from .config import RunConfig, from_dict
+from .crossval import cross_validate
 from .evaluation import evaluate, predict_ids
 from .tasks import subword_from_checkpoint
 from .trainer import Trainer, load_weights, resolve_device
 
-__all__ = ["train", "resume", "LoadedModel", "load_model", "evaluate_file", "predict", "load_translator",
+__all__ = ["train", "resume", "cross_validate", "LoadedModel", "load_model", "evaluate_file", "predict", "load_translator",
            "evaluate_translation"]
 
 

@@ -1,0 +1,87 @@
+"""k-fold cross-validation as one job: every fold of ``data.cv_folds`` trained in ``<out_dir>/fold<i>``, then
+the mean ± standard deviation of the test metric over folds (MTSA §4.3: "the accuracies for CR, MPQA and SUBJ
+are the mean of 10-fold cross validation").
+
+An interrupted job loses nothing: a finished fold keeps its ``summary.json`` and is not trained again, a fold
+stopped half-way continues from its ``last.safetensors`` (exactly, as ``--resume``; with ``train.keep_last``
+off it starts again), and ``cv.json`` is
+rewritten atomically after every fold.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import statistics
+from pathlib import Path
+
+from rich.console import Console
+
+from .checkpoint import atomic_write_bytes
+from .config import RunConfig
+from .trainer import Trainer
+
+__all__ = ["cross_validate"]
+
+
+def _write_json(path: Path, data: dict) -> None:
+    atomic_write_bytes(path, (json.dumps(data, indent=2) + "\n").encode())
+
+
+def _fold_config(cfg: RunConfig, fold: int, fold_dir: Path) -> RunConfig:
+    fold_cfg = copy.deepcopy(cfg)
+    fold_cfg.data.fold = fold
+    fold_cfg.train.out_dir = str(fold_dir)
+    return fold_cfg
+
+
+def _train_fold(cfg: RunConfig, fold_dir: Path, console: Console | None) -> dict:
+    last = fold_dir / "last.safetensors"
+    if last.exists():  # interrupted earlier: continue it
+        return Trainer.resume(last, train_overrides={"progress": cfg.train.progress}, console=console).fit()
+    return Trainer(cfg, console=console).fit()
+
+
+def cross_validate(cfg: RunConfig, *, console: Console | None = None) -> dict:
+    """Train every fold of ``cfg.data.cv_folds`` (``cfg.data.fold`` is ignored) and return
+    ``{"folds": [fold summaries], "metric": name, "mean": m, "std": s, "out_dir": ...}``, where ``mean`` and
+    ``std`` (sample standard deviation) are over the folds' test ``metric``; also written to
+    ``<out_dir>/cv.json``. Raises ``ValueError`` without ``data.cv_folds >= 2`` or under ``torchrun``."""
+    folds = cfg.data.cv_folds
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
+        raise ValueError(f"cross-validation needs data.cv_folds >= 2 (a dataset without a test split, such as the "
+                         f"cr, mpqa and subj presets), got data.cv_folds={folds!r}")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ValueError("all folds in one job is not supported under torchrun; launch one job per fold with "
+                         "--set data.fold=<i>")
+    out_dir = Path(cfg.train.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    metric = cfg.train.metric
+    summaries = []
+    for fold in range(folds):
+        fold_dir = out_dir / f"fold{fold}"
+        done = fold_dir / "summary.json"
+        if done.exists():
+            summary = json.loads(done.read_text())
+            if console is not None:
+                console.print(f"fold {fold}: finished earlier ({done}), not trained again")
+        else:
+            if console is not None:
+                console.print(f"fold {fold + 1} of {folds} → {fold_dir}")
+            summary = _train_fold(_fold_config(cfg, fold, fold_dir), fold_dir, console)
+            _write_json(done, summary)
+        summaries.append({"fold": fold, **summary})
+        result = _aggregate(summaries, metric, folds, out_dir)
+        _write_json(out_dir / "cv.json", result)
+    return result
+
+
+def _aggregate(summaries: list[dict], metric: str, folds: int, out_dir: Path) -> dict:
+    missing = [s["fold"] for s in summaries if metric not in s.get("test", {})]
+    if missing:
+        raise ValueError(f"train.metric {metric!r} is not among the test metrics of fold(s) {missing}")
+    values = [s["test"][metric] for s in summaries]
+    return {"folds": summaries, "metric": metric, "completed": len(summaries), "cv_folds": folds,
+            "mean": statistics.mean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "out_dir": str(out_dir)}
