@@ -3,6 +3,8 @@ checkpoint errors."""
 
 from __future__ import annotations
 
+from unittest.mock import ANY
+
 import pytest
 import torch
 
@@ -64,6 +66,52 @@ def test_resume_reproduces_the_uninterrupted_loss_curve(tmp_path, monkeypatch):
     a = load_checkpoint(tmp_path / "full" / "last.safetensors").model_state
     b = load_checkpoint(tmp_path / "cut" / "last.safetensors").model_state
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_weight_average_is_evaluated_kept_and_resumed_exactly(tmp_path, monkeypatch):
+    data = write_sentiment(tmp_path)
+    sections = dict(train={"max_steps": 10, "eval_every": 4, "ema_decay": 0.8})
+    trajectory = []
+    original = Trainer._train_step
+
+    def record(self, indices):
+        out = original(self, indices)
+        trajectory.append({k: v.detach().clone() for k, v in self.model.named_parameters()})
+        return out
+
+    monkeypatch.setattr(Trainer, "_train_step", record)
+    trainer = Trainer(tiny_config(data, tmp_path / "full", **sections))
+    summary = trainer.fit()
+    monkeypatch.setattr(Trainer, "_train_step", original)
+    averages = [dict(trajectory[0])]  # the average starts from the first step's weights
+    for weights in trajectory[1:]:
+        averages.append({k: 0.8 * averages[-1][k] + 0.2 * weights[k] for k in weights})
+    for k, v in trainer.ema.module.named_parameters():
+        torch.testing.assert_close(v, averages[-1][k])
+    # best.safetensors holds the average at best_step, last.safetensors the raw weights and the average
+    best = load_checkpoint(tmp_path / "full" / "best.safetensors").model_state
+    last = load_checkpoint(tmp_path / "full" / "last.safetensors")
+    for k, v in averages[summary["best_step"] - 1].items():
+        torch.testing.assert_close(best[k], v)
+        assert torch.equal(last.model_state[k], trajectory[-1][k])
+    assert torch.equal(last.extra_tensors["ema.n_averaged"], torch.tensor(10))
+    model = build_model(trainer.cfg.model, len(trainer.task.data.vocab), 2)
+    model.load_state_dict(best)
+    assert summary["test"] == trainer.task.evaluate(model, "test")
+
+    def crash_at_step_6(self, indices):
+        if self.step == 5:
+            raise KeyboardInterrupt
+        return original(self, indices)
+
+    monkeypatch.setattr(Trainer, "_train_step", crash_at_step_6)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(tiny_config(data, tmp_path / "cut", **sections)).fit()
+    monkeypatch.setattr(Trainer, "_train_step", original)
+    assert resume(tmp_path / "cut" / "last.safetensors") == {**summary, "out_dir": str(tmp_path / "cut"),
+                                                              "examples_per_s": ANY}
+    with pytest.raises(ValueError, match=r"train.ema_decay must be in \[0, 1\).*got 1.0"):
+        Trainer(tiny_config(data, tmp_path / "bad", train={"ema_decay": 1.0}))
 
 
 def test_early_stopping_and_best_checkpoint(tmp_path):

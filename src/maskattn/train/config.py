@@ -54,6 +54,8 @@ class LoopConfig:
     mixed precision (bfloat16/float16 autocast on CUDA only); ``device``: ``auto``, ``cpu``, ``cuda``.
     ``metric``: ``accuracy``, ``f1`` (taggers), ``loss``; for translation ``bleu``, ``chrf`` (greedy or
     ``eval_beam`` decoding of the dev set) or ``loss`` (dev cross-entropy per target token, much faster).
+    ``ema_decay``: evaluate, keep as ``best`` and test an exponential moving average of the weights (Polyak
+    averaging, ``ema ← decay · ema + (1 − decay) · θ`` after every step; 0 = off; ``last`` keeps both).
     Translation only: ``eval_beam`` / ``test_beam`` (beam sizes for dev and for the final test scores; 1 =
     greedy) and ``length_penalty`` (of beam search)."""
 
@@ -72,6 +74,7 @@ class LoopConfig:
     progress: bool = True
     log_every: int = 10
     keep_last: bool = True
+    ema_decay: float = 0.0
     eval_beam: int = 1
     test_beam: int = 5
     length_penalty: float = 0.6

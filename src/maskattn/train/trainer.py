@@ -1,12 +1,13 @@
-"""The training loop: optimiser and schedule, gradient clipping, mixed precision on GPU, evaluation every
-N steps, best-checkpoint selection, early stopping, exact resume, DDP, progress bar and metrics files.
+"""The training loop: optimiser and schedule, gradient clipping, mixed precision on GPU, an optional moving
+average of the weights, evaluation every N steps, best-checkpoint selection, early stopping, exact resume,
+DDP, progress bar and metrics files.
 
 One loop serves every model type; what differs (data, batches, model, loss, metrics, what a checkpoint
 carries) lives in a task (:mod:`maskattn.train.tasks`): classification or translation.
 
 Resume determinism: the batch order is a pure function of (seed, epoch) (:class:`BucketBatchSampler`,
 :class:`TokenBatchSampler`), and a resumable checkpoint stores the position in the epoch, the optimiser and
-scheduler states and the torch / Python / NumPy RNG states (dropout), so a resumed run reproduces the
+scheduler states, the weight average and the torch / Python / NumPy RNG states (dropout), so a resumed run reproduces the
 uninterrupted run's loss curve.
 """
 
@@ -23,6 +24,7 @@ import torch.nn as nn
 import yaml
 from rich.console import Console
 from torch.nn.parallel import DistributedDataParallel
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from .checkpoint import (Checkpoint, capture_rng, load_checkpoint, optimizer_from_flat, optimizer_to_flat,
                          restore_rng, save_checkpoint)
@@ -98,6 +100,7 @@ class Trainer:
         self.scheduler = build_scheduler(cfg.optim, self.optimizer)
         self.step, self.epoch, self.position = 0, 0, 0
         self.best_metric, self.best_step, self.bad_evals = None, None, 0
+        self.ema = build_ema(self.model, loop.ema_decay)
         if ckpt is not None:
             self._restore(ckpt)
         self.ddp = DistributedDataParallel(self.model) if self.dist.enabled else None
@@ -133,6 +136,11 @@ class Trainer:
         self.step, self.epoch, self.position = ckpt.step, state["epoch"], state["position"]
         self.best_metric, self.best_step, self.bad_evals = state["best_metric"], state["best_step"], state["bad_evals"]
         restore_rng(ckpt.extra_tensors, state["rng"])
+        if self.ema is not None:
+            ema_state = {k[len("ema."):]: v for k, v in ckpt.extra_tensors.items() if k.startswith("ema.")}
+            if not ema_state:
+                raise ValueError(f"{ckpt.path} was saved without train.ema_decay; resume it with train.ema_decay=0")
+            self.ema.load_state_dict(ema_state)
 
     # --- checkpoints ------------------------------------------------------------------------------------
 
@@ -148,7 +156,11 @@ class Trainer:
                        "best_step": self.best_step, "bad_evals": self.bad_evals, "rng": rng_state,
                        "optimizer": optim_meta, "scheduler": self.scheduler.state_dict()}
             extra = {**rng_tensors, **optim_tensors}
-        return save_checkpoint(self.out_dir / f"{name}.safetensors", model=self.model, config=self.cfg.to_dict(),
+            if self.ema is not None:
+                extra.update({f"ema.{k}": v.detach().cpu().contiguous() for k, v in self.ema.state_dict().items()})
+        # a weights-only checkpoint holds the model that is evaluated (the average, with train.ema_decay)
+        model = self.model if resumable else self.eval_model
+        return save_checkpoint(self.out_dir / f"{name}.safetensors", model=model, config=self.cfg.to_dict(),
                                model_type=self.cfg.model.type, step=self.step, trainer=trainer, extra_tensors=extra,
                                **self.task.checkpoint_fields())
 
@@ -181,14 +193,22 @@ class Trainer:
             self.optimizer.step()
         if self.cfg.optim.schedule != "plateau":
             self.scheduler.step()
+        if self.ema is not None:
+            self.ema.update_parameters(self.model)
         total = all_reduce_sum(loss_sum.detach().float().reshape(1), self.dist)
         return float(total) / global_count, self.task.throughput_units(indices)
 
     # --- evaluation -------------------------------------------------------------------------------------
 
+    @property
+    def eval_model(self) -> nn.Module:
+        """The model that is evaluated and kept as ``best``: the trained one, or its exponential moving average
+        of the weights with ``train.ema_decay``."""
+        return self.model if self.ema is None else self.ema.module
+
     def evaluate(self, split: str) -> dict[str, float]:
-        """Metrics of the current model on ``dev`` or ``test`` (every rank computes the same numbers)."""
-        return self.task.evaluate(self.model, split)
+        """Metrics of :attr:`eval_model` on ``dev`` or ``test`` (every rank computes the same numbers)."""
+        return self.task.evaluate(self.eval_model, split)
 
     def _evaluate_and_checkpoint(self) -> bool:
         """Dev evaluation, best / last checkpoints, schedule and early stopping; True = stop."""
@@ -286,7 +306,7 @@ class Trainer:
         """Reload the best checkpoint's weights and evaluate them on the test split."""
         best = self.out_dir / "best.safetensors"
         if best.exists():
-            load_weights(self.model, load_checkpoint(best))
+            load_weights(self.eval_model, load_checkpoint(best))
         summary = {"best_dev": self.best_metric, "best_step": self.best_step, "steps": self.step,
                    "metric": self.cfg.train.metric, "out_dir": str(self.out_dir)}
         if self._train_seconds > 0:  # this session's training steps (evaluation time excluded)
@@ -299,6 +319,17 @@ class Trainer:
             self.logger.log(step=self.best_step or self.step, epoch=self.epoch, split="test", **test,
                             elapsed_s=self._elapsed())
         return summary
+
+
+def build_ema(model: nn.Module, decay: float) -> AveragedModel | None:
+    """The exponential moving average of ``model``'s parameters (Polyak averaging; ``torch.optim.swa_utils``):
+    after every optimiser step ``ema ← decay · ema + (1 − decay) · θ``, starting from the first step's
+    weights. ``decay`` 0: none. Buffers are copied, not averaged (they are constant tables here)."""
+    if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0.0 <= decay < 1.0:
+        raise ValueError(f"train.ema_decay must be in [0, 1) (0 = no averaging), got {decay!r}")
+    if decay == 0.0:
+        return None
+    return AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(float(decay)), use_buffers=False)
 
 
 def load_weights(model: nn.Module, ckpt: Checkpoint) -> None:
