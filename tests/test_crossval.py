@@ -63,6 +63,17 @@ def test_an_interrupted_job_continues_where_it_stopped(tmp_path, monkeypatch):
     assert accuracies(result) == accuracies(reference)  # fold 1 resumed exactly, fold 2 trained as before
 
 
+def test_a_folder_of_another_configuration_is_not_reused(tmp_path):
+    cross_validate(cv_config(tmp_path))
+    again = cv_config(tmp_path)
+    again.train.progress = True  # display settings may change
+    assert cross_validate(again)["completed"] == FOLDS
+    other = cv_config(tmp_path)
+    other.optim.lr = 0.5
+    with pytest.raises(ValueError, match=r"fold0 holds a run of another configuration \(differs in optim.lr\)"):
+        cross_validate(other)
+
+
 def test_errors_name_the_setting(tmp_path):
     cfg = cv_config(tmp_path)
     cfg.data.cv_folds = 0

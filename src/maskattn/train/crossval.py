@@ -5,7 +5,7 @@ are the mean of 10-fold cross validation").
 An interrupted job loses nothing: a finished fold keeps its ``summary.json`` and is not trained again, a fold
 stopped half-way continues from its ``last.safetensors`` (exactly, as ``--resume``; with ``train.keep_last``
 off it starts again), and ``cv.json`` is
-rewritten atomically after every fold.
+rewritten atomically after every fold. A fold folder holding a run of another configuration is an error.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 import statistics
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 
 from .checkpoint import atomic_write_bytes
@@ -34,6 +35,23 @@ def _fold_config(cfg: RunConfig, fold: int, fold_dir: Path) -> RunConfig:
     fold_cfg.data.fold = fold
     fold_cfg.train.out_dir = str(fold_dir)
     return fold_cfg
+
+
+# settings that do not change what a fold computes: a job may be continued with other values
+_FREE = {("train", "progress"), ("train", "num_threads"), ("train", "device")}
+
+
+def _check_same_run(cfg: RunConfig, fold_dir: Path) -> None:
+    """A fold folder already holding a run of another configuration is an error, not something to reuse."""
+    saved_path = fold_dir / "config.yaml"
+    if not saved_path.exists():
+        return
+    saved, wanted = yaml.safe_load(saved_path.read_text()), cfg.to_dict()
+    changed = sorted(f"{section}.{key}" for section in wanted for key in wanted[section]
+                     if (section, key) not in _FREE and saved.get(section, {}).get(key) != wanted[section][key])
+    if changed:
+        raise ValueError(f"{fold_dir} holds a run of another configuration (differs in {', '.join(changed[:5])}); "
+                         "give the cross-validation a new --out folder")
 
 
 def _train_fold(cfg: RunConfig, fold_dir: Path, console: Console | None) -> dict:
@@ -61,6 +79,8 @@ def cross_validate(cfg: RunConfig, *, console: Console | None = None) -> dict:
     summaries = []
     for fold in range(folds):
         fold_dir = out_dir / f"fold{fold}"
+        fold_cfg = _fold_config(cfg, fold, fold_dir)
+        _check_same_run(fold_cfg, fold_dir)
         done = fold_dir / "summary.json"
         if done.exists():
             summary = json.loads(done.read_text())
@@ -69,7 +89,7 @@ def cross_validate(cfg: RunConfig, *, console: Console | None = None) -> dict:
         else:
             if console is not None:
                 console.print(f"fold {fold + 1} of {folds} → {fold_dir}")
-            summary = _train_fold(_fold_config(cfg, fold, fold_dir), fold_dir, console)
+            summary = _train_fold(fold_cfg, fold_dir, console)
             _write_json(done, summary)
         summaries.append({"fold": fold, **summary})
         result = _aggregate(summaries, metric, folds, out_dir)
