@@ -85,7 +85,7 @@ def cross_validate(cfg: RunConfig, *, console: Console | None = None) -> dict:
         if done.exists():
             summary = json.loads(done.read_text())
             if console is not None:
-                console.print(f"fold {fold}: finished earlier ({done}), not trained again")
+                console.print(f"fold {fold + 1} of {folds}: finished earlier ({done}), not trained again")
         else:
             if console is not None:
                 console.print(f"fold {fold + 1} of {folds} → {fold_dir}")
