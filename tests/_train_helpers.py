@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
+
+from maskattn.train import Trainer
 from maskattn.train.config import RunConfig, from_dict
 
 WORDS = ["the", "film", "plot", "was", "very", "quite", "actors", "story", "music", "and"]
@@ -72,3 +75,19 @@ def tiny_config(data_dir, out_dir, **sections) -> RunConfig:
     for section, values in sections.items():
         base[section] = {**base[section], **values}
     return from_dict(RunConfig, base)
+
+
+def fit_killed_before_step(monkeypatch, config, step: int) -> None:
+    """``Trainer(config).fit()`` stopped by a ``KeyboardInterrupt`` (what Ctrl-C / SIGTERM raise) just before
+    training step ``step`` (1-based); the run folder is left as a kill would leave it."""
+    original = Trainer._train_step
+
+    def crash(self, indices):
+        if self.step == step - 1:
+            raise KeyboardInterrupt
+        return original(self, indices)
+
+    monkeypatch.setattr(Trainer, "_train_step", crash)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(config).fit()
+    monkeypatch.setattr(Trainer, "_train_step", original)

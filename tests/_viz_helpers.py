@@ -1,8 +1,21 @@
-"""Shared by the viz tests: recompute what an encoder sublayer receives, outside the encoder's forward."""
+"""Shared by the viz tests: recompute what an encoder sublayer receives, outside the encoder's forward; run
+a command that must fail with a message."""
 
 from __future__ import annotations
 
 import torch
+from typer.testing import CliRunner
+
+from maskattn.cli import app
+
+
+def fails_with(args, *messages):
+    """``maskattn <args>`` exits with code 2 and its output contains every one of ``messages``."""
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    for message in messages:
+        assert message in text, text
 
 
 def stack_sublayer_input(stack, x: torch.Tensor, pad: torch.Tensor, layer: int, sublayer: int):

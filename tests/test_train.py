@@ -8,7 +8,7 @@ from unittest.mock import ANY
 import pytest
 import torch
 
-from _train_helpers import tiny_config, write_conll, write_nli, write_sentiment
+from _train_helpers import fit_killed_before_step, tiny_config, write_conll, write_nli, write_sentiment
 from maskattn.models import ModelConfig, build_model
 from maskattn.train import Trainer, load_checkpoint, load_config, read_metrics, resume
 from maskattn.train.config import list_presets, preset_path
@@ -46,17 +46,7 @@ def test_resume_reproduces_the_uninterrupted_loss_curve(tmp_path, monkeypatch):
                            "clip_norm": 1.0}, train={"max_steps": 14, "eval_every": 5})
     Trainer(tiny_config(data, tmp_path / "full", **sections)).fit()
 
-    original = Trainer._train_step
-
-    def crash_at_step_8(self, indices):
-        if self.step == 7:
-            raise KeyboardInterrupt
-        return original(self, indices)
-
-    monkeypatch.setattr(Trainer, "_train_step", crash_at_step_8)
-    with pytest.raises(KeyboardInterrupt):
-        Trainer(tiny_config(data, tmp_path / "cut", **sections)).fit()
-    monkeypatch.setattr(Trainer, "_train_step", original)
+    fit_killed_before_step(monkeypatch, tiny_config(data, tmp_path / "cut", **sections), 8)
     assert load_checkpoint(tmp_path / "cut" / "last.safetensors").step == 5
     resume(tmp_path / "cut" / "last.safetensors")
 
@@ -99,15 +89,7 @@ def test_weight_average_is_evaluated_kept_and_resumed_exactly(tmp_path, monkeypa
     model.load_state_dict(best)
     assert summary["test"] == trainer.task.evaluate(model, "test")
 
-    def crash_at_step_6(self, indices):
-        if self.step == 5:
-            raise KeyboardInterrupt
-        return original(self, indices)
-
-    monkeypatch.setattr(Trainer, "_train_step", crash_at_step_6)
-    with pytest.raises(KeyboardInterrupt):
-        Trainer(tiny_config(data, tmp_path / "cut", **sections)).fit()
-    monkeypatch.setattr(Trainer, "_train_step", original)
+    fit_killed_before_step(monkeypatch, tiny_config(data, tmp_path / "cut", **sections), 6)
     assert resume(tmp_path / "cut" / "last.safetensors") == {**summary, "out_dir": str(tmp_path / "cut"),
                                                               "examples_per_s": ANY}
     with pytest.raises(ValueError, match=r"train.ema_decay must be in \[0, 1\).*got 1.0"):

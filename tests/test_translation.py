@@ -15,7 +15,7 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from _train_helpers import tiny_config, write_sentiment
+from _train_helpers import fit_killed_before_step, tiny_config, write_sentiment
 from maskattn.cli import app
 from maskattn.data.parallel import (ParallelText, TokenBatchSampler, collate_pairs, encode_pairs, read_parallel,
                                     split_lines)
@@ -215,17 +215,7 @@ def test_resume_reproduces_the_uninterrupted_translation_loss_curve(tmp_path, mo
     sections = {"train": {"max_steps": 10, "eval_every": 4, "metric": "loss"}}
     Trainer(translation_config(data, tmp_path / "full", **sections)).fit()
 
-    original = Trainer._train_step
-
-    def crash_at_step_7(self, indices):
-        if self.step == 6:
-            raise KeyboardInterrupt
-        return original(self, indices)
-
-    monkeypatch.setattr(Trainer, "_train_step", crash_at_step_7)
-    with pytest.raises(KeyboardInterrupt):
-        Trainer(translation_config(data, tmp_path / "cut", **sections)).fit()
-    monkeypatch.setattr(Trainer, "_train_step", original)
+    fit_killed_before_step(monkeypatch, translation_config(data, tmp_path / "cut", **sections), 7)
     assert load_checkpoint(tmp_path / "cut" / "last.safetensors").step == 4
     resume(tmp_path / "cut" / "last.safetensors")
 

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
-from _viz_helpers import stack_sublayer_input
+from _viz_helpers import fails_with, stack_sublayer_input
 from _train_helpers import tiny_config, write_sentiment
 from maskattn import masks, viz
 from maskattn.analysis import localness
@@ -209,14 +209,6 @@ def test_cli_writes_images_and_tables(ckpts, tmp_path):
     assert saved["layers"] == [2] and [r["mechanism"] for r in saved["rows"]] == ["DMAN", "SAN"]
     assert (tmp_path / "t.csv").read_text().startswith("mechanism,checkpoint,window,layer_2")
     assert f"{saved['rows'][0]['values']['2']:.2f}" in result.output
-
-
-def fails_with(args, *messages):
-    result = runner.invoke(app, args)
-    assert result.exit_code == 2, result.output
-    text = " ".join(result.output.split())
-    for message in messages:
-        assert message in text, text
 
 
 def test_cli_bad_input_gives_messages(ckpts, tmp_path):

@@ -20,7 +20,7 @@ from maskattn.data.parallel import ParallelText, encode_pairs, read_text_lines
 from maskattn.data.subword import EOS_ID, UNK_ID
 from maskattn.train import Trainer
 from maskattn.train.api import load_translator
-from _viz_helpers import stack_sublayer_input
+from _viz_helpers import fails_with, stack_sublayer_input
 from test_translation import sentence_pairs, translation_config, write_parallel
 
 runner = CliRunner()
@@ -162,14 +162,6 @@ def test_cli_draws_and_tabulates_translation_encoders(ckpts, tmp_path):
     assert saved["layers"] == [1, 2] and saved["sentences"] == {man: 12, transformer: 12}
     assert saved["skipped"][man] == {"empty": 1, "over-long": 1}
     assert "2 skipped: 1 empty, 1 over-long" in " ".join(result.output.split())
-
-
-def fails_with(args, *messages):
-    result = runner.invoke(app, args)
-    assert result.exit_code == 2, result.output
-    text = " ".join(result.output.split())
-    for message in messages:
-        assert message in text, text
 
 
 def test_cli_bad_input_on_translation_checkpoints(ckpts, tmp_path):

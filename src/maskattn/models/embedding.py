@@ -1,7 +1,7 @@
-"""Word embeddings: uniform ``[-init, init]`` initialisation (``init`` 0.05 as MTSA Appendix B; Kim 2014: 0.25), optional pretrained rows,
-padding row fixed at zero, an optional scale (``√d_model`` before sinusoidal positions, as in Vaswani et al.
-2017 §3.4 — otherwise the unit-amplitude positions drown the ±0.05 word vectors), dropout, and a
-projection when the embedding width differs from the model's."""
+"""Word embeddings: uniform ``[-init, init]`` initialisation (``init`` 0.05 as MTSA Appendix B; Kim 2014:
+0.25), optional pretrained rows, padding row fixed at zero, an optional scale (``√d_model`` before sinusoidal
+positions, as in Vaswani et al. 2017 §3.4 — otherwise the unit-amplitude positions drown the ±0.05 word
+vectors), dropout, and a projection when the embedding width differs from the model's."""
 
 from __future__ import annotations
 

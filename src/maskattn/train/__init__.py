@@ -1,6 +1,6 @@
-"""Training toolkit: configuration, trainer (schedules, clipping, AMP, evaluation, best checkpoint, early
-stopping, exact resume, DDP, k-fold cross-validation) for classifiers and translation, atomic safetensors checkpoints, metrics files,
-the embedded default job."""
+"""Training toolkit: configuration, trainer (schedules, clipping, AMP, weight averaging, evaluation, best
+checkpoint, early stopping, exact resume, DDP, k-fold cross-validation) for classifiers and translation,
+atomic safetensors checkpoints, metrics files, the embedded default job."""
 
 from .api import (LoadedModel, cross_validate, evaluate_file, evaluate_translation, load_model, load_translator, predict,
                   resume, train)
@@ -11,7 +11,8 @@ from .logger import MetricsLogger, read_metrics
 from .trainer import Trainer, load_weights
 
 __all__ = [
-    "train", "resume", "cross_validate", "LoadedModel", "load_model", "evaluate_file", "predict", "load_translator", "evaluate_translation",
+    "train", "resume", "cross_validate", "LoadedModel", "load_model", "evaluate_file", "predict", "load_translator",
+    "evaluate_translation",
     "FORMAT", "Checkpoint", "load_checkpoint", "save_checkpoint",
     "RunConfig", "OptimConfig", "LoopConfig", "from_dict", "load_config", "list_presets", "preset_path",
     "DEFAULT_JOB", "run_default_job", "MetricsLogger", "read_metrics", "Trainer", "load_weights",

@@ -1,6 +1,6 @@
-"""The toolkit's entry points: train a configuration (or every fold of a cross-validation), load a trained model, evaluate it on a labelled
-file, predict labels for raw text; for translation checkpoints load a :class:`Translator` and score a
-source file against a reference file."""
+"""The toolkit's entry points: train a configuration (or every fold of a cross-validation), load a trained
+model, evaluate it on a labelled file, predict labels for raw text; for translation checkpoints load a
+:class:`Translator` and score a source file against a reference file."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from .evaluation import evaluate, predict_ids
 from .tasks import subword_from_checkpoint
 from .trainer import Trainer, load_weights, resolve_device
 
-__all__ = ["train", "resume", "cross_validate", "LoadedModel", "load_model", "evaluate_file", "predict", "load_translator",
-           "evaluate_translation"]
+__all__ = ["train", "resume", "cross_validate", "LoadedModel", "load_model", "evaluate_file", "predict",
+           "load_translator", "evaluate_translation"]
 
 
 def train(cfg: RunConfig, *, console: Console | None = None) -> dict:

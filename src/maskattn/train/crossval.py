@@ -4,8 +4,8 @@ are the mean of 10-fold cross validation").
 
 An interrupted job loses nothing: a finished fold keeps its ``summary.json`` and is not trained again, a fold
 stopped half-way continues from its ``last.safetensors`` (exactly, as ``--resume``; with ``train.keep_last``
-off it starts again), and ``cv.json`` is
-rewritten atomically after every fold. A fold folder holding a run of another configuration is an error.
+off it starts again), and ``cv.json`` is rewritten atomically after every fold. A fold folder holding a run
+of another configuration is an error.
 """
 
 from __future__ import annotations

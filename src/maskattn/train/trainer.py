@@ -7,8 +7,8 @@ carries) lives in a task (:mod:`maskattn.train.tasks`): classification or transl
 
 Resume determinism: the batch order is a pure function of (seed, epoch) (:class:`BucketBatchSampler`,
 :class:`TokenBatchSampler`), and a resumable checkpoint stores the position in the epoch, the optimiser and
-scheduler states, the weight average and the torch / Python / NumPy RNG states (dropout), so a resumed run reproduces the
-uninterrupted run's loss curve.
+scheduler states, the weight average and the torch / Python / NumPy RNG states (dropout), so a resumed run
+reproduces the uninterrupted run's loss curve.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from rich.console import Console
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
+from .._validation import check_probability
 from .checkpoint import (Checkpoint, capture_rng, load_checkpoint, optimizer_from_flat, optimizer_to_flat,
                          restore_rng, save_checkpoint)
 from .config import RunConfig, from_dict
@@ -325,9 +326,7 @@ def build_ema(model: nn.Module, decay: float) -> AveragedModel | None:
     """The exponential moving average of ``model``'s parameters (Polyak averaging; ``torch.optim.swa_utils``):
     after every optimiser step ``ema ← decay · ema + (1 − decay) · θ``, starting from the first step's
     weights. ``decay`` 0: none. Buffers are copied, not averaged (they are constant tables here)."""
-    if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0.0 <= decay < 1.0:
-        raise ValueError(f"train.ema_decay must be in [0, 1) (0 = no averaging), got {decay!r}")
-    if decay == 0.0:
+    if check_probability(decay, "train.ema_decay") == 0.0:
         return None
     return AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(float(decay)), use_buffers=False)
 
