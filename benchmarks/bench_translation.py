@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from maskattn.benchmarking import machine_info, synchronize
+from maskattn.bench import machine_info
+from maskattn.bench.measure import synchronize
 from maskattn.train import load_config, preset_path
 from maskattn.train.optim import build_optimizer
 from maskattn.train.tasks import TranslationTask

@@ -5,7 +5,7 @@ For every registered mechanism × each of its backends that can train on the dev
 ``mtsa`` on its ``reference`` backend), on the CPU and on CUDA when present, and every sequence length:
 
 * forward time and backward time, measured separately: median, min and max over the repeats;
-* peak memory of one forward + backward (:func:`maskattn.benchmarking.peak_memory_bytes`);
+* peak memory of one forward + backward (:func:`maskattn.bench.peak_memory_bytes`);
 * analytic FLOPs of a training step (:mod:`maskattn.bench.costs`), the achieved GFLOP/s, the measured
   GFLOP/s of a plain ``bmm`` of the attention-score shape, and their ratio;
 * points whose estimated memory exceeds the budget are skipped (status ``skipped``), as are points
@@ -20,10 +20,11 @@ Outputs: ``bench.csv``, ``bench.json`` (fields documented in :data:`FIELDS`) and
 
 from .baselines import BASELINES, Algorithm1, TorchMHA, list_baselines
 from .costs import Point, estimate_bytes, family_of, forward_flops, step_flops
-from .measure import matmul_gflops_per_s, measure_point
+from .measure import count_flops, machine_info, matmul_gflops_per_s, measure_point, peak_memory_bytes, time_call
 from .report import plot, render_tables, write_csv, write_json, write_outputs
 from .runner import FIELDS, MEMORY_FRACTION, BenchResult, run_benchmark
 from .settings import (
+    PRESETS,
     QUICK,
     BenchSettings,
     Candidate,
@@ -34,10 +35,10 @@ from .settings import (
 )
 
 __all__ = [
-    "BenchSettings", "BenchResult", "Candidate", "FIELDS", "QUICK", "MEMORY_FRACTION", "run_benchmark",
+    "BenchSettings", "BenchResult", "Candidate", "FIELDS", "QUICK", "PRESETS", "MEMORY_FRACTION", "run_benchmark",
     "parse_lengths", "parse_names", "valid_mechanisms", "select_candidates",
     "BASELINES", "Algorithm1", "TorchMHA", "list_baselines",
     "Point", "family_of", "forward_flops", "step_flops", "estimate_bytes",
-    "measure_point", "matmul_gflops_per_s",
+    "measure_point", "matmul_gflops_per_s", "time_call", "peak_memory_bytes", "count_flops", "machine_info",
     "write_outputs", "write_csv", "write_json", "plot", "render_tables",
 ]

@@ -16,7 +16,7 @@ banded kernel):
 * projections: every ``nn.Linear`` and per-head linear map of the module, once per token —
   ``2·B·n·d_in·d_out`` each (read from the parameter shapes, so options such as ``d_k`` are honoured);
 * ``dense`` attention: ``q kᵀ`` and ``P v``: ``2·B·H·n·m·(d_k + d_v)``;
-* ``tensorized`` (MTSA / Fast-DiSA through the value-augmentation identity, DESIGN.md §1): ``q kᵀ`` and
+* ``tensorized`` (MTSA / Fast-DiSA through the value-augmentation identity, docs/design.md §1): ``q kᵀ`` and
   one product with the augmented values ``[v ⊙ E ; E]``: ``2·B·H·n·m·(d_k + 2·d_v)``;
 * ``tensorized_naive`` (the explicit n×n×d form): ``q kᵀ`` and the feature-wise weighted sum,
   ``2·B·H·n·m·(d_k + d_v)``; DiSA has no ``q kᵀ`` (its score is additive): ``2·B·H·n·m·d_v``;
@@ -56,7 +56,7 @@ from ..attention import (
     MultiHeadAttention,
     StaticMaskAttention,
 )
-from ..attention._headwise import HeadwiseLinear
+from ..attention.headwise import HeadwiseLinear
 from ..models.fusion import BiRNN, MultiCNN
 from .baselines import Algorithm1, TorchMHA
 
@@ -78,7 +78,7 @@ _ALGORITHM1_COPIES = 8
 #: n × n × d_v tensors per head of the naive tensorized form (scores, probabilities, products, gradients);
 #: measured ~4.4 (MTSA) and ~5 (DiSA).
 _NAIVE_COPIES = 6
-#: elements of one weight block of the chunked sigmoid / DMAN kernels (maskattn.backends.CHUNK_ELEMENTS)
+#: elements of one weight block of the chunked sigmoid / DMAN kernels (maskattn.kernels.sigmoid.CHUNK_ELEMENTS)
 #: and the number of block-sized temporaries alive at once in their backward.
 _CHUNK_ELEMENTS = 1 << 21
 _CHUNK_COPIES = 4

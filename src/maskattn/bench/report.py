@@ -1,4 +1,5 @@
-"""Outputs of a benchmark run: CSV, JSON, PNG plots (MTSA Fig. 1 style) and a rich terminal table."""
+"""Outputs of a benchmark run: CSV, JSON, a PNG plot (one panel per mechanism family against multi-head
+attention) and a rich terminal table."""
 
 from __future__ import annotations
 
@@ -30,50 +31,79 @@ def write_json(result: BenchResult, path: Path) -> Path:
     return path
 
 
+#: The panels of the plot: one per mechanism family, each drawn against the references.
+PLOT_FAMILIES = {
+    "MTSA / Fast-DiSA / DiSA": ("mtsa", "fast_disa", "disa", "mtsa_algorithm1"),
+    "MAN: DMAN, SMAN": ("dman", "sman"),
+    "CSAN 1D / 2D": ("csan1d", "csan2d"),
+    "RNN / CNN baselines": ("bilstm", "multi_cnn"),
+}
+#: Drawn in every panel (grey): multi-head attention, the baseline of every paper here.
+PLOT_REFERENCES = ("mha", "torch_mha")
+
+
+def _panel_rows(labels_by_mechanism: dict[str, list[str]]) -> list[tuple[str, list[str]]]:
+    """(title, labels) of each family with results, then the mechanisms no family names."""
+    named = {m for members in PLOT_FAMILIES.values() for m in members} | set(PLOT_REFERENCES)
+    rows = [(title, [label for m in members for label in labels_by_mechanism.get(m, [])])
+            for title, members in PLOT_FAMILIES.items()]
+    rows.append(("other", [label for m, labels in labels_by_mechanism.items() if m not in named for label in labels]))
+    return [(title, labels) for title, labels in rows if labels]
+
+
 def plot(result: BenchResult, path: Path) -> Path:
-    """Per device, three panels against sequence length (log-log): peak memory (MTSA Fig. 1a), forward
-    time and backward time (Fig. 1b, split); one line per mechanism/backend, baselines dashed. Skipped
-    and failed points are left out, so a line stops where its points stop fitting."""
+    """Per device, one row of panels per mechanism family (:data:`PLOT_FAMILIES`), each against multi-head
+    attention (:data:`PLOT_REFERENCES`, grey): forward + backward time and peak memory against sequence length
+    (log-log; MTSA Fig. 1's axes). Skipped and failed points are left out, so a line stops where its points
+    stop fitting."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    ok = [r for r in result.records if r["status"] == "ok"]
     devices = list(dict.fromkeys(r["device"] for r in result.records))
-    labels = list(dict.fromkeys(r["label"] for r in result.records))
-    colours = plt.get_cmap("tab20")
-    markers = "os^vD<>pPX*h"
-    panels = (("peak_mib", "peak memory (MiB)"), ("fwd_ms_median", "forward time (ms)"),
-              ("bwd_ms_median", "backward time (ms)"))
-    fig, axes = plt.subplots(len(devices), len(panels), figsize=(15, 4.2 * len(devices)), squeeze=False)
-    for row, device in zip(axes, devices):
-        for i, label in enumerate(labels):
-            points = sorted((r for r in result.records
-                             if r["device"] == device and r["label"] == label and r["status"] == "ok"),
-                            key=lambda r: r["n"])
+    labels_by_mechanism: dict[str, list[str]] = {}
+    for r in result.records:
+        labels = labels_by_mechanism.setdefault(r["mechanism"], [])
+        if r["label"] not in labels:
+            labels.append(r["label"])
+    rows = _panel_rows(labels_by_mechanism)
+    references = [label for m in PLOT_REFERENCES for label in labels_by_mechanism.get(m, [])]
+    panels = (("time_ms", "forward + backward time (ms)"), ("peak_mib", "peak memory (MiB)"))
+    grid = [(device, title, labels) for device in devices for title, labels in rows] or \
+        [(device, "multi-head attention", []) for device in devices]
+    fig, axes = plt.subplots(len(grid), len(panels), figsize=(11, 3.6 * len(grid)), squeeze=False)
+    colours, markers = plt.get_cmap("tab10"), "os^vD<>pPX"
+    for (device, title, labels), row in zip(grid, axes):
+        drawn = [(label, dict(color=colours(i % 10), marker=markers[i % len(markers)], linestyle="-"))
+                 for i, label in enumerate(labels)]
+        drawn += [(label, dict(color=str(0.35 + 0.25 * i), marker=".", linestyle="--"))
+                  for i, label in enumerate(references)]
+        for label, style in drawn:
+            points = sorted((r for r in ok if r["device"] == device and r["label"] == label), key=lambda r: r["n"])
             if not points:
                 continue
-            style = dict(color=colours(i % 20), marker=markers[i % len(markers)], markersize=4, label=label,
-                         linestyle="--" if points[0]["kind"] == "baseline" else "-")
+            values = {"time_ms": [r["fwd_ms_median"] + r["bwd_ms_median"] for r in points],
+                      "peak_mib": [r["peak_mib"] for r in points]}
             for ax, (key, _) in zip(row, panels):
-                ax.plot([r["n"] for r in points], [max(r[key], 1e-6) for r in points], **style)
+                ax.plot([r["n"] for r in points], [max(v, 1e-6) for v in values[key]], label=label, markersize=4,
+                        **style)
         lengths = sorted({r["n"] for r in result.records if r["device"] == device})
-        for ax, (_, title) in zip(row, panels):
+        for ax, (_, axis_title) in zip(row, panels):
             ax.set_xscale("log", base=2)
             ax.set_xticks(lengths, [str(n) for n in lengths])
             ax.minorticks_off()
             ax.set_yscale("log")
             ax.set_xlabel("sequence length n")
-            ax.set_ylabel(title)
-            ax.set_title(f"{title}, {device}")
+            ax.set_ylabel(axis_title)
+            ax.set_title(f"{title} ({device})")
             ax.grid(True, which="both", alpha=0.3)
+        if row[-1].get_legend_handles_labels()[0]:
+            row[-1].legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
     s = result.settings
-    fig.suptitle(f"maskattn bench: batch {s['batch']}, width {s['width']}, {s['heads']} heads, {s['dtype']}, "
-                 f"forward + backward measured separately")
-    legend = {}  # label → line, over every panel (a label may have points on one device only)
-    for ax in axes.flat:
-        legend.update(zip(*reversed(ax.get_legend_handles_labels())))
-    fig.legend(list(legend.values()), list(legend), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    fig.suptitle(f"maskattn bench: batch {s['batch']}, width {s['width']}, {s['heads']} heads, {s['dtype']}; "
+                 "multi-head attention in grey")
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)

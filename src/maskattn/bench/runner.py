@@ -11,14 +11,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ..benchmarking import count_flops, machine_info
 from .costs import Point, estimate_bytes, family_of, step_flops
-from .measure import (
-    available_bytes,
-    is_out_of_memory,
-    matmul_gflops_per_s,
-    measure_point,
-)
+from .measure import available_bytes, count_flops, is_out_of_memory, machine_info, matmul_gflops_per_s, measure_point
 from .settings import (
     DTYPES,
     BenchSettings,

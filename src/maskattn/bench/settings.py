@@ -10,10 +10,10 @@ import torch.nn as nn
 
 from .._validation import check_positive_int, describe
 from ..attention import attention_info, create_attention, list_attentions
-from ..backends import flex_available
+from .. import backends
 from .baselines import BASELINES, list_baselines
 
-__all__ = ["BenchSettings", "Candidate", "DTYPES", "DEVICES", "QUICK", "parse_lengths", "parse_names",
+__all__ = ["BenchSettings", "Candidate", "DTYPES", "DEVICES", "QUICK", "PRESETS", "parse_lengths", "parse_names",
            "valid_mechanisms", "all_backends", "resolve_devices", "select_candidates"]
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
@@ -21,6 +21,25 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.
 DEVICES = ("auto", "cpu", "cuda")
 #: The ``--quick`` preset: a few lengths, a small model, two timed repeats.
 QUICK = {"lengths": (32, 64, 128, 256), "batch": 4, "width": 64, "heads": 4, "repeats": 2, "warmup": 1}
+
+#: Named settings (``maskattn bench --preset NAME``): the measurements behind the README and docs tables,
+#: each a paper's comparison. Any setting can still be overridden on the command line.
+PRESETS: dict[str, dict] = {
+    "quick": QUICK,
+    # MTSA Fig. 1: batch 64, d_model 300, 2 heads; MTSA against multi-head attention and Algorithm 1
+    "mtsa": {"lengths": (64, 128, 256, 512, 1024), "batch": 64, "width": 300, "heads": 2, "repeats": 3,
+             "mechanisms": ("mtsa", "mha", "torch_mha", "mtsa_algorithm1"), "backends": ("sdpa",)},
+    # MAN: DMAN against SAN (multi-head attention) at d_model 512, 8 heads
+    "man": {"lengths": (64, 128, 256, 512, 1024), "batch": 2, "width": 512, "heads": 8, "repeats": 5,
+            "mechanisms": ("dman", "sman", "mha", "torch_mha"), "backends": ("sdpa", "banded")},
+    # CSAN: the O(n·window) banded kernel against dense masked attention, window 11, d_model 512, 8 heads
+    "csan": {"lengths": (1024, 2048, 4096, 8192), "batch": 1, "width": 512, "heads": 8, "repeats": 3,
+             "mechanisms": ("csan1d", "csan2d", "mha"), "backends": ("banded", "sdpa")},
+    # the GPU acceptance settings: bf16, d_model 512, 8 heads, batch 8, n = 512 … 16384
+    "gpu": {"lengths": (512, 1024, 2048, 4096, 8192, 16384), "batch": 8, "width": 512, "heads": 8, "repeats": 5,
+            "dtype": "bfloat16", "device": "cuda",
+            "mechanisms": ("mha", "mtsa", "dman", "sman", "csan1d", "csan2d", "torch_mha")},
+}
 #: Backend name recorded for the baselines (plain PyTorch modules, no backend switch).
 BASELINE_BACKEND = "torch"
 
@@ -145,9 +164,16 @@ class BenchSettings:
                 self.backends, "backends", all_backends(), f"valid backends: {', '.join(all_backends())}"))
 
     @classmethod
+    def preset(cls, name: str, **overrides) -> BenchSettings:
+        """The named settings of :data:`PRESETS`, with any setting overridden."""
+        if not isinstance(name, str) or name not in PRESETS:
+            raise ValueError(f"unknown bench preset {name!r}; expected one of {', '.join(PRESETS)}")
+        return cls(**{**PRESETS[name], **overrides})
+
+    @classmethod
     def quick(cls, **overrides) -> BenchSettings:
         """The ``--quick`` preset (:data:`QUICK`), with any setting overridden."""
-        return cls(**{**QUICK, **overrides})
+        return cls.preset("quick", **overrides)
 
     def to_dict(self) -> dict:
         """The settings as JSON-ready values (tuples become lists)."""
@@ -177,16 +203,6 @@ def resolve_devices(device: str) -> list[str]:
     return [device]
 
 
-def _unsupported(backend: str, device: str) -> str | None:
-    """Why ``backend`` cannot run a training step (forward + backward) on ``device``, or None."""
-    if backend == "flex":
-        if not flex_available():
-            return "torch.nn.attention.flex_attention is not available in this PyTorch"
-        if device == "cpu":
-            return "FlexAttention has no backward on CPU"
-    return None
-
-
 def select_candidates(settings: BenchSettings, device: str) -> tuple[list[Candidate], list[str]]:
     """The candidates ``settings`` select on ``device`` and notes on the pairs left out (and why)."""
     names = settings.mechanisms or tuple(valid_mechanisms())
@@ -200,7 +216,9 @@ def select_candidates(settings: BenchSettings, device: str) -> tuple[list[Candid
         info = attention_info(name)
         wanted = [b for b in info.backends if settings.backends is None or b in settings.backends]
         for backend in wanted:
-            reason = _unsupported(backend, device)
+            # a training step, without dropout; the mechanisms of the local family attend within a band
+            reason = backends.refusal(backend, device=torch.device(device).type, training=True, dropout=False,
+                                      band=info.family == "local")
             if reason is not None:
                 notes.append(f"{device}: {name}/{backend} not run: {reason}")
                 continue
