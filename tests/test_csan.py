@@ -8,7 +8,7 @@ import torch
 import maskattn
 from maskattn import ConvSelfAttention, Encoder, MultiHeadAttention, create_attention, csan_encoder
 from maskattn.functional import local_attention_maps
-from maskattn.attention._common import split_heads
+from maskattn.attention.base import split_heads
 
 
 def inputs(B=2, n=10, d=16, lengths=(10, 6), seed=0):
@@ -62,9 +62,9 @@ def test_backends_match_reference(name, backend):
 @pytest.mark.parametrize("name", ["csan1d", "csan2d"])
 def test_banded_parameter_gradients_match_reference(name, monkeypatch):
     """The lean banded kernel (custom backward, several chunks of query blocks) trains like the explicit form."""
-    from maskattn.functional import local as local_module
+    from maskattn.kernels import banded as banded_kernel
 
-    monkeypatch.setattr(local_module, "_CHUNK_ELEMENTS", 1)
+    monkeypatch.setattr(banded_kernel, "CHUNK_ELEMENTS", 1)
     x, kpm = inputs(n=40, lengths=(40, 23))
     torch.manual_seed(0)
     ref = create_attention(name, 16, 4, window=5, backend="reference").double()
@@ -101,29 +101,31 @@ def test_padding_invariance(name):
     torch.testing.assert_close(mod(padded, kpm)[:, :7], mod(x), rtol=1e-5, atol=1e-5)
 
 
-def test_return_attention_shapes_and_values():
+def test_attention_maps_shapes_and_values():
     x, kpm = inputs()
     one = ConvSelfAttention(16, 4, window=3)
-    out, maps = one(x, kpm, return_attention=True)
-    torch.testing.assert_close(out, one(x, kpm), rtol=1e-5, atol=1e-5)
-    assert maps["attention"].shape == (2, 4, 10, 10)
-    assert maps["attention"][0].triu(2).abs().max() == 0  # window 3: nothing beyond |i - j| = 1
+    maps = one.attention_maps(x, kpm)
+    v = split_heads(one.in_proj(x).chunk(3, dim=-1)[2], 4)
+    out = one.out_proj((maps.attention @ v).transpose(1, 2).reshape(2, 10, 16)).masked_fill(kpm[..., None], 0)
+    torch.testing.assert_close(out, one(x, kpm), rtol=1e-5, atol=1e-5)  # the maps are the ones the output uses
+    assert maps.attention.shape == (2, 4, 10, 10)
+    assert maps.attention[0].triu(2).abs().max() == 0  # window 3: nothing beyond |i - j| = 1
 
     two = ConvSelfAttention(16, 4, window=3, head_window=3)
-    out, maps = two(x, kpm, return_attention=True)
-    assert maps["attention"].shape == (2, 4, 10, 4, 10)
+    maps = two.attention_maps(x, kpm)
+    assert maps.attention.shape == (2, 4, 10, 4, 10)
     q, k, _ = (split_heads(t, 4) for t in two.in_proj(x).chunk(3, dim=-1))
-    torch.testing.assert_close(maps["attention"], local_attention_maps(q, k, window=3, head_window=3,
+    torch.testing.assert_close(maps.attention, local_attention_maps(q, k, window=3, head_window=3,
                                                                        key_padding_mask=kpm))
-    assert maps["attention"][:, 0, :, 2:].abs().max() == 0  # truncated area of head 0: heads 0 and 1 only
+    assert maps.attention[:, 0, :, 2:].abs().max() == 0  # truncated area of head 0: heads 0 and 1 only
 
 
 def test_circular_head_edges_reach_the_last_head():
     x, _ = inputs()
     mod = ConvSelfAttention(16, 4, window=3, head_window=3, head_edges="circular")
-    _, maps = mod(x, return_attention=True)
-    assert maps["attention"][:, 0, :, 3].sum() > 0  # head 0 wraps to head 3
-    torch.testing.assert_close(maps["attention"].sum((-1, -2)), torch.ones(2, 4, 10))
+    maps = mod.attention_maps(x)
+    assert maps.attention[:, 0, :, 3].sum() > 0  # head 0 wraps to head 3
+    torch.testing.assert_close(maps.attention.sum((-1, -2)), torch.ones(2, 4, 10))
 
 
 def test_dropout_is_training_only():

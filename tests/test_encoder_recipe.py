@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from maskattn import MANLayer
-from maskattn.encoder import ChainLayer, Encoder, LayerRecipe, PositionalEncoding, parse_recipe, recipe_string
+from maskattn.layers import ChainLayer, Encoder, LayerRecipe, PositionalEncoding, parse_recipe, recipe_string
 from maskattn.layers import EncoderLayer, FeedForward
 
 D, H = 16, 4
@@ -52,15 +52,47 @@ def test_recipe_type_error():
 
 def test_from_recipe_builds_the_right_layers():
     enc = Encoder.from_recipe(D, H, "dman>san>ffn x2, csan1d(window=3)>ffn, mha")
-    kinds = [type(l) for l in enc.layers]
-    assert kinds == [MANLayer, MANLayer, ChainLayer, EncoderLayer]
-    assert enc.layers[0].order == ("dman", "san", "ffn")
+    assert [type(l) for l in enc.layers] == [ChainLayer] * 4  # one layer class for every recipe
+    assert [l.kind for l in enc.layers] == ["man", "man", "man", "transformer"]
+    assert enc.layers[0].order == ("dman", "san", "ffn") and enc.layers[3].order == ("mha", "ffn")
     assert enc.layers[2].sublayers[0].window == 3
     assert enc.recipe == "dman>san>ffn x2, csan1d(window=3)>ffn, mha"
     no_ffn = Encoder.from_recipe(D, H, "mtsa", ffn=False)
     assert isinstance(no_ffn.layers[0], ChainLayer) and not any(isinstance(m, FeedForward) for m in no_ffn.modules())
     with pytest.raises(ValueError, match="unknown option"):
         Encoder.from_recipe(D, H, "mha(window=3)")
+
+
+def _structure(module):
+    """Parameter shapes and every dropout probability, in module order."""
+    return ([(name, tuple(p.shape)) for name, p in module.named_parameters()],
+            [(name, m.p) for name, m in module.named_modules() if isinstance(m, torch.nn.Dropout)],
+            [(name, m.dropout) for name, m in module.named_modules() if hasattr(m, "dropout")
+             and isinstance(m.dropout, float)])
+
+
+@pytest.mark.parametrize("written_out", ["dman(max_distance=128)>san>ffn", "dman>san>ffn(dim=32)",
+                                         "dman(max_distance=128, dropout=0.05)>san(dropout=0.05)>ffn(dropout=0.1)"])
+def test_a_recipe_builds_the_same_model_whether_or_not_its_defaults_are_written_out(written_out):
+    """The default values written out change nothing: same classes, parameter shapes and dropout values
+    (FFN width 2·d = 32, FFN inner dropout = the stack's dropout, attention dropout = attention_dropout)."""
+    kw = dict(dropout=0.1, attention_dropout=0.05)
+    plain = Encoder.from_recipe(D, H, "dman>san>ffn", **kw)
+    spelled = Encoder.from_recipe(D, H, written_out, **kw)
+    assert _structure(plain) == _structure(spelled)
+    assert plain.layers[0].sublayers[2].fc1.out_features == 2 * D
+    man = MANLayer(D, H, dropout=0.1, attention_dropout=0.05)  # the public constructor builds the same layer
+    assert _structure(man) == _structure(plain.layers[0])
+
+
+def test_decoder_layers_share_the_encoder_defaults():
+    """A MAN chain gets the same FFN width and inner dropout in the encoder and the decoder (the man preset)."""
+    from maskattn.models import Seq2Seq
+
+    model = Seq2Seq.from_preset("man", 20, 20, d_model=D, num_heads=H, dropout=0.3, encoder_layers=1, decoder_layers=1)
+    enc_ffn, dec_ffn = model.encoder.layers[0].sublayers[-1], model.decoder.layers[0].sublayers[-1]
+    assert enc_ffn.fc1.out_features == dec_ffn.fc1.out_features == 2 * D
+    assert enc_ffn.dropout.p == dec_ffn.dropout.p == 0.3
 
 
 @pytest.mark.parametrize("recipe", ["mtsa", "dman>san>ffn", "csan2d>ffn", "sman x2", "disa"])

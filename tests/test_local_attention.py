@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from maskattn.benchmarking import peak_memory_bytes
+from maskattn.bench import peak_memory_bytes
 from maskattn.functional import banded_attention, local_attention, local_attention_maps
-from maskattn.functional import local as local_module
+from maskattn.kernels import banded as banded_kernel
 
 BACKENDS = ("reference", "sdpa", "flex", "banded")
 
@@ -199,12 +199,12 @@ def test_auto_backend_is_banded_on_cpu_and_differentiable():
 # ---------------------------------------------------------------------------------------------- lean band kernel
 # The banded backend runs a custom autograd Function (_BandedAttention) for score_mod None / F.logsigmoid:
 # it keeps q, k, v, the output and one log-sum-exp per row, and recomputes each chunk of query blocks in
-# backward. _CHUNK_ELEMENTS = 1 forces one block per chunk, so tiny inputs cross many chunk boundaries.
+# backward. CHUNK_ELEMENTS = 1 forces one block per chunk, so tiny inputs cross many chunk boundaries.
 
 
 @pytest.fixture
 def tiny_chunks(monkeypatch):
-    monkeypatch.setattr(local_module, "_CHUNK_ELEMENTS", 1)
+    monkeypatch.setattr(banded_kernel, "CHUNK_ELEMENTS", 1)
 
 
 def _seeded(fn, seed=3):
@@ -246,7 +246,7 @@ def test_lean_banded_gradcheck_log_sigmoid(tiny_chunks, radius, dropout_p):
 @pytest.mark.parametrize("chunk", [1, 2**20])
 @pytest.mark.parametrize("head_window,head_edges", [(1, "truncate"), (3, "truncate"), (5, "circular")])
 def test_lean_banded_matches_reference_forward_and_backward(monkeypatch, chunk, head_window, head_edges):
-    monkeypatch.setattr(local_module, "_CHUNK_ELEMENTS", chunk)
+    monkeypatch.setattr(banded_kernel, "CHUNK_ELEMENTS", chunk)
     q, k, v = qkv(B=2, H=5, n=70, d=6, d_v=4, requires_grad=True)
     kpm = padding(2, 70, [70, 31])
     kpm[0, 40:52] = True  # queries 46..: 0 in both batches, window 11 sees only padding around 46
@@ -267,9 +267,8 @@ def test_lean_banded_matches_autograd_path_with_score_mod(tiny_chunks, score_mod
     """The custom Function against the same band kernel under plain autograd (float32, several chunks)."""
     q, k, v = qkv(B=2, H=3, n=90, d=8, d_v=8, dtype=torch.float32, requires_grad=True)
     kpm = padding(2, 90, [90, 50])
-    index, valid = torch.arange(3)[:, None], torch.ones(3, 1, dtype=torch.bool)
     lean = banded_attention(q, k, v, (4, 2), score_mod=score_mod, key_padding_mask=kpm, backend="banded")
-    plain = local_module._banded_autograd(q, k, v, 4, 2, index, valid, kpm, 8 ** -0.5, score_mod, 0.0)
+    plain = banded_kernel._banded_autograd(q, k, v, 4, 2, None, None, kpm, 8 ** -0.5, score_mod, 0.0)
     torch.testing.assert_close(lean, plain)
     grad = torch.randn_like(lean)
     for a, b in zip(torch.autograd.grad(lean, (q, k, v), grad), torch.autograd.grad(plain, (q, k, v), grad)):
@@ -301,8 +300,8 @@ def test_lean_banded_saves_only_inputs_output_and_row_lse():
 @pytest.mark.parametrize("dropout_p", [0.0, 0.1])
 def test_lean_banded_peak_memory_is_outputs_plus_small_chunks(monkeypatch, head_window, dropout_p):
     """Forward + backward allocate the output and the three input gradients (4 × q's bytes here) plus
-    chunk temporaries bounded by _CHUNK_ELEMENTS; the peak is read from PyTorch's CPU allocator."""
-    monkeypatch.setattr(local_module, "_CHUNK_ELEMENTS", 2**12)
+    chunk temporaries bounded by CHUNK_ELEMENTS; the peak is read from PyTorch's CPU allocator."""
+    monkeypatch.setattr(banded_kernel, "CHUNK_ELEMENTS", 2**12)
     q, k, v = qkv(B=1, H=4, n=1024, d=16, d_v=16, dtype=torch.float32, requires_grad=True)
     grad = torch.randn(1, 4, 1024, 16)
 

@@ -49,9 +49,9 @@ def test_registered():
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("causal", [False, True])
 def test_backends_match_reference(name, backend, causal):
-    module = build(name, causal=causal).eval()
+    module = build(name, causal=causal, backend="reference").eval()
     x, kpm = inputs()
-    expected = module(x, key_padding_mask=kpm, return_attention=True)[0]
+    expected = module(x, key_padding_mask=kpm)
     module.backend = backend
     with torch.no_grad():  # flex on CPU is inference only
         out = module(x, key_padding_mask=kpm)
@@ -61,13 +61,13 @@ def test_backends_match_reference(name, backend, causal):
 def test_dman_module_matches_eq12_oracle_float64():
     module = build("dman").double()
     x, kpm = inputs(dtype=torch.float64)
-    out, maps = module(x, key_padding_mask=kpm, return_attention=True)
-    q, k, v = module._project(x)
+    out, maps = module(x, key_padding_mask=kpm), module.attention_maps(x, key_padding_mask=kpm)
+    q, k, v = module.project(x)
     a = module.mask_query(x).squeeze(-1)
     ref, probs, mask = dynamic_mask_attention_reference(q, k, v, a, module.distance_bias, module.head_bias,
                                                         key_padding_mask=kpm)
-    torch.testing.assert_close(maps["attention"], probs)
-    torch.testing.assert_close(maps["mask"], mask)
+    torch.testing.assert_close(maps.attention, probs)
+    torch.testing.assert_close(maps.mask, mask)
     merged = ref.transpose(1, 2).reshape(2, 7, D_MODEL)  # (B, H, n, d_h) -> (B, n, d)
     expected = module.out_proj(merged).masked_fill(kpm[..., None], 0.0)
     torch.testing.assert_close(out, expected)
@@ -77,10 +77,10 @@ def test_dman_module_matches_eq12_oracle_float64():
 def test_sman_matches_eq11_oracle():
     module = build("sman").double()
     x, _ = inputs(dtype=torch.float64)
-    out, maps = module(x, return_attention=True)
+    out, maps = module(x), module.attention_maps(x)
     sm = torch.tensor([[float(abs(t - s) <= 2) for s in range(7)] for t in range(7)], dtype=torch.float64)
-    assert torch.equal(maps["mask"][0, 0], sm)
-    q, k, v = module._project(x)
+    assert torch.equal(maps.mask[0, 0], sm)
+    q, k, v = module.project(x)
     ref = mask_attention_reference(q, k, v, sm)
     torch.testing.assert_close(out, module.out_proj(ref.transpose(1, 2).reshape(2, 7, D_MODEL)))
 
@@ -191,8 +191,8 @@ def test_dynamic_mask_inspection():
     m = module.dynamic_mask(x, key_padding_mask=kpm)
     assert m.shape == (2, HEADS, 7, 7)
     assert ((m >= 0) & (m <= 1)).all() and m[1, :, :, 5:].abs().max() == 0
-    _, maps = module(x, key_padding_mask=kpm, return_attention=True)
-    torch.testing.assert_close(maps["mask"], m)
+    _, maps = module(x, key_padding_mask=kpm), module.attention_maps(x, key_padding_mask=kpm)
+    torch.testing.assert_close(maps.mask, m)
     # Eq. 12 entrywise: sigmoid(x_t W + P[t − s] + U_h), clipped at |t − s| > max_distance = 3
     a = module.mask_query(x).squeeze(-1)
     t, s, h = 6, 0, 2
@@ -239,15 +239,17 @@ def test_incremental_decoding_equals_full_causal(name, backend):
     cache, steps = AttentionCache(), []
     with torch.no_grad():
         for t in range(9):
-            out, cache = module(x[:, t:t + 1], cache=cache)
+            out, cache = module.step(x[:, t:t + 1], cache)
             steps.append(out)
         assert len(cache) == 9 and cache.key.shape == (2, HEADS, 9, D_MODEL // HEADS)
         torch.testing.assert_close(torch.cat(steps, 1), full.detach(), atol=1e-5, rtol=1e-5)
-        # chunks of several positions at once, and return_attention together with a cache
-        out_a, cache2 = module(x[:, :4], cache=AttentionCache())
-        out_b, maps, cache2 = module(x[:, 4:], return_attention=True, cache=cache2)
+        # chunks of several positions at once; the maps of the causal sequence cover every key decoded so far
+        out_a, cache2 = module.step(x[:, :4], module.init_cache())
+        out_b, cache2 = module.step(x[:, 4:], cache2)
         torch.testing.assert_close(torch.cat([out_a, out_b], 1), full.detach(), atol=1e-5, rtol=1e-5)
-        assert maps["attention"].shape == (2, HEADS, 5, 9)
+        maps = module.attention_maps(x)
+        assert maps.attention[:, :, 4:].shape == (2, HEADS, 5, 9)
+        assert (maps.attention[:, :, 4:, 5:].triu(1) == 0).all()  # causal: query t puts no weight on s > t
 
 
 def test_incremental_decoding_with_padding_and_gradients():
@@ -256,7 +258,7 @@ def test_incremental_decoding_with_padding_and_gradients():
     full = module(x, key_padding_mask=kpm)
     cache, steps = AttentionCache(), []
     for t in range(6):
-        out, cache = module(x[:, t:t + 1], key_padding_mask=kpm[:, t:t + 1], cache=cache)
+        out, cache = module.step(x[:, t:t + 1], cache, key_padding_mask=kpm[:, t:t + 1])
         steps.append(out)
     stepped = torch.cat(steps, 1)
     torch.testing.assert_close(stepped, full, atol=1e-5, rtol=1e-5)
@@ -268,12 +270,12 @@ def test_cache_reorder_follows_beams():
     module = build("dman", causal=True).eval()
     x, _ = inputs(B=2, n=5)
     with torch.no_grad():
-        _, cache = module(x[:, :3], cache=AttentionCache())
+        _, cache = module.step(x[:, :3], AttentionCache())
         index = torch.tensor([1, 1, 0])
         beams = cache.reorder(index)
         assert beams.key.shape[0] == 3 and len(beams) == 3
         nxt = x[index, 3:4]
-        out, _ = module(nxt, cache=beams)
+        out, _ = module.step(nxt, beams)
         full = module(x[index, :4])
         torch.testing.assert_close(out[:, 0], full[:, 3], atol=1e-5, rtol=1e-5)
     assert AttentionCache().reorder(index).key is None
@@ -284,15 +286,15 @@ def test_cache_reorder_follows_beams():
 def test_cache_errors():
     x, _ = inputs(B=2, n=3)
     with pytest.raises(ValueError, match="needs a causal DynamicMaskAttention"):
-        build("dman")(x, cache=AttentionCache())
+        build("dman").step(x, AttentionCache())
     causal = build("dman", causal=True)
-    _, cache = causal(x, cache=AttentionCache())
+    _, cache = causal.step(x, AttentionCache())
     with pytest.raises(ValueError, match="cache holds batch size 2 but the input has batch size 1"):
-        causal(x[:1], cache=cache)
+        causal.step(x[:1], cache)
     with pytest.raises(TypeError, match="cache must be a maskattn.AttentionCache"):
-        causal(x, cache={})
+        causal.step(x, {})
     with pytest.raises(ValueError, match="radius='sqrt'"):
-        build("sman_sqrt", causal=True)(x, cache=AttentionCache())
+        build("sman_sqrt", causal=True).step(x, AttentionCache())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -385,14 +387,14 @@ def test_localness_of_dman_maps_and_errors():
         module.distance_bias.copy_(torch.tensor([-9.0, -9.0, -9.0, 9.0, -9.0, -9.0, -9.0]))  # keep t = s only
     x, kpm = inputs()
     with torch.no_grad():
-        _, maps = module(x, key_padding_mask=kpm, return_attention=True)
-    assert localness(maps["attention"], 0, key_padding_mask=kpm) > 0.95
-    assert localness(maps["attention"], 6, key_padding_mask=kpm) == pytest.approx(1.0)
+        _, maps = module(x, key_padding_mask=kpm), module.attention_maps(x, key_padding_mask=kpm)
+    assert localness(maps.attention, 0, key_padding_mask=kpm) > 0.95
+    assert localness(maps.attention, 6, key_padding_mask=kpm) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="window must be >= 0, got -1"):
-        localness(maps["attention"], -1)
+        localness(maps.attention, -1)
     with pytest.raises(TypeError, match="window must be an int"):
-        localness(maps["attention"], 1.5)
+        localness(maps.attention, 1.5)
     with pytest.raises(ValueError, match="square"):
         localness(torch.rand(2, 3, 4), 1)
     with pytest.raises(ValueError, match="key_padding_mask has shape"):
-        localness(maps["attention"], 1, key_padding_mask=kpm[:, :3])
+        localness(maps.attention, 1, key_padding_mask=kpm[:, :3])

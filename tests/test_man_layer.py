@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from maskattn import DynamicMaskAttention, MANLayer, MANLayerCache, MultiHeadAttention, StaticMaskAttention
+from maskattn import DynamicMaskAttention, LayerCache, MANLayer, MultiHeadAttention, StaticMaskAttention
 from maskattn.functional import mask_attention
 from maskattn.layers import FeedForward
 
@@ -100,13 +100,13 @@ def test_padding_invariance_and_fully_padded_sequence():
     assert out[0].abs().max() == 0 and torch.isfinite(x.grad).all()
 
 
-def test_return_attention_collects_maps_per_sublayer():
+def test_attention_maps_collects_maps_per_sublayer():
     layer = MANLayer(D, H, order=("dman", "san", "sman", "ffn"))
     x, kpm = data()
-    out, maps = layer(x, key_padding_mask=kpm, return_attention=True)
+    out, maps = layer.attention_maps(x, key_padding_mask=kpm)
     assert set(maps) == {"0:dman", "1:san", "2:sman"}
-    assert set(maps["0:dman"]) == {"attention", "mask"}
-    assert maps["1:san"]["attention"].shape == (2, H, 7, 7)
+    assert {name for name, _ in maps["0:dman"].items()} == {"attention", "mask"}
+    assert maps["1:san"].attention.shape == (2, H, 7, 7)
     torch.testing.assert_close(out, layer(x, key_padding_mask=kpm))
 
 
@@ -132,9 +132,9 @@ def test_causal_layer_incremental_equals_full(order):
         full = layer(x, key_padding_mask=kpm)
         cache, steps = layer.init_cache(), []
         for t in range(8):
-            out, cache = layer(x[:, t:t + 1], key_padding_mask=kpm[:, t:t + 1], cache=cache)
+            out, cache = layer.step(x[:, t:t + 1], cache, key_padding_mask=kpm[:, t:t + 1])
             steps.append(out)
-    assert isinstance(cache, MANLayerCache) and len(cache) == 8
+    assert isinstance(cache, LayerCache) and len(cache) == 8
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
 
 
@@ -150,11 +150,11 @@ def test_layer_cache_reorder_for_beam_search():
     layer = MANLayer(D, H, causal=True).eval()
     x, _ = data(B=2, n=5)
     with torch.no_grad():
-        _, cache = layer(x[:, :3], cache=layer.init_cache())
+        _, cache = layer.step(x[:, :3], layer.init_cache())
         index = torch.tensor([0, 1, 1, 0])
-        out, cache = layer(x[index, 3:5], cache=cache.reorder(index))
+        out, cache = layer.step(x[index, 3:5], cache.reorder(index))
         torch.testing.assert_close(out, layer(x[index])[:, 3:5], atol=1e-5, rtol=1e-5)
-    assert len(cache) == 5 and cache.sublayers[2] is None
+    assert len(cache) == 5 and cache.self_attention[2] is None
 
 
 def test_bad_arguments():
@@ -168,10 +168,10 @@ def test_bad_arguments():
         MANLayer(D, H, norm="mid")
     with pytest.raises(ValueError, match="max_distance must be >= 1, got 0"):
         MANLayer(D, H, dman_options={"max_distance": 0})
-    with pytest.raises(ValueError, match="init_cache needs a causal MANLayer"):
+    with pytest.raises(ValueError, match="init_cache needs a causal layer"):
         MANLayer(D, H).init_cache()
     causal = MANLayer(D, H, causal=True)
-    with pytest.raises(TypeError, match="cache must be a MANLayerCache"):
-        causal(torch.randn(1, 2, D), cache=MANLayer(D, H, order=("ffn",), causal=True).init_cache())
+    with pytest.raises(TypeError, match="cache must be a LayerCache"):
+        causal.step(torch.randn(1, 2, D), MANLayer(D, H, order=("ffn",), causal=True).init_cache())
     with pytest.raises(ValueError, match="key_padding_mask has shape"):
         MANLayer(D, H, order=("ffn",))(torch.randn(2, 3, D), key_padding_mask=torch.zeros(2, 2, dtype=torch.bool))

@@ -3,7 +3,6 @@ written straight from the equations (explicit exp, multiply by M, normalise)."""
 
 from __future__ import annotations
 
-import importlib
 import math
 
 import pytest
@@ -19,10 +18,8 @@ from maskattn.functional import (
     mask_attention_reference,
     mask_attention_weights,
     relative_distance_index,
-    static_window_mask,
 )
-
-ma_module = importlib.import_module("maskattn.functional.mask_attention")
+from maskattn.kernels import dman as dman_kernel
 
 BACKENDS = ("reference", "sdpa", "flex")
 TOL = {torch.float32: dict(atol=2e-5, rtol=1e-4), torch.float64: dict(atol=1e-10, rtol=1e-9)}
@@ -193,13 +190,13 @@ def test_bad_inputs_name_the_argument():
 
 
 def test_static_window_mask_eq11():
-    sm = static_window_mask(5, radius=1)
+    sm = masks.window(1).materialize(5)
     expected = torch.tensor([[abs(t - s) <= 1 for s in range(5)] for t in range(5)])
     assert torch.equal(sm[0, 0], expected)
-    per_seq = static_window_mask(4, radius=torch.tensor([0.0, 1.5]))
+    per_seq = masks.sequence_window(torch.tensor([0.0, 1.5])).materialize(4, batch=2)
     assert per_seq.shape == (2, 1, 4, 4)
     assert torch.equal(per_seq[0, 0], torch.eye(4, dtype=torch.bool))
-    assert torch.equal(per_seq[1, 0], static_window_mask(4, radius=1)[0, 0])
+    assert torch.equal(per_seq[1, 0], masks.window(1).materialize(4)[0, 0])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -233,7 +230,7 @@ def test_dynamic_mask_matches_eq12_entrywise():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_dman_backends_match_eq12_oracle(monkeypatch, backend, causal, dtype):
     if backend == "sdpa-fused":  # the per-chunk F.scaled_dot_product_attention forward, even at this size
-        monkeypatch.setattr(ma_module, "SDPA_MIN_ELEMENTS", 0)
+        monkeypatch.setattr(dman_kernel, "SDPA_MIN_ELEMENTS", 0)
         backend = "sdpa"
     B, H, n = 2, 3, 9
     q, k, v = qkv(B, H, n, dtype=dtype)
@@ -251,8 +248,8 @@ def test_dman_backends_match_eq12_oracle(monkeypatch, backend, causal, dtype):
 def test_dman_sdpa_gradcheck_on_w_p_u(monkeypatch, chunk_min, sdpa_min):
     """The fused backward of the chunked kernel (several chunks when chunk_min=1) is exact; sdpa_min=0
     sends the forward through F.scaled_dot_product_attention even at this size."""
-    monkeypatch.setattr(ma_module, "CHUNK_MIN_ELEMENTS", chunk_min)
-    monkeypatch.setattr(ma_module, "SDPA_MIN_ELEMENTS", sdpa_min)
+    monkeypatch.setattr(dman_kernel, "CHUNK_MIN_ELEMENTS", chunk_min)
+    monkeypatch.setattr(dman_kernel, "SDPA_MIN_ELEMENTS", sdpa_min)
     B, H, n = 2, 2, 5
     q, k, v = qkv(B, H, n, d=3, dv=2, dtype=torch.float64, grad=True)
     a, table, u = dman_params(B, H, n, D=2, dtype=torch.float64, grad=True)
@@ -264,8 +261,8 @@ def test_dman_sdpa_gradcheck_on_w_p_u(monkeypatch, chunk_min, sdpa_min):
 
 @pytest.mark.parametrize("sdpa_min", [0, 1 << 15])
 def test_dman_sdpa_gradients_equal_reference_float32(monkeypatch, sdpa_min):
-    monkeypatch.setattr(ma_module, "CHUNK_MIN_ELEMENTS", 64)  # several chunks
-    monkeypatch.setattr(ma_module, "SDPA_MIN_ELEMENTS", sdpa_min)
+    monkeypatch.setattr(dman_kernel, "CHUNK_MIN_ELEMENTS", 64)  # several chunks
+    monkeypatch.setattr(dman_kernel, "SDPA_MIN_ELEMENTS", sdpa_min)
     B, H, n = 2, 4, 24
     q, k, v = qkv(B, H, n, d=8, dv=8, grad=True)
     params = dman_params(B, H, n, D=5, grad=True)
@@ -286,11 +283,11 @@ def test_dman_sdpa_gradients_equal_reference_float32(monkeypatch, sdpa_min):
 def test_dman_sdpa_tiles_equal_reference_float64(monkeypatch, chunk_min, D, causal):
     """Every tiling of the kernel — several heads per tile (900), query rows of one head (300, 1) — with the
     log M table narrower than the tile (D = 2, 3) or wider (D = 40), padding and a query offset."""
-    monkeypatch.setattr(ma_module, "CHUNK_MIN_ELEMENTS", chunk_min)
-    monkeypatch.setattr(ma_module, "CHUNK_FRACTION", 0.0)
-    monkeypatch.setattr(ma_module, "SDPA_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(dman_kernel, "CHUNK_MIN_ELEMENTS", chunk_min)
+    monkeypatch.setattr(dman_kernel, "CHUNK_FRACTION", 0.0)
+    monkeypatch.setattr(dman_kernel, "SDPA_MIN_ELEMENTS", 0)
     B, H, n, m = 2, 3, 9, 12
-    pairs, rows = ma_module._tile_plan(B * H, n, m, 4)
+    pairs, rows = dman_kernel._tile_plan(B * H, n, m, 4)
     assert (pairs, rows) == {900: (2, 9), 300: (1, 5), 1: (1, 1)}[chunk_min]
     q = torch.randn(B, H, n, 4, dtype=torch.float64, requires_grad=True)
     k, v = (torch.randn(B, H, m, 4, dtype=torch.float64, requires_grad=True) for _ in range(2))

@@ -81,7 +81,7 @@ def test_source2token_pooling():
     pool = maskattn.Source2Token(6).double()
     x, kpm = padded_batch(d=6)
     kpm[0] = True  # an all-padding sequence pools to zeros
-    pooled, w = pool(x, kpm, return_attention=True)
+    pooled, w = pool(x, kpm), pool.weights(x, kpm)
     assert pooled.shape == (2, 6) and w.shape == (2, 7, 6)
     assert (pooled[0] == 0).all() and (w[0] == 0).all()
     torch.testing.assert_close(w[1].sum(0), torch.ones(6, dtype=torch.float64))
@@ -132,8 +132,7 @@ def test_default_mask_split_and_strict_first_token():
     out = m(x).view(1, 7, 4, 4)
     assert (out[0, 0, :2] == 0).all()  # forward heads: the first token has no strictly-earlier key
     assert (out[0, -1, 2:] == 0).all()  # backward heads: the last token has no later key
-    _, maps = m(x, return_attention=True)
-    t2t = maps["token2token"][0]
+    t2t = m.attention_maps(x).attention[0]
     assert (t2t[:2].triu(0) == 0).all() and (t2t[2:].tril(0) == 0).all()
 
 
@@ -157,12 +156,12 @@ def test_dropout_train_vs_eval():
     torch.testing.assert_close(m(x, kpm), m(x, kpm))
 
 
-def test_return_attention_maps_are_the_ones_used():
+def test_attention_maps_are_the_ones_used():
     m = maskattn.MTSA(16, 4).double()
     x, kpm = padded_batch()
-    out, maps = m(x, kpm, return_attention=True)
+    out, maps = m(x, kpm), m.attention_maps(x, kpm)
     q, k, v, s2t = m.project(x)
-    t2t, s = maps["token2token"], maps["source2token"]
+    t2t, s = maps.attention, maps.source2token
     w = t2t[..., None] * s[:, :, None]
     p = torch.nan_to_num(w / w.sum(3, keepdim=True))
     heads = (p * v[:, :, None]).sum(3)  # (B, H, n, d_h)
@@ -222,13 +221,28 @@ def test_bfloat16_module_runs():
 @pytest.mark.parametrize("head_masks", [["window:2"] * 4, [M.forward() & M.window(3)] * 4,
                                         [M.backward() & M.window(1)] * 4])
 def test_window_heads_take_the_banded_path(monkeypatch, scale, head_masks):
-    """Window masks run on the O(n·window) local path: no n × n mask is ever materialised."""
-    m = maskattn.MTSA(16, 4, head_masks=head_masks, scale=scale).double()
+    """Window masks run on the O(n·window) local path (``auto`` picks it, ``banded`` names it): no n × n mask is
+    ever materialised."""
+    m = maskattn.MTSA(16, 4, head_masks=head_masks, scale=scale, backend="reference").double()
     x, kpm = padded_batch(n=12)
-    expected = m(x, kpm, return_attention=True)[0]
+    expected = m(x, kpm)
     monkeypatch.setattr(M, "materialize", lambda *a, **k: pytest.fail("dense mask materialised"))
-    m.backend = "sdpa"
-    torch.testing.assert_close(m(x, kpm), expected)
+    for backend in ("auto", "banded"):
+        m.backend = backend
+        torch.testing.assert_close(m(x, kpm), expected)
+
+
+def test_explicit_sdpa_is_honoured_for_window_heads(monkeypatch):
+    """An explicit backend runs what it names: sdpa materialises the window and runs the dense kernel."""
+    m = maskattn.MTSA(16, 4, head_masks=["window:2"] * 4, backend="sdpa").double()
+    x, kpm = padded_batch(n=12)
+    calls = []
+    original = M.materialize
+    monkeypatch.setattr(M, "materialize", lambda *a, **k: calls.append(1) or original(*a, **k))
+    out = m(x, kpm)
+    assert calls, "sdpa must run the dense path"
+    m.backend = "reference"
+    torch.testing.assert_close(out, m(x, kpm))
 
 
 @pytest.mark.parametrize("causal", [False, True])

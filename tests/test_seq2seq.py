@@ -55,12 +55,12 @@ def test_presets_follow_the_papers():
         "mtsa-encoder": ("mtsa x6", "mha x6"),
     }
     man = full["man"]
-    layer = man.decoder_layers[0]
+    layer = man.decoder.layers[0]
     assert layer.names == ["dman", "san", "cross", "ffn"]  # MAN decoder: DMAN -> SAN -> cross -> FFN
     assert layer.sublayers[0].causal and layer.sublayers[1].mask.name == "causal"
     assert layer.sublayers[3].fc1.out_features == 2 * 16  # MAN §3.1: FFN width 2d
-    assert full["transformer"].decoder_layers[0].names == ["mha", "cross", "ffn"]
-    assert full["transformer"].decoder_layers[0].sublayers[2].fc1.out_features == 4 * 16
+    assert full["transformer"].decoder.layers[0].names == ["mha", "cross", "ffn"]
+    assert full["transformer"].decoder.layers[0].sublayers[2].fc1.out_features == 4 * 16
     defaults = inspect.signature(Seq2Seq).parameters
     assert (defaults["d_model"].default, defaults["num_heads"].default) == (512, 8)
 
@@ -207,8 +207,8 @@ def never_ending_model(**overrides) -> Seq2Seq:
     """A model whose logits are constant: token 5 always wins and EOS is always last."""
     model = small("transformer", **overrides)
     with torch.no_grad():
-        model.decoder_norm.weight.zero_()
-        model.decoder_norm.bias.copy_(model.tgt_embed.weight[5] * 10)
+        model.decoder.final_norm.weight.zero_()
+        model.decoder.final_norm.bias.copy_(model.tgt_embed.weight[5] * 10)
         model.tgt_embed.weight[EOS] = -model.tgt_embed.weight[5]
     return model
 

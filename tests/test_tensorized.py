@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from maskattn import masks as M
-from maskattn.backends import _MaskedSigmoidAttention, masked_sigmoid_attention
+from maskattn.kernels.sigmoid import _MaskedSigmoidAttention, masked_sigmoid_attention
 from maskattn.functional import tensorized_attention, tensorized_attention_maps
 
 BACKENDS = ["reference", "sdpa", "flex"]
@@ -138,7 +138,7 @@ def test_sigmoid_kernel_gradcheck_with_dropout():
 
 
 def test_sigmoid_kernel_blocks_match_unblocked(monkeypatch):
-    import maskattn.backends as backends
+    from maskattn.kernels import sigmoid as sigmoid_kernel
 
     q, k, x = torch.randn(3, 2, 37, 4), torch.randn(3, 2, 37, 4), torch.randn(3, 2, 37, 5)
     for t in (q, k, x):
@@ -146,9 +146,9 @@ def test_sigmoid_kernel_blocks_match_unblocked(monkeypatch):
     mask = M.window(3).materialize(37)
     whole = masked_sigmoid_attention(q, k, x, mask, 0.5)
     grads = torch.autograd.grad(whole.square().sum(), (q, k, x))
-    monkeypatch.setattr(backends, "CHUNK_ELEMENTS", 100)
-    monkeypatch.setattr(backends, "QUERY_CHUNK", 5)
-    assert len(list(backends._blocks(3, 2, 37, 37))) > 3
+    monkeypatch.setattr(sigmoid_kernel, "CHUNK_ELEMENTS", 100)
+    monkeypatch.setattr(sigmoid_kernel, "QUERY_CHUNK", 5)
+    assert len(list(sigmoid_kernel._tiles(3, 2, 37, 37))) > 3
     blocked = masked_sigmoid_attention(q, k, x, mask, 0.5)
     torch.testing.assert_close(blocked, whole)
     for a, b in zip(torch.autograd.grad(blocked.square().sum(), (q, k, x)), grads):

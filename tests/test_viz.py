@@ -117,19 +117,18 @@ def test_mtsa_heatmaps_are_the_modules_own_maps(ckpts):
     result = viz.sentence_maps(loaded, SENTENCE)
     ids = torch.tensor([loaded.vocab.encode(SENTENCE.split())])
     h, module, pad = module_input(loaded, ids, 0, 0)
-    _, ref = module(h, key_padding_mask=pad, return_attention=True)
+    ref = module.attention_maps(h, key_padding_mask=pad)
     grid = viz.attention_grid(result, mechanism="mtsa")
     assert [p.title.split("\n")[1] for p in grid[0]] == ["token2token · head 0 forward", "token2token · head 1 backward",
                                                         "source2token (token level)"]
     for head in range(2):
-        assert torch.equal(grid[0][head].values, ref["token2token"][0, head])
-    assert torch.equal(grid[0][2].values, ref["source2token"][0].mean(-1))
+        assert torch.equal(grid[0][head].values, ref.attention[0, head])
+    assert torch.equal(grid[0][2].values, ref.source2token[0].mean(-1))
     assert grid[0][2].row_labels == ("0 forward", "1 backward") and grid[0][2].col_labels == tuple(SENTENCE.split())
     fig = viz.draw_grid(grid)
     for ax, panel in zip(fig.axes, grid[0]):
         assert (ax.images[0].get_array() == panel.values.numpy()).all()
-    _, pool = loaded.model.encoder.pool.attention(loaded.model.encoder.tokens(ids, pad), key_padding_mask=pad,
-                                                  return_attention=True)
+    pool = loaded.model.encoder.pool.attention.weights(loaded.model.encoder.tokens(ids, pad), key_padding_mask=pad)
     assert torch.allclose(viz.attention_grid(result, mechanism="pool")[0][0].values, pool[0].mean(-1)[None])
 
 
@@ -141,21 +140,21 @@ def test_dman_masks_and_attention_are_the_models_own(ckpts):
     ids = torch.tensor([loaded.vocab.encode(result.tokens)])
     h, dman, pad = module_input(loaded, ids, 1, 0)
     mask = dman.dynamic_mask(h, key_padding_mask=pad)[0]
-    _, ref = dman(h, key_padding_mask=pad, return_attention=True)
+    ref = dman.attention_maps(h, key_padding_mask=pad)
     (fig1,) = viz.man_mask_grid(result, 2)
     assert [p.title.split("\n")[0] for p in fig1] == ["(a) SAN", "(b) DMAN", "(b) DMAN", "(c) FFN"]
     assert torch.equal(fig1[0].values, torch.ones(5, 5)) and torch.equal(fig1[-1].values, torch.eye(5))
     for head in range(2):
         torch.testing.assert_close(fig1[1 + head].values, mask[head], rtol=0, atol=1e-6)
-    # layer 1 ran with return_attention (reference kernels) inside the encoder: layer 2's input agrees to rounding
+    # the maps come from the reference math on the input of the unchanged forward pass: agreement to rounding
     mask_row, attention_row = viz.attention_grid(result, layers=[2], mechanism="dman")
     for head in range(2):
-        torch.testing.assert_close(mask_row[head].values, ref["mask"][0, head], rtol=0, atol=1e-6)
-        torch.testing.assert_close(attention_row[head].values, ref["attention"][0, head], rtol=0, atol=1e-6)
+        torch.testing.assert_close(mask_row[head].values, ref.mask[0, head], rtol=0, atol=1e-6)
+        torch.testing.assert_close(attention_row[head].values, ref.attention[0, head], rtol=0, atol=1e-6)
     h_san, san, _ = module_input(loaded, ids, 1, 1)
-    _, ref_san = san(h_san, key_padding_mask=pad, return_attention=True)
+    ref_san = san.attention_maps(h_san, key_padding_mask=pad)
     (san_row,) = viz.attention_grid(result, layers=[2], mechanism="san")
-    torch.testing.assert_close(san_row[1].values, ref_san["attention"][0, 1], rtol=0, atol=1e-6)
+    torch.testing.assert_close(san_row[1].values, ref_san.attention[0, 1], rtol=0, atol=1e-6)
 
 
 @torch.no_grad()
@@ -168,14 +167,14 @@ def test_localness_table_equals_analysis_localness(ckpts, tmp_path):
     for layer in (1, 2):
         for w in (1, 2):
             for mechanism, key in (("DMAN", "0:dman"), ("SAN", "1:san")):
-                expected = 100 * float(localness([m[layer - 1][key]["attention"] for m in per_sentence], w))
+                expected = 100 * float(localness([m[layer - 1][key].attention for m in per_sentence], w))
                 assert table.value(mechanism, w, layer) == pytest.approx(expected, abs=1e-4)
     assert table.sentences == {str(ckpts["man"]): len(sentences)}
     two = viz.localness_table(ckpts["man"], test_file, san_checkpoint=ckpts["mha"], layers=[2], windows=[4])
     mha = load_model(ckpts["mha"])
-    maps = [viz.sentence_maps(mha, " ".join(e.tokens)).layers[1]["0:mha"]["attention"] for e in read_tsv(test_file)]
+    maps = [viz.sentence_maps(mha, " ".join(e.tokens)).layers[1]["0:mha"].attention for e in read_tsv(test_file)]
     assert two.value("SAN", 4, 2) == pytest.approx(100 * float(localness(maps, 4)), abs=1e-4)
-    dman = [m[1]["0:dman"]["attention"] for m in per_sentence]
+    dman = [m[1]["0:dman"].attention for m in per_sentence]
     assert two.value("DMAN", 4, 2) == pytest.approx(100 * float(localness(dman, 4)), abs=1e-4)
     rows = list(csv.DictReader(two.write_csv(tmp_path / "t5.csv").open()))
     assert [(r["mechanism"], r["window"]) for r in rows] == [("DMAN", "4"), ("SAN", "4")]

@@ -68,15 +68,15 @@ def test_man_encoder_maps_are_the_modules_own_for_the_pipelines_subwords(ckpts):
     src = torch.tensor([ids])
     for layer in (1, 2):
         h, dman, pad = sublayer_input(translator.model, src, layer - 1, 0)
-        _, ref = dman(h, key_padding_mask=pad, return_attention=True)
+        ref = dman.attention_maps(h, key_padding_mask=pad)
         mask_row, attention_row = viz.attention_grid(result, layers=[layer], mechanism="dman")
         h_san, san, _ = sublayer_input(translator.model, src, layer - 1, 1)
-        _, ref_san = san(h_san, key_padding_mask=pad, return_attention=True)
+        ref_san = san.attention_maps(h_san, key_padding_mask=pad)
         (san_row,) = viz.attention_grid(result, layers=[layer], mechanism="san")
         for head in range(2):
-            torch.testing.assert_close(mask_row[head].values, ref["mask"][0, head], rtol=0, atol=1e-6)
-            torch.testing.assert_close(attention_row[head].values, ref["attention"][0, head], rtol=0, atol=1e-6)
-            torch.testing.assert_close(san_row[head].values, ref_san["attention"][0, head], rtol=0, atol=1e-6)
+            torch.testing.assert_close(mask_row[head].values, ref.mask[0, head], rtol=0, atol=1e-6)
+            torch.testing.assert_close(attention_row[head].values, ref.attention[0, head], rtol=0, atol=1e-6)
+            torch.testing.assert_close(san_row[head].values, ref_san.attention[0, head], rtol=0, atol=1e-6)
         assert attention_row[0].row_labels == attention_row[0].col_labels == result.tokens
         (fig1,) = viz.man_mask_grid(result, layer)
         n = len(ids)
@@ -100,10 +100,10 @@ def test_transformer_encoder_maps_and_unknown_characters(ckpts):
     src = torch.tensor([ids])
     for layer in (1, 2):
         h, mha, pad = sublayer_input(translator.model, src, layer - 1, 0)
-        _, ref = mha(h, key_padding_mask=pad, return_attention=True)
+        ref = mha.attention_maps(h, key_padding_mask=pad)
         (row,) = viz.attention_grid(result, layers=[layer])
         for head in range(2):
-            torch.testing.assert_close(row[head].values, ref["attention"][0, head], rtol=0, atol=1e-6)
+            torch.testing.assert_close(row[head].values, ref.attention[0, head], rtol=0, atol=1e-6)
 
 
 def test_source_file_is_read_as_training_encodes_it(ckpts):
@@ -131,15 +131,15 @@ def test_localness_table_of_two_translation_models_is_analysis_localness(ckpts):
         per_model[name] = [model.encoder_attention_maps(torch.tensor([row])) for row in ids]  # one sentence each
     for layer in (1, 2):
         for w in (1, 2, 4):
-            dman = [maps[layer - 1]["0:dman"]["attention"] for maps in per_model["man"]]
-            san = [maps[layer - 1]["0:mha"]["attention"] for maps in per_model["transformer"]]
+            dman = [maps[layer - 1]["0:dman"].attention for maps in per_model["man"]]
+            san = [maps[layer - 1]["0:mha"].attention for maps in per_model["transformer"]]
             assert table.value("DMAN", w, layer) == pytest.approx(100 * float(localness(dman, w)), abs=1e-4)
             assert table.value("SAN", w, layer) == pytest.approx(100 * float(localness(san, w)), abs=1e-4)
     assert table.sentences == {str(ckpts["man"]): 12, str(ckpts["transformer"]): 12}
     assert table.skipped[str(ckpts["man"])] == {"empty": 1, "over-long": 1}
     assert "(12 sentences, 2 skipped: 1 empty, 1 over-long)" in table.summary()
     own = viz.localness_table(ckpts["man"], ckpts["test"], layers=[2], windows=[1])  # SAN rows: its own SAN sublayers
-    san = [maps[1]["1:san"]["attention"] for maps in per_model["man"]]
+    san = [maps[1]["1:san"].attention for maps in per_model["man"]]
     assert own.value("SAN", 1, 2) == pytest.approx(100 * float(localness(san, 1)), abs=1e-4)
 
 

@@ -1,237 +1,173 @@
-"""Backend dispatch: one switch, one truth (DESIGN.md §2).
+"""The backend policy: one table that says, for every kernel family, which backends exist and which one
+``backend="auto"`` runs (docs/design.md §2, "one switch, one truth").
 
-* ``reference`` — explicit math with materialised scores; float64-capable; the specification.
-* ``sdpa``      — PyTorch's dense kernels: ``F.scaled_dot_product_attention`` where the score is a plain
-  (masked) dot product, and :func:`masked_sigmoid_attention` — a query-chunked matmul kernel that
-  recomputes in backward — where the probabilities are ``sigmoid`` of the score (``softmax`` of
-  ``log_sigmoid`` scores, up to a row normalisation that cancels in MTSA). Neither keeps an
-  ``n × n`` tensor alive for backward beyond one query chunk (SDPA's fused path keeps none).
+Backends:
+
+* ``reference`` — explicit math with materialised scores; float64-capable; the specification. The
+  attention maps (``module.attention_maps(x)``) always come from it.
+* ``sdpa``      — PyTorch's dense kernels (``F.scaled_dot_product_attention``) and the library's
+  recomputing autograd kernels built on dense matmuls (:mod:`maskattn.kernels`): MTSA's blocked sigmoid
+  kernel, DMAN's tiled kernel. Dense in the mask: O(n²) time.
 * ``flex``      — ``torch.nn.attention.flex_attention`` with ``score_mod`` / ``mask_mod`` and a block
-  mask. Compiled on CUDA (training and inference); eager, inference only, on CPU (torch raises
-  "FlexAttention does not support backward on CPU").
-* ``auto``      — the fastest valid backend for the device, dtype and whether gradients are needed.
+  mask that skips empty blocks. Training on CUDA only (PyTorch: "FlexAttention does not support
+  backward on CPU"); no attention dropout.
+* ``banded``    — the library's O(n · band) local kernel (:mod:`maskattn.kernels.banded`) for masks
+  that are a fixed band ``i − left <= j <= i + right``.
+
+Every mechanism module and functional entry point calls :func:`resolve` with its family; an explicit
+backend is honoured, or refused with a ``ValueError`` that says why and what to use instead — never
+silently swapped. ``maskattn list --backends`` prints the table (:func:`maskattn.attention.registry.backend_table`).
 """
 
 from __future__ import annotations
 
-import functools
-import warnings
+from dataclasses import dataclass
 
 import torch
 
 from ._validation import check_choice
-from .masks import Mask
+from .kernels.flex import flex_available
 
-BACKENDS = ("reference", "sdpa", "flex")
-BACKEND_CHOICES = ("auto",) + BACKENDS
+__all__ = ["BACKENDS", "Rule", "BackendPolicy", "POLICIES", "backends_of", "check_backend", "refusal",
+           "resolve", "needs_grad", "auto_choice", "SITUATIONS", "flex_available"]
 
-__all__ = ["BACKENDS", "BACKEND_CHOICES", "flex_available", "resolve_backend", "masked_sigmoid_attention",
-           "flex_attention_call"]
-
-
-@functools.cache
-def flex_available() -> bool:
-    """Whether ``torch.nn.attention.flex_attention`` can be imported in this PyTorch."""
-    try:
-        from torch.nn.attention import flex_attention  # noqa: F401
-    except Exception:  # pragma: no cover - depends on the installed torch
-        return False
-    return True
+BACKENDS = ("reference", "sdpa", "flex", "banded")
 
 
-def resolve_backend(backend: str, *, device: torch.device, needs_grad: bool, flex_ok: bool = True,
-                    prefer_flex_on_cuda: bool = True) -> str:
-    """Validate ``backend`` and turn ``"auto"`` into a concrete backend.
+@dataclass(frozen=True)
+class Rule:
+    """``auto`` picks ``backend`` when every condition that is not None holds: ``device`` (``"cpu"`` /
+    ``"cuda"``), ``training`` (autograd runs through the call), ``dropout`` (attention dropout is active),
+    ``band`` (the mask is a fixed band)."""
 
-    ``needs_grad`` is True when autograd will run through the call; ``flex_ok`` is False when the
-    caller needs a feature flex lacks (e.g. attention dropout). An explicit choice that cannot run
-    raises ``ValueError`` saying why.
-    """
-    check_choice(backend, "backend", BACKEND_CHOICES)
-    on_cuda = device.type == "cuda"
-    if backend == "auto":
-        if on_cuda and prefer_flex_on_cuda and flex_ok and flex_available():
-            return "flex"
-        return "sdpa"
+    backend: str
+    device: str | None = None
+    training: bool | None = None
+    dropout: bool | None = None
+    band: bool | None = None
+
+    def matches(self, device: str, training: bool, dropout: bool, band: bool) -> bool:
+        return all(want is None or want == have for want, have in
+                   ((self.device, device), (self.training, training), (self.dropout, dropout), (self.band, band)))
+
+
+@dataclass(frozen=True)
+class BackendPolicy:
+    """The backends of one kernel family and the ``auto`` rules (first match wins; the last rule has no
+    condition), with the reason for the choice."""
+
+    family: str
+    backends: tuple[str, ...]
+    auto: tuple[Rule, ...]
+    why: str
+
+
+_FLEX_GRAD_NOTE = ("flex is not chosen for training: upstream reports wrong gradients for learnable tensors captured "
+                   "by a compiled score_mod (pytorch/pytorch#158212), which is how DMAN's bias enters")
+
+#: Kernel family → policy. The families are what the functional entry points compute; each registered
+#: mechanism names its family (``SelfAttention.family``).
+POLICIES: dict[str, BackendPolicy] = {p.family: p for p in (
+    BackendPolicy("dot_product", ("reference", "sdpa", "flex"), (Rule("sdpa"),),
+                  "SDPA's fused kernels (flash / memory-efficient on CUDA, flash on CPU) for plain masked attention"),
+    BackendPolicy("mask_attention", ("reference", "sdpa", "flex"), (Rule("sdpa"),),
+                  "MAN Eq. 4 with a given M: log M as an SDPA bias"),
+    BackendPolicy("dman", ("reference", "sdpa", "flex"),
+                  (Rule("flex", device="cuda", training=False, dropout=False), Rule("sdpa")),
+                  "the tiled recomputing DMAN kernel (no n×n tensor kept for backward); flex for CUDA inference; "
+                  + _FLEX_GRAD_NOTE),
+    BackendPolicy("local", ("reference", "sdpa", "flex", "banded"),
+                  (Rule("flex", device="cuda", dropout=False, band=True), Rule("banded", band=True), Rule("sdpa")),
+                  "O(n·window): flex block masks on CUDA, the banded kernel elsewhere; dense SDPA when the window "
+                  "is not a fixed band (SMAN radius='sqrt')"),
+    BackendPolicy("tensorized", ("reference", "sdpa", "flex", "banded"),
+                  (Rule("flex", device="cuda", dropout=False), Rule("banded", band=True, dropout=False), Rule("sdpa")),
+                  "MTSA as one scalar attention over [v⊙E; E] (docs/design.md §1): flex on CUDA, the banded kernel "
+                  "when every head is a window, else the blocked sigmoid kernel (which applies Appendix A.3's "
+                  "dropout)"),
+    BackendPolicy("multi_dim", ("reference",), (Rule("reference"),),
+                  "DiSA's scores are an n×n×d tensor by construction (the memory baseline of MTSA Fig. 1)"),
+)}
+
+def _policy(family: str) -> BackendPolicy:
+    if family not in POLICIES:
+        raise ValueError(f"unknown kernel family {family!r}; expected one of {', '.join(POLICIES)}")
+    return POLICIES[family]
+
+
+def backends_of(family: str) -> tuple[str, ...]:
+    """The concrete backends of ``family``."""
+    return _policy(family).backends
+
+
+def check_backend(backend, family: str) -> str:
+    """``backend`` validated against ``family``'s backends (or ``"auto"``); for module constructors."""
+    return check_choice(backend, "backend", ("auto",) + _policy(family).backends)
+
+
+def needs_grad(*tensors: torch.Tensor) -> bool:
+    """Will autograd run through a call on ``tensors``?"""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def refusal(backend: str, *, device: str, training: bool, dropout: bool, band: bool) -> str | None:
+    """Why ``backend`` cannot run a call in this situation (None when it can): ``device`` type, ``training``
+    (autograd runs through it), ``dropout`` active, ``band`` (the mask is a fixed band)."""
     if backend == "flex":
         if not flex_available():
-            raise ValueError("backend='flex' needs torch.nn.attention.flex_attention (PyTorch >= 2.5)")
-        if not flex_ok:
-            raise ValueError("backend='flex' does not support attention dropout; use backend='sdpa' or 'auto'")
-        if needs_grad and not on_cuda:
-            raise ValueError("backend='flex' supports backward only on CUDA (PyTorch raises 'FlexAttention does "
-                             "not support backward on CPU'); use backend='sdpa' or 'auto' for CPU training, or "
-                             "call under torch.no_grad() for CPU inference")
+            return "backend='flex' needs torch.nn.attention.flex_attention (PyTorch >= 2.5)"
+        if dropout:
+            return "backend='flex' does not support attention dropout; use backend='sdpa' or 'auto'"
+        if training and device != "cuda":
+            return ("backend='flex' supports backward only on CUDA (PyTorch raises 'FlexAttention does not support "
+                    "backward on CPU'); use backend='auto' for CPU training, or call under torch.no_grad() for CPU "
+                    "inference")
+    if backend == "banded" and not band:
+        return ("backend='banded' needs a mask that is a fixed band i - left <= j <= i + right on every head (a window "
+                "with a fixed radius); use backend='sdpa' or 'auto' for this mask")
+    return None
+
+
+def resolve(family: str, backend: str, *, device: torch.device | str, training: bool, dropout: bool = False,
+            band: bool = False) -> str:
+    """The backend that runs a call of ``family``: ``backend`` itself when it can run, else a ``ValueError``
+    saying why; ``"auto"`` → the first matching rule of :data:`POLICIES`.
+
+    ``training``: autograd runs through the call; ``dropout``: attention dropout is active; ``band``: the
+    mask is a fixed band (the local kernels apply)."""
+    policy = _policy(family)
+    check_backend(backend, family)
+    device = torch.device(device).type
+    context = dict(device=device, training=bool(training), dropout=bool(dropout), band=bool(band))
+    if backend == "auto":
+        for rule in policy.auto:
+            if rule.matches(**context) and refusal(rule.backend, **context) is None:
+                return rule.backend
+        return "sdpa" if "sdpa" in policy.backends else policy.backends[0]
+    reason = refusal(backend, **context)
+    if reason is not None:
+        raise ValueError(reason)
     return backend
 
 
-# --------------------------------------------------------------------------------------------------
-# sdpa backend: chunked sigmoid attention
-# --------------------------------------------------------------------------------------------------
-
-#: elements of one (batch-block × heads × query-chunk × keys) weight block; bounds the kernel's workspace.
-CHUNK_ELEMENTS = 1 << 21
-#: query rows per block: batched matmuls over few rows are slow on CPU, so keep blocks tall.
-QUERY_CHUNK = 256
-
-
-def _blocks(batch: int, heads: int, q_len: int, kv_len: int):
-    """(batch slice, query slice) pairs covering the output, each block ≤ CHUNK_ELEMENTS weights."""
-    rows = min(q_len, QUERY_CHUNK)
-    per_batch = heads * rows * kv_len
-    batch_step = max(1, CHUNK_ELEMENTS // max(1, per_batch))
-    if batch_step == 1:
-        rows = max(1, min(rows, CHUNK_ELEMENTS // max(1, heads * kv_len)))
-    for b0 in range(0, batch, batch_step):
-        for i0 in range(0, q_len, rows):
-            yield slice(b0, min(batch, b0 + batch_step)), slice(i0, min(q_len, i0 + rows))
+#: (column title, device, training, dropout) of the situations the backend table shows.
+SITUATIONS = (
+    ("CPU training", "cpu", True, False),
+    ("CPU inference", "cpu", False, False),
+    ("CUDA training", "cuda", True, False),
+    ("CUDA training + dropout", "cuda", True, True),
+    ("CUDA inference", "cuda", False, False),
+)
 
 
-def sigmoid_attention_forward(q, k, x, blocked, scale, n_drop=0, drop_p=0.0, seed=0):
-    """Blocked forward of ``(sigmoid(scale · q kᵀ) ⊙ ~blocked) @ x``; ``blocked`` is the inverted bool
-    mask (True = excluded) or None. Returns (B, H, n, d_x)."""
-    B, H, n, _ = q.shape
-    out = q.new_empty(B, H, n, x.shape[-1])
-    gen = _generator(q.device, seed) if drop_p > 0 else None
-    for bs, rs in _blocks(B, H, n, k.shape[-2]):
-        a = _sigmoid_weights(q[bs, :, rs], k[bs], _mask_block(blocked, bs, rs), scale)  # (b, H, r, m)
-        if gen is None:
-            out[bs, :, rs] = torch.matmul(a, x[bs])
-        else:
-            keep = _keep_mask(a, drop_p, gen)
-            out[bs, :, rs, :n_drop] = torch.matmul(a * keep, x[bs, ..., :n_drop])
-            out[bs, :, rs, n_drop:] = torch.matmul(a, x[bs, ..., n_drop:])
-    return out
-
-
-def sigmoid_attention_backward(grad_out, q, k, x, blocked, scale, needs=(True, True, True), n_drop=0,
-                               drop_p=0.0, seed=0):
-    """Gradients (q, k, x) of :func:`sigmoid_attention_forward`, recomputing the weights block by block."""
-    B, H, n, _ = q.shape
-    grad_q = torch.empty_like(q) if needs[0] else None
-    grad_k = torch.zeros_like(k) if needs[1] else None
-    grad_x = torch.zeros_like(x) if needs[2] else None
-    gen = _generator(q.device, seed) if drop_p > 0 else None
-    nd = n_drop
-    for bs, rs in _blocks(B, H, n, k.shape[-2]):
-        q_c, k_c, x_c, g_c = q[bs, :, rs], k[bs], x[bs], grad_out[bs, :, rs]
-        a = _sigmoid_weights(q_c, k_c, _mask_block(blocked, bs, rs), scale)  # (b, H, r, m)
-        if gen is None:
-            grad_a = torch.matmul(g_c, x_c.transpose(-1, -2))
-            if grad_x is not None:
-                grad_x[bs] += torch.matmul(a.transpose(-1, -2), g_c)
-        else:
-            keep = _keep_mask(a, drop_p, gen)
-            grad_a = torch.matmul(g_c[..., :nd], x_c[..., :nd].transpose(-1, -2)).mul_(keep)
-            grad_a += torch.matmul(g_c[..., nd:], x_c[..., nd:].transpose(-1, -2))
-            if grad_x is not None:
-                grad_x[bs, ..., :nd] += torch.matmul((a * keep).transpose(-1, -2), g_c[..., :nd])
-                grad_x[bs, ..., nd:] += torch.matmul(a.transpose(-1, -2), g_c[..., nd:])
-        # d sigmoid(r)/dr = a (1 - a); masked entries have a = 0 and so get no gradient.
-        grad_r = torch.ops.aten.sigmoid_backward(grad_a, a).mul_(scale)
-        if grad_q is not None:
-            grad_q[bs, :, rs] = torch.matmul(grad_r, k_c)
-        if grad_k is not None:
-            grad_k[bs] += torch.matmul(grad_r.transpose(-1, -2), q_c)
-    return grad_q, grad_k, grad_x
-
-
-class _MaskedSigmoidAttention(torch.autograd.Function):
-    """``out = (sigmoid(scale · q kᵀ) ⊙ mask) @ x`` with the first ``n_drop`` columns of ``x`` seeing a
-    dropped-out copy of the weights. Saves only q, k, x (and the bool mask); the weights are rebuilt
-    block by block in backward, as in FlashAttention."""
-
-    @staticmethod
-    def forward(ctx, q, k, x, mask, scale, n_drop, drop_p, seed):
-        q, k, x = q.contiguous(), k.contiguous(), x.contiguous()
-        blocked = None if mask is None else ~mask
-        out = sigmoid_attention_forward(q, k, x, blocked, scale, n_drop, drop_p, seed)
-        ctx.save_for_backward(q, k, x, blocked if blocked is not None else torch.empty(0))
-        ctx.has_mask = mask is not None
-        ctx.scale, ctx.n_drop, ctx.drop_p, ctx.seed = scale, n_drop, drop_p, seed
-        return out
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out):
-        q, k, x, blocked = ctx.saved_tensors
-        grads = sigmoid_attention_backward(grad_out.contiguous(), q, k, x, blocked if ctx.has_mask else None,
-                                           ctx.scale, ctx.needs_input_grad[:3], ctx.n_drop, ctx.drop_p, ctx.seed)
-        return (*grads, None, None, None, None, None)
-
-
-def _mask_block(blocked, bs, rs):
-    if blocked is None:
-        return None
-    return blocked[bs if blocked.shape[0] > 1 else slice(None), :, rs]
-
-
-def _sigmoid_weights(q_c, k_c, blocked, scale):
-    a = torch.matmul(q_c, k_c.transpose(-1, -2)).mul_(scale).sigmoid_()
-    if blocked is not None:
-        a = a.masked_fill_(blocked, 0.0)
-    return a
-
-
-def _generator(device, seed):
-    gen = torch.Generator(device=device)
-    gen.manual_seed(seed)
-    return gen
-
-
-def _keep_mask(a, drop_p, gen):
-    keep = torch.rand(a.shape, generator=gen, device=a.device, dtype=a.dtype) >= drop_p
-    return keep.to(a.dtype).div_(1.0 - drop_p)
-
-
-def masked_sigmoid_attention(q: torch.Tensor, k: torch.Tensor, x: torch.Tensor, mask: torch.Tensor | None,
-                             scale: float, *, n_drop: int = 0, drop_p: float = 0.0) -> torch.Tensor:
-    """``(sigmoid(scale · q kᵀ) ⊙ mask) @ x`` without keeping the ``n × m`` weights for backward.
-
-    q: (B, H, n, d_k), k: (B, H, m, d_k), x: (B, H, m, d_x); mask: bool broadcastable to
-    (B, H, n, m) or None. With ``drop_p > 0`` the first ``n_drop`` output columns use the weights after
-    inverted dropout (probability ``drop_p``); the remaining columns use them undropped.
-    """
-    seed = int(torch.randint(0, 2**62, (1,)).item()) if drop_p > 0 else 0
-    return _MaskedSigmoidAttention.apply(q, k, x, mask, float(scale), int(n_drop), float(drop_p), seed)
-
-
-# --------------------------------------------------------------------------------------------------
-# flex backend
-# --------------------------------------------------------------------------------------------------
-
-@functools.cache
-def _compiled_flex():
-    from torch.nn.attention.flex_attention import flex_attention
-
-    return torch.compile(flex_attention, dynamic=False)
-
-
-def _mask_mod_from(mask, batch: int, heads: int, q_len: int, kv_len: int):
-    if mask is None:
-        return None
-    if isinstance(mask, Mask):
-        return mask.mask_mod
-    dense = mask.expand(batch, heads, q_len, kv_len)
-    return lambda b, h, q, kv: dense[b, h, q, kv]
-
-
-def flex_attention_call(q, k, v, *, score_mod=None, mask=None, scale: float | None = None) -> torch.Tensor:
-    """FlexAttention with a ``score_mod`` and a mask (a :class:`~maskattn.masks.Mask` or a bool tensor
-    broadcastable to (B, H, n, m)); empty blocks are skipped through a block mask."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
-    B, H, n, _ = q.shape
-    m = k.shape[-2]
-    mask_mod = _mask_mod_from(mask, B, H, n, m)
-    block_mask = None
-    if mask_mod is not None:
-        per_batch = not (isinstance(mask, Mask) and mask.static) and not (
-            isinstance(mask, torch.Tensor) and mask.shape[0] == 1)
-        block_mask = create_block_mask(mask_mod, B if per_batch else None, H, n, m, device=q.device)
-    if q.device.type == "cuda":
-        return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
-        return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
-
+def auto_choice(family: str, *, device: str, training: bool, dropout: bool, band: bool) -> str:
+    """What ``auto`` runs for ``family`` in a situation, from the rules alone (as if flex were installed):
+    the entries of the backend table."""
+    for rule in _policy(family).auto:
+        if rule.matches(device, training, dropout, band):
+            if rule.backend == "banded" and not band:
+                continue
+            if rule.backend == "flex" and (dropout or (training and device != "cuda")):
+                continue
+            return rule.backend
+    return _policy(family).backends[0]

@@ -10,6 +10,12 @@ The directional masks follow DiSA / MTSA §2.2: with query ``i`` and key ``j``,
 * ``forward``  attends to keys ``j < i`` (``j <= i`` with the diagonal included),
 * ``backward`` attends to keys ``j > i`` (``j >= i`` with the diagonal included).
 
+Every positional structure of the library is defined here once: the directional masks, the causal
+mask of decoders, the band ``i − left <= j <= i + right`` (a local window, CSAN / SMAN / MTSA window
+heads), a per-sequence window (SMAN's ``b = sqrt(L)/2``) and key padding. Incremental decoding
+evaluates a mask for queries at absolute positions ``offset …`` with :meth:`Mask.shifted`.
+:func:`allowed` combines a mask with a key-padding mask into the dense tensor the dense kernels take.
+
 Example::
 
     >>> from maskattn import masks
@@ -30,6 +36,8 @@ import math
 
 import torch
 
+from ._validation import check_nonnegative_int, describe
+
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 __all__ = [
@@ -39,13 +47,17 @@ __all__ = [
     "forward",
     "backward",
     "causal",
+    "band",
     "window",
+    "sequence_window",
     "key_padding",
     "per_head",
     "from_name",
     "MASK_NAMES",
     "materialize",
     "as_dense",
+    "allowed",
+    "predicate",
 ]
 
 
@@ -75,6 +87,17 @@ class Mask:
         if self.band is None or not all(math.isfinite(side) for side in self.band):
             return None
         return int(self.band[0]), int(self.band[1])
+
+    def shifted(self, offset: int) -> Mask:
+        """The same predicate for queries at absolute positions ``offset, offset + 1, …``: query row ``i``
+        of the result is row ``offset + i`` of this mask (incremental decoding: ``offset`` = the number of
+        positions already decoded). A band ``(left, right)`` becomes ``(left − offset, right + offset)``."""
+        if check_nonnegative_int(offset, "offset") == 0:
+            return self
+        mod = self.mask_mod
+        band = None if self.band is None else (self.band[0] - offset, self.band[1] + offset)
+        return Mask(lambda b, h, q, kv: mod(b, h, q + offset, kv), f"{self.name}@{offset}", static=self.static,
+                    band=band)
 
     def __call__(self, b, h, q_idx, kv_idx):
         return self.mask_mod(b, h, q_idx, kv_idx)
@@ -146,17 +169,33 @@ def backward(include_diagonal: bool = True) -> Mask:
 
 
 def causal() -> Mask:
-    """Decoder mask: a query sees itself and earlier keys (the same predicate as ``forward()``)."""
+    """Decoder mask: a query sees itself and earlier keys (the same predicate as ``forward()``). For
+    queries at absolute positions ``offset …`` (incremental decoding) use ``causal().shifted(offset)``."""
     return Mask(lambda b, h, q, kv: kv <= q, "causal", band=(math.inf, 0))
 
 
+def band(left: int, right: int) -> Mask:
+    """Band: key ``j`` is visible from query ``i`` when ``i − left <= j <= i + right`` (``left`` keys
+    before the query, ``right`` after). ``band(r, r)`` is :func:`window`; ``band(r, 0)`` is causal local
+    attention. Finite bands run on the O(n · band) local kernels."""
+    check_nonnegative_int(left, "left")
+    check_nonnegative_int(right, "right")
+    return Mask(lambda b, h, q, kv: (kv >= q - left) & (kv <= q + right), f"band({left}, {right})", band=(left, right))
+
+
 def window(radius: int) -> Mask:
-    """Local window: key ``j`` is visible from query ``i`` when ``|i - j| <= radius``."""
-    if isinstance(radius, bool) or not isinstance(radius, int):
-        raise TypeError(f"radius must be an int, got {radius!r}")
-    if radius < 0:
-        raise ValueError(f"radius must be >= 0, got {radius}")
-    return Mask(lambda b, h, q, kv: (q - kv).abs() <= radius, f"window({radius})", band=(radius, radius))
+    """Local window: key ``j`` is visible from query ``i`` when ``|i - j| <= radius`` (``band(radius, radius)``)."""
+    check_nonnegative_int(radius, "radius")
+    return Mask(band(radius, radius).mask_mod, f"window({radius})", band=(radius, radius))
+
+
+def sequence_window(radius: torch.Tensor) -> Mask:
+    """A window whose radius depends on the sequence: key ``j`` is visible from query ``i`` of sequence
+    ``b`` when ``|i − j| <= radius[b]`` (MAN §4.2's SMAN₁, ``b = sqrt(L)/2`` per sentence). ``radius``
+    is a ``(B,)`` float or int tensor."""
+    if not isinstance(radius, torch.Tensor) or radius.dim() != 1:
+        raise TypeError(f"radius must be a 1-D tensor with one radius per sequence, got {describe(radius)}")
+    return Mask(lambda b, h, q, kv: (q - kv).abs() <= radius[b], "sequence_window", static=False)
 
 
 def key_padding(key_padding_mask: torch.Tensor) -> Mask:
@@ -164,7 +203,7 @@ def key_padding(key_padding_mask: torch.Tensor) -> Mask:
     (PyTorch's ``nn.MultiheadAttention`` convention); the returned predicate is ``True = attend``."""
     if not isinstance(key_padding_mask, torch.Tensor) or key_padding_mask.dtype != torch.bool:
         raise TypeError("key_padding_mask must be a bool tensor of shape (batch, seq_len) with True = padding, "
-                        f"got {_describe(key_padding_mask)}")
+                        f"got {describe(key_padding_mask)}")
     if key_padding_mask.dim() != 2:
         raise ValueError(f"key_padding_mask must have shape (batch, seq_len), got {tuple(key_padding_mask.shape)}")
     keep = ~key_padding_mask
@@ -249,7 +288,27 @@ def as_dense(mask: Mask | torch.Tensor | None, q_len: int, kv_len: int, *, batch
     return mask
 
 
-def _describe(x) -> str:
-    if isinstance(x, torch.Tensor):
-        return f"a {x.dtype} tensor of shape {tuple(x.shape)}"
-    return f"{type(x).__name__}"
+def allowed(mask: Mask | torch.Tensor | None, key_padding_mask: torch.Tensor | None, q_len: int, kv_len: int, *,
+            batch: int, heads: int, device: torch.device | str | None = None) -> torch.Tensor | None:
+    """The dense bool tensor of allowed (query, key) pairs, broadcastable to ``(batch, heads, q_len, kv_len)``:
+    ``mask`` (a :class:`Mask`, a bool tensor or None) and, where ``key_padding_mask`` ``(batch, kv_len)`` is
+    True (padding), nothing. None when every pair is allowed."""
+    dense = as_dense(mask, q_len, kv_len, batch=batch, heads=heads, device=device)
+    if key_padding_mask is None:
+        return dense
+    keep = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, m)
+    return keep if dense is None else dense & keep
+
+
+def predicate(mask: Mask | torch.Tensor | None, key_padding_mask: torch.Tensor | None, *, batch: int, heads: int,
+              q_len: int, kv_len: int) -> Mask | None:
+    """``mask`` (a :class:`Mask`, a bool tensor broadcastable to ``(batch, heads, q_len, kv_len)`` or None)
+    and the key padding as one :class:`Mask` predicate (what FlexAttention takes); None when everything is
+    allowed."""
+    if isinstance(mask, torch.Tensor):
+        dense = mask.expand(batch, heads, q_len, kv_len)
+        mask = Mask(lambda b, h, q, kv: dense[b, h, q, kv], "dense", static=mask.shape[0] == 1)
+    if key_padding_mask is None:
+        return mask
+    padding = key_padding(key_padding_mask)
+    return padding if mask is None else mask & padding

@@ -1,16 +1,21 @@
-"""Attention modules, one file per mechanism, and their registry."""
+"""Attention modules, one file per mechanism, and their registry (conventions: :mod:`.base`)."""
 
-from .registry import AttentionInfo, attention_info, create_attention, list_attentions, register_attention
+from .base import AttentionCache, AttentionMaps, SelfAttention
+from .registry import (AttentionInfo, attention_info, backend_table, backend_table_rows, create_attention,
+                       list_attentions, register_attention)
 from .multihead import MultiHeadAttention
+from .cross import CrossAttention
 from .mtsa import MTSA
 from .fast_disa import FastDiSA
 from .disa import DiSA
 from .source2token import Source2Token
-from .man import AttentionCache, DynamicMaskAttention, StaticMaskAttention
+from .man import DynamicMaskAttention, StaticMaskAttention
 from .csan import ConvSelfAttention
 
 __all__ = [
     "AttentionInfo", "attention_info", "create_attention", "list_attentions", "register_attention",
-    "MultiHeadAttention", "MTSA", "FastDiSA", "DiSA", "Source2Token",
-    "AttentionCache", "DynamicMaskAttention", "StaticMaskAttention", "ConvSelfAttention",
+    "backend_table", "backend_table_rows",
+    "SelfAttention", "AttentionMaps", "AttentionCache",
+    "MultiHeadAttention", "CrossAttention", "MTSA", "FastDiSA", "DiSA", "Source2Token",
+    "DynamicMaskAttention", "StaticMaskAttention", "ConvSelfAttention",
 ]

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from ..functional.local import (
-    HEAD_EDGES,
-    LOCAL_BACKEND_CHOICES,
-    _local_attention_with_maps,
-    check_head_window,
-    check_window,
-    local_attention,
-)
-from ._common import check_choice, check_input, merge_heads, split_heads, zero_padding
+from .._validation import check_choice
+from ..functional.local import HEAD_EDGES, check_head_window, check_window, local_attention, local_attention_maps
+from .base import AttentionMaps, check_input, merge_heads, zero_padding
 from .multihead import MultiHeadAttention
 from .registry import register_attention
 
@@ -20,9 +14,8 @@ __all__ = ["ConvSelfAttention"]
 
 
 @register_attention("csan2d", description="CSAN 2D: local window over neighbouring heads, one softmax (Eq. 7-9)",
-                    backends=("reference", "sdpa", "flex", "banded"), head_window=3)
-@register_attention("csan1d", description="CSAN 1D: attention restricted to a local window (Eq. 4-6)",
-                    backends=("reference", "sdpa", "flex", "banded"), head_window=1)
+                    head_window=3)
+@register_attention("csan1d", description="CSAN 1D: attention restricted to a local window (Eq. 4-6)", head_window=1)
 class ConvSelfAttention(MultiHeadAttention):
     """Convolutional self-attention: multi-head attention whose scope is a local window (1D, CSAN
     Eq. 4–6) or a window × neighbouring-heads area with one softmax (2D, Eq. 7–9).
@@ -41,16 +34,15 @@ class ConvSelfAttention(MultiHeadAttention):
         head_edges: ``"truncate"`` (paper) or ``"circular"`` (keys and values wrap across heads).
         bias: whether the projections have biases.
 
-    ``forward(x, key_padding_mask=None, return_attention=False)``: ``x`` ``(B, n, d_model)`` →
-    ``(B, n, d_model)``, padded positions exactly 0. With ``return_attention`` (computed by the
-    reference backend) also ``{"attention": maps}``: ``(B, H, n, n)`` for 1D and ``(B, H, n, H, n)``
-    for 2D, where ``maps[b, h, i, g, j]`` is the weight of query ``i`` of head ``h`` on key ``j`` of head ``g``.
+    ``forward(x, key_padding_mask=None)``: ``x`` ``(B, n, d_model)`` → ``(B, n, d_model)``, padded positions
+    exactly 0. :meth:`attention_maps` (reference math) gives the maps.
     """
+
+    family = "local"
 
     def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0, backend: str = "auto",
                  window: int = 11, head_window: int = 1, head_edges: str = "truncate", bias: bool = True):
-        super().__init__(d_model, num_heads, dropout=dropout, bias=bias)
-        self.backend = check_choice(backend, "backend", LOCAL_BACKEND_CHOICES)
+        super().__init__(d_model, num_heads, dropout=dropout, backend=backend, bias=bias)
         self.window = check_window(window)
         self.head_window = check_head_window(head_window, num_heads)
         self.head_edges = check_choice(head_edges, "head_edges", HEAD_EDGES)
@@ -59,19 +51,22 @@ class ConvSelfAttention(MultiHeadAttention):
         return (f"d_model={self.d_model}, num_heads={self.num_heads}, window={self.window}, "
                 f"head_window={self.head_window}, head_edges={self.head_edges!r}, backend={self.backend!r}")
 
-    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None, return_attention: bool = False):
-        """x: (B, n, d_model) → (B, n, d_model); see the class docstring for ``return_attention``."""
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (B, n, d_model) → (B, n, d_model); padded positions are 0."""
         kpm = check_input(x, self.d_model, key_padding_mask)
-        q, k, v = (split_heads(t, self.num_heads) for t in self.in_proj(x).chunk(3, dim=-1))  # (B, H, n, d_h)
-        options = dict(window=self.window, head_window=self.head_window, key_padding_mask=kpm,
-                       head_edges=self.head_edges, dropout_p=self.dropout, training=self.training)
-        maps = None
-        if return_attention:
-            out, area_maps = _local_attention_with_maps(q, k, v, **options)  # maps: (B, H, n, H, n)
-            if self.head_window == 1:
-                area_maps = area_maps.diagonal(dim1=1, dim2=3).permute(0, 3, 1, 2)  # (B, H, n, n)
-            maps = {"attention": area_maps}
-        else:
-            out = local_attention(q, k, v, backend=self.backend, **options)
-        out = zero_padding(self.out_proj(merge_heads(out)), kpm)
-        return (out, maps) if return_attention else out
+        q, k, v = self.project(x)  # (B, H, n, d_h) each
+        out = local_attention(q, k, v, window=self.window, head_window=self.head_window, key_padding_mask=kpm,
+                              head_edges=self.head_edges, dropout_p=self.dropout, training=self.training,
+                              backend=self.backend)
+        return zero_padding(self.out_proj(merge_heads(out)), kpm)
+
+    def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
+        """``attention``: ``(B, H, n, n)`` for CSAN 1D; ``(B, H, n, H, n)`` for 2D, where ``[b, h, i, g, j]`` is
+        the weight of query ``i`` of head ``h`` on key ``j`` of head ``g``."""
+        kpm = check_input(x, self.d_model, key_padding_mask)
+        q, k, _ = self.project(x)
+        maps = local_attention_maps(q, k, window=self.window, head_window=self.head_window, key_padding_mask=kpm,
+                                    head_edges=self.head_edges)  # (B, H, n, H, n)
+        if self.head_window == 1:
+            maps = maps.diagonal(dim1=1, dim2=3).permute(0, 3, 1, 2)  # (B, n, n, H) -> (B, H, n, n)
+        return AttentionMaps(attention=maps)

@@ -20,27 +20,25 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import masks as M
-from ..masks import materialize
-from ._common import check_choice, check_dims, check_input, check_probability, merge_heads, split_heads, zero_padding
-from ._headwise import HeadwiseFusionGate, HeadwiseLinear
+from ..kernels.softmax import masked_softmax
+from .base import AttentionMaps, SelfAttention, check_input, merge_heads, split_heads, zero_padding
+from .headwise import HeadwiseFusionGate, HeadwiseLinear
 from .mtsa import resolve_head_masks
 from .registry import register_attention
 
 
-@register_attention("disa", description="directional self-attention (DiSA), n×n×d baseline", backends=("reference",))
-class DiSA(nn.Module):
+@register_attention("disa", description="directional self-attention (DiSA), n×n×d baseline")
+class DiSA(SelfAttention):
     """Directional self-attention with forward/backward heads (strict masks and a fusion gate by
     default, as in DiSA). ``tanh_scale`` is the constant ``c`` of Eq. 6."""
+
+    family = "multi_dim"
 
     def __init__(self, d_model: int, num_heads: int = 2, *, dropout: float = 0.0, backend: str = "auto",
                  head_masks: Sequence[M.Mask | str] | None = None, strict_masks: bool = True,
                  tanh_scale: float = 5.0, fusion_gate: bool = True):
-        super().__init__()
-        check_dims(d_model, num_heads)
-        self.d_model, self.num_heads = d_model, num_heads
+        super().__init__(d_model, num_heads, dropout=dropout, backend=backend)
         self.d_head = d_model // num_heads
-        self.dropout = check_probability(dropout, "dropout")
-        self.backend = check_choice(backend, "backend", ("auto", "reference"))
         if not isinstance(tanh_scale, (int, float)) or isinstance(tanh_scale, bool) or tanh_scale <= 0:
             raise ValueError(f"tanh_scale must be a positive number, got {tanh_scale!r}")
         self.tanh_scale = float(tanh_scale)
@@ -50,25 +48,27 @@ class DiSA(nn.Module):
         self.query_score = HeadwiseLinear(num_heads, self.d_head, self.d_head)
         self.fusion_gate = HeadwiseFusionGate(num_heads, self.d_head) if fusion_gate else None
 
-    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None, return_attention: bool = False):
-        """x: (B, n, d_model) → (B, n, d_model); ``return_attention`` adds ``"attention"``, the
-        feature-wise probabilities (B, H, n, n, d_h)."""
-        kpm = check_input(x, self.d_model, key_padding_mask)
-        B, n, _ = x.shape
+    def _probabilities(self, x: torch.Tensor, kpm: torch.Tensor | None):
+        """``h`` (B, H, n, d_h) and the feature-wise probabilities (B, H, n, n, d_h) of Eq. 6."""
+        n = x.shape[1]
         h = split_heads(F.elu(self.input_proj(x)), self.num_heads)  # (B, H, n, d_h)
         c = self.tanh_scale
         # (B, H, n, 1, d_h) + (B, H, 1, n, d_h) -> (B, H, n_query, n_key, d_h)
         scores = c * torch.tanh((self.query_score(h).unsqueeze(3) + self.key_score(h).unsqueeze(2)) / c)
-        allowed = materialize(self.mask, n, heads=self.num_heads, device=x.device)  # (1, H, n, n)
-        if kpm is not None:
-            allowed = allowed & ~kpm[:, None, None, :]
-        scores = scores.masked_fill(~allowed.unsqueeze(-1), float("-inf"))
-        probs = torch.softmax(scores, dim=3)
-        probs = torch.where(allowed.any(-1)[..., None, None], probs, torch.zeros((), dtype=probs.dtype,
-                                                                                 device=probs.device))
+        allowed = M.allowed(self.mask, kpm, n, n, batch=x.shape[0], heads=self.num_heads, device=x.device)
+        return h, masked_softmax(scores, allowed.unsqueeze(-1), dim=3)
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (B, n, d_model) → (B, n, d_model); padded positions are 0."""
+        kpm = check_input(x, self.d_model, key_padding_mask)
+        h, probs = self._probabilities(x, kpm)
         dropped = F.dropout(probs, self.dropout, training=self.training) if self.dropout > 0 else probs
         attended = (dropped * h.unsqueeze(2)).sum(dim=3)  # (B, H, n, d_h)
         if self.fusion_gate is not None:
             attended = self.fusion_gate(h, attended)
-        out = zero_padding(merge_heads(attended), kpm)
-        return (out, {"attention": probs}) if return_attention else out
+        return zero_padding(merge_heads(attended), kpm)
+
+    def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
+        """``attention``: the feature-wise probabilities (B, H, n, n, d_h)."""
+        kpm = check_input(x, self.d_model, key_padding_mask)
+        return AttentionMaps(attention=self._probabilities(x, kpm)[1])

@@ -20,15 +20,15 @@ import torch
 import torch.nn as nn
 
 from .. import masks as M
-from ..functional.tensorized import SCALES, tensorized_attention, tensorized_attention_maps
-from ._common import check_choice, check_dims, check_input, check_probability, merge_heads, split_heads, zero_padding
-from ._headwise import ACTIVATIONS, HeadwiseFusionGate, HeadwiseLinear, HeadwiseSource2Token
-from .mtsa import resolve_head_masks
+from .._validation import check_choice
+from .base import split_heads
+from .headwise import ACTIVATIONS, HeadwiseFusionGate, HeadwiseLinear, HeadwiseSource2Token
+from .mtsa import TensorizedSelfAttention
 from .registry import register_attention
 
 
 @register_attention("fast_disa", description="fast directional self-attention (Fast-DiSA, Shen et al. 2018)")
-class FastDiSA(nn.Module):
+class FastDiSA(TensorizedSelfAttention):
     """Fast directional self-attention.
 
     Args:
@@ -44,17 +44,9 @@ class FastDiSA(nn.Module):
     def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0, backend: str = "auto",
                  head_masks: Sequence[M.Mask | str] | None = None, strict_masks: bool = False,
                  scale: str = "log_sigmoid", s2t_activation: str = "elu", fusion_gate: bool = False):
-        super().__init__()
-        check_dims(d_model, num_heads)
-        self.d_model, self.num_heads = d_model, num_heads
-        self.d_head = d_model // num_heads
-        self.dropout = check_probability(dropout, "dropout")
-        self.backend = check_choice(backend, "backend", ("auto", "reference", "sdpa", "flex"))
-        self.scale = check_choice(scale, "scale", SCALES)
+        super().__init__(d_model, num_heads, dropout=dropout, backend=backend, head_masks=head_masks,
+                         strict_masks=strict_masks, scale=scale)
         check_choice(s2t_activation, "s2t_activation", tuple(ACTIVATIONS))
-        if not isinstance(strict_masks, bool):
-            raise TypeError(f"strict_masks must be a bool, got {strict_masks!r}")
-        self.mask = resolve_head_masks(head_masks, num_heads, include_diagonal=not strict_masks)
         self.head_proj = nn.Linear(d_model, d_model)  # the W^m_l of all heads, stacked
         nn.init.xavier_uniform_(self.head_proj.weight)
         nn.init.zeros_(self.head_proj.bias)
@@ -64,19 +56,7 @@ class FastDiSA(nn.Module):
                                                  activation=s2t_activation)
         self.fusion_gate = HeadwiseFusionGate(num_heads, self.d_head) if fusion_gate else None
 
-    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None, return_attention: bool = False):
-        """x: (B, n, d_model) → (B, n, d_model); ``return_attention`` adds the maps of MTSA."""
-        kpm = check_input(x, self.d_model, key_padding_mask)
+    def project(self, x: torch.Tensor):
+        """``q, k`` from ``x^l`` (Eq. 1), values ``x^l = W^m_l x`` (Eq. 6) and ``S`` (Eq. 2), per head."""
         xl = split_heads(self.head_proj(x), self.num_heads)  # (B, H, n, d_h): x^l of Eq. 6
-        q, k = self.query(xl), self.key(xl)
-        s2t = self.source2token(xl)
-        backend = "reference" if return_attention else self.backend
-        attended = tensorized_attention(q, k, xl, s2t, self.mask, scale=self.scale, backend=backend,
-                                        key_padding_mask=kpm, dropout_p=self.dropout, training=self.training)
-        if self.fusion_gate is not None:
-            attended = self.fusion_gate(xl, attended)
-        out = zero_padding(merge_heads(attended), kpm)
-        if not return_attention:
-            return out
-        t2t, s2t_probs = tensorized_attention_maps(q, k, s2t, self.mask, scale=self.scale, key_padding_mask=kpm)
-        return out, {"token2token": t2t, "source2token": s2t_probs}
+        return self.query(xl), self.key(xl), xl, self.source2token(xl)

@@ -4,156 +4,84 @@ Both are multi-head mask attention (Eq. 5)::
 
     H^{l+1} = F([A_{M^1}, …, A_{M^I}]) W_H,   A_{M^i} = A_{M^i}(H W_Q^i, H W_K^i, H W_V^i)
 
-with the mask attention function of Eq. 4 (:func:`maskattn.functional.mask_attention`) and ``F``
-the identity (paper) or ReLU (``activation="relu"``, as the authors' code does).
+with the mask attention function of Eq. 4 and ``F`` the identity (paper) or ReLU (``activation="relu"``,
+as the authors' code does). DMAN's mask is learned (:mod:`maskattn.functional.dman`); SMAN's is the band
+``|t − s| <= b`` (:func:`maskattn.masks.window`), which runs on the library's local kernels.
 
-Incremental decoding (causal DMAN / SMAN): pass ``cache=AttentionCache()`` and feed the new
-positions; ``forward`` returns ``(out, new_cache)`` and the step-by-step outputs equal the
-full-sequence causal outputs. ``AttentionCache.reorder(index)`` selects batch rows (beam search).
+Incremental decoding (causal DMAN / SMAN): ``cache = module.init_cache()``, then
+``out, cache = module.step(x_new, cache)``; the step-by-step outputs equal the full-sequence causal
+outputs. ``AttentionCache.reorder(index)`` selects batch rows (beam search).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .. import backends
+from .. import masks as M
 from .._validation import check_positive_int, describe
+from ..functional.dman import dynamic_mask, dynamic_mask_attention, dynamic_mask_weights
+from ..functional.dot_product import attention_weights, dot_product_attention
 from ..functional.local import banded_attention
-from ..functional.mask_attention import (
-    _dman_reference,
-    dynamic_mask,
-    dynamic_mask_attention,
-    mask_attention,
-    mask_attention_weights,
-    static_window_mask,
-)
-from ._common import (
-    add_qkv_projections,
-    check_choice,
-    check_dims,
-    check_input,
-    check_probability,
-    merge_heads,
-    split_heads,
-    zero_padding,
-)
+from .base import (AttentionCache, AttentionMaps, SelfAttention, add_qkv_projections, check_input, merge_heads,
+                   split_heads, zero_padding)
 from .registry import register_attention
 
-__all__ = ["AttentionCache", "DynamicMaskAttention", "StaticMaskAttention", "ACTIVATIONS"]
+__all__ = ["DynamicMaskAttention", "StaticMaskAttention", "OUTPUT_ACTIVATIONS"]
 
-ACTIVATIONS = (None, "relu")
-
-
-@dataclass(frozen=True)
-class AttentionCache:
-    """Keys and values of the positions decoded so far, for causal incremental self-attention.
-
-    ``key``/``value``: ``(B, H, t, d_h)`` (``None`` before the first step); ``padding``: ``(B, t)``
-    bool, True = padding, or ``None`` when no cached position is padding. Immutable: ``forward``
-    returns a new cache. ``len(cache)`` is the number of cached positions ``t`` — the absolute
-    position of the next query.
-    """
-
-    key: torch.Tensor | None = None
-    value: torch.Tensor | None = None
-    padding: torch.Tensor | None = None
-
-    def __len__(self) -> int:
-        return 0 if self.key is None else self.key.shape[2]
-
-    @property
-    def batch_size(self) -> int | None:
-        return None if self.key is None else self.key.shape[0]
-
-    def extend(self, key: torch.Tensor, value: torch.Tensor, padding: torch.Tensor | None) -> AttentionCache:
-        """A new cache with ``key``/``value`` ``(B, H, n_new, d_h)`` appended along positions."""
-        if self.key is None:
-            return AttentionCache(key, value, padding)
-        old_pad, new_pad = self.padding, padding
-        if old_pad is not None or new_pad is not None:
-            B = key.shape[0]
-            if old_pad is None:
-                old_pad = torch.zeros(B, len(self), dtype=torch.bool, device=key.device)
-            if new_pad is None:
-                new_pad = torch.zeros(B, key.shape[2], dtype=torch.bool, device=key.device)
-            padding = torch.cat([old_pad, new_pad], dim=1)
-        return AttentionCache(torch.cat([self.key, key], dim=2), torch.cat([self.value, value], dim=2), padding)
-
-    def reorder(self, index: torch.Tensor) -> AttentionCache:
-        """Select / repeat batch rows (``index``: 1-D long tensor), e.g. to follow beams."""
-        if self.key is None:
-            return self
-        if not isinstance(index, torch.Tensor) or index.dim() != 1 or index.dtype not in (torch.long, torch.int):
-            raise TypeError(f"index must be a 1-D integer tensor of batch rows, got {describe(index)}")
-        index = index.to(self.key.device)
-        pad = None if self.padding is None else self.padding.index_select(0, index)
-        return AttentionCache(self.key.index_select(0, index), self.value.index_select(0, index), pad)
+#: ``F`` of Eq. 5: None (identity, the paper) or "relu" (the authors' code).
+OUTPUT_ACTIVATIONS = (None, "relu")
 
 
-def _check_activation(activation):
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"unknown activation {activation!r}; expected one of None (identity, paper Eq. 7) or "
-                         "'relu' (authors' code)")
-    return activation
-
-
-def _check_cache(cache, B: int, causal: bool, name: str) -> AttentionCache:
-    if not isinstance(cache, AttentionCache):
-        raise TypeError(f"cache must be a maskattn.AttentionCache (start with AttentionCache()), got {describe(cache)}")
-    if not causal:
-        raise ValueError(f"cache (incremental decoding) needs a causal {name}; construct it with causal=True")
-    if cache.batch_size is not None and cache.batch_size != B:
-        raise ValueError(f"cache holds batch size {cache.batch_size} but the input has batch size {B}; "
-                         "reorder the cache with cache.reorder(index) after changing the batch")
-    return cache
-
-
-class _MaskAttentionBase(nn.Module):
+class _MaskAttention(SelfAttention):
     """Q/K/V projections, head split, output activation ``F`` and projection ``W_H`` (Eq. 5)."""
 
     def __init__(self, d_model, num_heads, *, dropout, backend, activation, bias, causal):
-        super().__init__()
-        check_dims(d_model, num_heads)
-        self.d_model, self.num_heads = d_model, num_heads
-        self.dropout = check_probability(dropout, "dropout")
-        self.backend = check_choice(backend, "backend", ("auto", "reference", "sdpa", "flex"))
-        self.activation = _check_activation(activation)
+        super().__init__(d_model, num_heads, dropout=dropout, backend=backend)
+        if activation not in OUTPUT_ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; expected one of None (identity, paper Eq. 5) or "
+                             "'relu' (authors' code)")
+        self.activation = activation
         if not isinstance(causal, bool):
             raise TypeError(f"causal must be a bool, got {describe(causal)}")
-        self.causal = causal
+        self._causal = causal
         add_qkv_projections(self, d_model, bias=bias)
 
-    def _project(self, x):
-        return [split_heads(t, self.num_heads) for t in self.in_proj(x).chunk(3, dim=-1)]  # 3 × (B, H, n, d_h)
+    @property
+    def causal(self) -> bool:
+        return self._causal
 
-    def _prepare(self, x, key_padding_mask, cache):
-        """Validate, project; with a cache, append the new keys/values. Returns
-        (kpm of the new positions, q, k, v, key padding over all keys, q_offset, new cache)."""
-        kpm = check_input(x, self.d_model, key_padding_mask)
-        q, k, v = self._project(x)
-        if cache is None:
-            return kpm, q, k, v, kpm, 0, None
-        cache = _check_cache(cache, x.shape[0], self.causal, type(self).__name__)
-        offset = len(cache)
-        new_cache = cache.extend(k, v, kpm)
-        return kpm, q, new_cache.key, new_cache.value, new_cache.padding, offset, new_cache
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-head ``q, k, v``: three ``(B, H, n, d_h)`` tensors."""
+        return tuple(split_heads(t, self.num_heads) for t in self.in_proj(x).chunk(3, dim=-1))
 
-    def _finish(self, out, kpm, maps, return_attention, cache):
+    def _finish(self, out: torch.Tensor, kpm: torch.Tensor | None) -> torch.Tensor:
         if self.activation == "relu":
             out = F.relu(out)
-        out = zero_padding(self.out_proj(merge_heads(out)), kpm)  # (B, n, d_model)
-        result = (out, maps) if return_attention else (out,)
-        if cache is not None:
-            result = result + (cache,)
-        return result if len(result) > 1 else result[0]
+        return zero_padding(self.out_proj(merge_heads(out)), kpm)  # (B, n, d_model)
+
+    def _attend(self, x, q, k, v, key_padding_mask, q_offset):
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (B, n, d_model) → (B, n, d_model); padded positions are 0."""
+        kpm = check_input(x, self.d_model, key_padding_mask)
+        q, k, v = self.project(x)
+        return self._finish(self._attend(x, q, k, v, kpm, 0), kpm)
+
+    def step(self, x: torch.Tensor, cache: AttentionCache,
+             key_padding_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, AttentionCache]:
+        kpm, q, cache, offset = self._step_inputs(x, cache, key_padding_mask)
+        out = self._attend(x, q, cache.key, cache.value, cache.padding, offset)
+        return self._finish(out, kpm), cache
 
 
 @register_attention("dman", description="MAN dynamic mask attention: M = sigmoid(x_t W + P[t-s] + U_h) (Eq. 12)")
-class DynamicMaskAttention(_MaskAttentionBase):
+class DynamicMaskAttention(_MaskAttention):
     """Dynamic Mask Attention Network (MAN Eq. 12 in Eq. 4/5).
 
     ``M[b, h, t, s] = sigmoid(x_t·W + P[t − s] + U[h])`` with ``W: d_model → 1`` (no bias), one learned
@@ -166,14 +94,14 @@ class DynamicMaskAttention(_MaskAttentionBase):
             edge value ``P[±max_distance]`` (clipping; the authors' code instead sizes the table to the
             maximum number of positions — use ``max_distance = max_len`` for that). Never out of bounds.
         causal: decoder self-attention (queries see keys at positions ``<=`` their own); enables
-            incremental decoding with ``cache``.
+            incremental decoding with :meth:`step`.
         activation: ``F`` of Eq. 5 — ``None`` (identity) or ``"relu"`` (authors' code).
         bias: biases of the Q/K/V and output projections.
 
-    ``forward(x, key_padding_mask=None, return_attention=False, *, cache=None)``: ``x`` ``(B, n, d)``;
-    returns ``out`` (padded positions 0), ``(out, {"attention", "mask"})`` with ``return_attention``
-    (both ``(B, H, n, m)``), and ``(…, new_cache)`` when a cache is passed.
+    :meth:`attention_maps` returns ``attention`` and ``mask``, both ``(B, H, n, n)``.
     """
+
+    family = "dman"
 
     def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0, backend: str = "auto",
                  max_distance: int = 128, causal: bool = False, activation: str | None = None, bias: bool = True):
@@ -198,27 +126,24 @@ class DynamicMaskAttention(_MaskAttentionBase):
         return dynamic_mask(self._query_logit(x), self.distance_bias, self.head_bias, causal=self.causal,
                             key_padding_mask=kpm)
 
-    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None, return_attention: bool = False,
-                *, cache: AttentionCache | None = None):
-        kpm, q, k, v, key_pad, offset, cache = self._prepare(x, key_padding_mask, cache)
-        a = self._query_logit(x)
-        drop = self.dropout if self.training else 0.0
-        maps = None
-        if return_attention:
-            out, probs, mask = _dman_reference(q, k, v, a, self.distance_bias, self.head_bias, self.causal, key_pad,
-                                               offset, drop)
-            maps = {"attention": probs, "mask": mask}
-        else:
-            out = dynamic_mask_attention(q, k, v, a, self.distance_bias, self.head_bias, causal=self.causal,
-                                         key_padding_mask=key_pad, q_offset=offset, backend=self.backend,
-                                         dropout_p=drop, training=self.training)
-        return self._finish(out, kpm, maps, return_attention, cache)
+    def _attend(self, x, q, k, v, key_padding_mask, q_offset):
+        return dynamic_mask_attention(q, k, v, self._query_logit(x), self.distance_bias, self.head_bias,
+                                      causal=self.causal, key_padding_mask=key_padding_mask, q_offset=q_offset,
+                                      backend=self.backend, dropout_p=self.dropout, training=self.training)
+
+    def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
+        """``attention``: ``S_M`` of Eq. 4 (B, H, n, n); ``mask``: ``M`` of Eq. 12 (B, H, n, n)."""
+        kpm = check_input(x, self.d_model, key_padding_mask)
+        q, k, _ = self.project(x)
+        probs, mask = dynamic_mask_weights(q, k, self._query_logit(x), self.distance_bias, self.head_bias,
+                                           causal=self.causal, key_padding_mask=kpm)
+        return AttentionMaps(attention=probs, mask=mask)
 
 
 RADIUS_MODES = ("sqrt",)
 
 
-def _check_radius(radius):
+def _check_sman_radius(radius):
     if isinstance(radius, str):
         if radius not in RADIUS_MODES:
             raise ValueError(f"radius must be a number >= 0 or 'sqrt' (b = sqrt(L)/2, MAN §4.2), got {radius!r}")
@@ -231,69 +156,75 @@ def _check_radius(radius):
 
 
 @register_attention("sman", description="MAN static mask attention: attend within |t-s| <= b (Eq. 11)")
-class StaticMaskAttention(_MaskAttentionBase):
+class StaticMaskAttention(_MaskAttention):
     """Static Mask Attention Network (MAN Eq. 11, §4.2): ``SM[t, s] = 1`` if ``|t − s| <= b`` else 0.
 
     Args:
         radius: the boundary ``b`` — a number (SMAN₂ uses 4) or ``"sqrt"`` for ``b = sqrt(L)/2`` with
             ``L`` each sequence's own length (padding excluded; SMAN₁).
-        causal: additionally hide future keys (decoder); enables ``cache`` (fixed ``radius`` only).
-        dropout, backend, activation, bias: as :class:`DynamicMaskAttention`.
+        causal: additionally hide future keys (decoder); enables :meth:`step` (fixed ``radius`` only).
+        dropout, activation, bias: as :class:`DynamicMaskAttention`.
+        backend: ``auto`` | ``banded`` (fixed radius: the O(n·b) local kernel) | ``flex`` | ``sdpa`` (dense)
+            | ``reference``.
 
-    With ``return_attention`` the maps are ``{"attention": (B, H, n, m), "mask": (B|1, 1, n, m)}``.
+    :meth:`attention_maps` returns ``attention`` ``(B, H, n, n)`` and ``mask`` ``(B|1, 1, n, n)`` (0/1).
+    Decoding steps (:meth:`step`) attend densely to the cached keys — a few rows per step, where a band kernel
+    saves nothing —, with ``sdpa`` when the module's backend is ``banded``.
     """
+
+    family = "local"
 
     def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0, backend: str = "auto",
                  radius: float | str = 4, causal: bool = False, activation: str | None = None, bias: bool = True):
         super().__init__(d_model, num_heads, dropout=dropout, backend=backend, activation=activation, bias=bias,
                          causal=causal)
-        self.radius = _check_radius(radius)
+        self.radius = _check_sman_radius(radius)
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, num_heads={self.num_heads}, radius={self.radius!r}, causal={self.causal}, "
                 f"activation={self.activation}, backend={self.backend!r}")
 
+    def _structure(self, key_padding_mask: torch.Tensor | None, n: int, device) -> M.Mask:
+        """SM of Eq. 11 (and causal) as a mask predicate; for ``"sqrt"``, one radius per sequence."""
+        if self.radius == "sqrt":
+            lengths = (~key_padding_mask).sum(-1) if key_padding_mask is not None else torch.full((1,), n, device=device)
+            return M.sequence_window(lengths.to(torch.float64).sqrt() / 2)  # b = sqrt(L)/2
+        b = math.floor(self.radius)
+        return M.band(b, 0) if self.causal else M.window(b)
+
     def static_mask(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """SM of Eq. 11 for ``x`` ``(B, n, d)`` as a float ``(B|1, 1, n, n)`` 0/1 tensor (padded keys 0)."""
         kpm = check_input(x, self.d_model, key_padding_mask)
-        return self._allowed(x.shape[1], x.shape[1], 0, kpm, kpm, x.device).to(x.dtype)
+        return self._allowed(kpm, x.shape[0], x.shape[1], x.device).to(x.dtype)
 
-    def _allowed(self, n, m, offset, kpm_new, key_pad, device):
-        if self.radius == "sqrt":
-            lengths = (~kpm_new).sum(-1) if kpm_new is not None else torch.full((1,), n, device=device)
-            radius = lengths.to(torch.float64).sqrt() / 2  # (B,) or (1,): b = sqrt(L)/2
-        else:
-            radius = self.radius
-        allowed = static_window_mask(n, m, radius=radius, q_offset=offset, device=device)  # (B|1, 1, n, m)
-        if self.causal:
-            t = torch.arange(offset, offset + n, device=device)[:, None]
-            allowed = allowed & (torch.arange(m, device=device)[None, :] <= t)
-        if key_pad is not None:
-            allowed = allowed & ~key_pad[:, None, None, :]
-        return allowed
+    def _allowed(self, kpm, B, n, device) -> torch.Tensor:
+        structure = self._structure(kpm, n, device)
+        return M.allowed(structure, kpm, n, n, batch=1 if structure.static else B, heads=1, device=device)
 
-    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None, return_attention: bool = False,
-                *, cache: AttentionCache | None = None):
-        if cache is not None and self.radius == "sqrt":
-            raise ValueError("radius='sqrt' depends on the whole sequence length and cannot be decoded "
-                             "incrementally; use a fixed radius with cache")
-        kpm, q, k, v, key_pad, offset, cache = self._prepare(x, key_padding_mask, cache)
-        drop = self.dropout if self.training else 0.0
-        maps = None
-        if (not return_attention and self.backend == "auto" and self.radius != "sqrt" and offset == 0
-                and q.shape[2] == k.shape[2]):
-            # a fixed band |t - s| <= b: the library's O(n·b) local path (CSAN's banded kernel / flex block
-            # mask), never an n × n tensor
+    def _attend(self, x, q, k, v, key_padding_mask, q_offset):
+        structure = self._structure(key_padding_mask, k.shape[2], q.device)
+        fixed_band = self.radius != "sqrt" and q_offset == 0 and q.shape[2] == k.shape[2]
+        if fixed_band:
             b = math.floor(self.radius)
-            out = banded_attention(q, k, v, (b, 0) if self.causal else b, key_padding_mask=key_pad, dropout_p=drop,
-                                   training=self.training)
-            return self._finish(out, kpm, maps, return_attention, cache)
-        allowed = self._allowed(q.shape[2], k.shape[2], offset, kpm, key_pad, x.device)
-        if return_attention:
-            probs = mask_attention_weights(q, k, attn_mask=allowed)
-            maps = {"attention": probs, "mask": allowed.to(q.dtype)}
-            out = torch.matmul(F.dropout(probs, drop, training=True) if drop > 0 else probs, v)
-        else:
-            out = mask_attention(q, k, v, attn_mask=allowed, backend=self.backend, dropout_p=drop,
-                                 training=self.training)
-        return self._finish(out, kpm, maps, return_attention, cache)
+            return banded_attention(q, k, v, (b, 0) if self.causal else b, key_padding_mask=key_padding_mask,
+                                    dropout_p=self.dropout, training=self.training, backend=self.backend)
+        # a per-sentence radius, or a decoding step (queries at positions q_offset …, one row each): dense masked
+        # attention; a step of a banded module attends to its cache with sdpa (class docstring)
+        backend = "sdpa" if self.backend == "banded" and q_offset > 0 else self.backend
+        backend = backends.resolve("local", backend, device=q.device, dropout=self.training and self.dropout > 0,
+                                   training=backends.needs_grad(q, k, v), band=False)
+        return dot_product_attention(q, k, v, structure.shifted(q_offset), key_padding_mask=key_padding_mask,
+                                     dropout_p=self.dropout, training=self.training, backend=backend)
+
+    def step(self, x: torch.Tensor, cache: AttentionCache,
+             key_padding_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, AttentionCache]:
+        if self.radius == "sqrt":
+            raise ValueError("radius='sqrt' depends on the whole sequence length and cannot be decoded "
+                             "incrementally; use a fixed radius with step()")
+        return super().step(x, cache, key_padding_mask)
+
+    def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
+        kpm = check_input(x, self.d_model, key_padding_mask)
+        q, k, _ = self.project(x)
+        allowed = self._allowed(kpm, x.shape[0], x.shape[1], x.device)
+        return AttentionMaps(attention=attention_weights(q, k, allowed), mask=allowed.to(q.dtype))

@@ -19,17 +19,10 @@ import torch
 import torch.nn as nn
 
 from .. import masks as M
+from .._validation import check_choice, check_positive_int
 from ..functional.tensorized import SCALES, tensorized_attention, tensorized_attention_maps
-from ._common import (
-    check_choice,
-    check_dims,
-    check_input,
-    check_probability,
-    merge_heads,
-    split_heads,
-    zero_padding,
-)
-from ._headwise import ACTIVATIONS, HeadwiseFusionGate, HeadwiseLinear, HeadwiseSource2Token
+from .base import AttentionMaps, SelfAttention, check_input, merge_heads, split_heads, zero_padding
+from .headwise import ACTIVATIONS, HeadwiseFusionGate, HeadwiseLinear, HeadwiseSource2Token
 from .registry import register_attention
 
 
@@ -57,8 +50,51 @@ def resolve_head_masks(head_masks, num_heads: int, include_diagonal: bool) -> M.
     return M.per_head(per_head)
 
 
+class TensorizedSelfAttention(SelfAttention):
+    """What MTSA and Fast-DiSA share: per-head masks, the tensorized attention of MTSA Eq. 10–12 on
+    ``project(x) = (q, k, v, S)``, an optional fusion gate (``self.fusion_gate``, set by the subclass), the
+    heads concatenated, then :meth:`output`."""
+
+    family = "tensorized"
+
+    def __init__(self, d_model, num_heads, *, dropout, backend, head_masks, strict_masks, scale):
+        super().__init__(d_model, num_heads, dropout=dropout, backend=backend)
+        self.d_head = d_model // num_heads
+        self.scale = check_choice(scale, "scale", SCALES)
+        if not isinstance(strict_masks, bool):
+            raise TypeError(f"strict_masks must be a bool, got {strict_masks!r}")
+        self.mask = resolve_head_masks(head_masks, num_heads, include_diagonal=not strict_masks)
+
+    def project(self, x: torch.Tensor):
+        """Per-head ``q, k`` (B, H, n, d_k), values ``v`` and source2token scores ``S`` (B, H, n, d_h)."""
+        raise NotImplementedError
+
+    def output(self, heads: torch.Tensor) -> torch.Tensor:
+        """The concatenated heads ``(B, n, d_model)`` → the module output (identity: no output projection)."""
+        return heads
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (B, n, d_model) → (B, n, d_model); padded positions are 0."""
+        kpm = check_input(x, self.d_model, key_padding_mask)
+        q, k, v, s2t = self.project(x)
+        attended = tensorized_attention(q, k, v, s2t, self.mask, scale=self.scale, backend=self.backend,
+                                        key_padding_mask=kpm, dropout_p=self.dropout, training=self.training)
+        if self.fusion_gate is not None:
+            attended = self.fusion_gate(v, attended)
+        return zero_padding(self.output(merge_heads(attended)), kpm)  # (B, n, d_model)
+
+    def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
+        """``attention``: the token2token probabilities (B, H, n, n); ``source2token``: the feature-wise
+        source2token weights (B, H, n, d_h) (see :func:`~maskattn.functional.tensorized_attention_maps`; the
+        feature-wise attention of Eq. 11 is ``p_ijl ∝ attention_ij · source2token_jl``)."""
+        kpm = check_input(x, self.d_model, key_padding_mask)
+        q, k, _, s2t = self.project(x)
+        t2t, s2t_probs = tensorized_attention_maps(q, k, s2t, self.mask, scale=self.scale, key_padding_mask=kpm)
+        return AttentionMaps(attention=t2t, source2token=s2t_probs)
+
+
 @register_attention("mtsa", description="multi-mask tensorized self-attention (MTSA, Shen et al. 2019)")
-class MTSA(nn.Module):
+class MTSA(TensorizedSelfAttention):
     """Multi-mask tensorized self-attention.
 
     Args:
@@ -66,7 +102,7 @@ class MTSA(nn.Module):
         num_heads: number of heads; by default half use the forward mask, half the backward mask.
         dropout: attention dropout (Appendix A.3): keep probability ``sqrt(1 - dropout)`` on each of
             the two numerator factors of Algorithm 1 step 7, denominator undropped.
-        backend: ``"auto"`` | ``"reference"`` | ``"sdpa"`` | ``"flex"``.
+        backend: ``"auto"`` | ``"reference"`` | ``"sdpa"`` | ``"flex"`` | ``"banded"`` (window heads).
         head_masks: one mask per head (``Mask`` objects or names: ``"forward"``, ``"backward"``,
             ``"forward_strict"``, ``"backward_strict"``, ``"full"``, ``"window:R"``).
         strict_masks: exclude the diagonal from the default forward/backward masks — the masks of
@@ -87,20 +123,12 @@ class MTSA(nn.Module):
                  scale: str = "log_sigmoid", d_k: int | None = None, s2t_hidden: int | None = None,
                  s2t_activation: str = "elu", s2t_input: str = "k", qk_input: str = "x",
                  fusion_gate: bool = False, out_proj: bool = True):
-        super().__init__()
-        check_dims(d_model, num_heads)
-        self.d_model, self.num_heads = d_model, num_heads
-        self.d_head = d_model // num_heads
-        self.d_k = self.d_head if d_k is None else check_dims(d_k, 1)[0]
-        self.dropout = check_probability(dropout, "dropout")
-        self.backend = check_choice(backend, "backend", ("auto", "reference", "sdpa", "flex"))
-        self.scale = check_choice(scale, "scale", SCALES)
+        super().__init__(d_model, num_heads, dropout=dropout, backend=backend, head_masks=head_masks,
+                         strict_masks=strict_masks, scale=scale)
+        self.d_k = self.d_head if d_k is None else check_positive_int(d_k, "d_k")
         self.s2t_input = check_choice(s2t_input, "s2t_input", ("k", "v"))
         self.qk_input = check_choice(qk_input, "qk_input", ("x", "v"))
         check_choice(s2t_activation, "s2t_activation", tuple(ACTIVATIONS))
-        if not isinstance(strict_masks, bool):
-            raise TypeError(f"strict_masks must be a bool, got {strict_masks!r}")
-        self.mask = resolve_head_masks(head_masks, num_heads, include_diagonal=not strict_masks)
 
         self.v_proj = nn.Linear(d_model, d_model)
         if self.qk_input == "x":
@@ -119,6 +147,9 @@ class MTSA(nn.Module):
                 nn.init.xavier_uniform_(linear.weight)
                 nn.init.zeros_(linear.bias)
 
+    def output(self, heads: torch.Tensor) -> torch.Tensor:
+        return heads if self.out_proj is None else self.out_proj(heads)  # W_o of Eq. 13
+
     def project(self, x: torch.Tensor):
         """Per-head ``q, k`` (B, H, n, d_k), ``v`` and source2token scores ``S`` (B, H, n, d_h)."""
         v = split_heads(self.v_proj(x), self.num_heads)  # (B, H, n, d_h)
@@ -129,23 +160,3 @@ class MTSA(nn.Module):
             q, k = self.q_from_v(v), self.k_from_v(v)
         s2t = self.source2token(k if self.s2t_input == "k" else v)
         return q, k, v, s2t
-
-    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None, return_attention: bool = False):
-        """x: (B, n, d_model) → (B, n, d_model). With ``return_attention`` also returns a dict with
-        ``"token2token"`` (B, H, n, n) and ``"source2token"`` (B, H, n, d_h) maps (see
-        :func:`~maskattn.functional.tensorized_attention_maps`)."""
-        kpm = check_input(x, self.d_model, key_padding_mask)
-        q, k, v, s2t = self.project(x)
-        backend = "reference" if return_attention else self.backend
-        attended = tensorized_attention(q, k, v, s2t, self.mask, scale=self.scale, backend=backend,
-                                        key_padding_mask=kpm, dropout_p=self.dropout, training=self.training)
-        if self.fusion_gate is not None:
-            attended = self.fusion_gate(v, attended)
-        out = merge_heads(attended)  # (B, n, d_model)
-        if self.out_proj is not None:
-            out = self.out_proj(out)
-        out = zero_padding(out, kpm)
-        if not return_attention:
-            return out
-        t2t, s2t_probs = tensorized_attention_maps(q, k, s2t, self.mask, scale=self.scale, key_padding_mask=kpm)
-        return out, {"token2token": t2t, "source2token": s2t_probs}

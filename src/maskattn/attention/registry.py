@@ -1,10 +1,10 @@
 """A small registry of attention mechanisms: ``create_attention(name, d_model, num_heads, **options)``.
 
-Every registered class follows one constructor convention,
-``Cls(d_model, num_heads, *, dropout=0.0, backend="auto", **options)``, and one forward convention,
-``forward(x, key_padding_mask=None, return_attention=False)`` with ``x`` of shape ``(B, n, d_model)``
-and ``key_padding_mask`` ``(B, n)`` bool with ``True = padding``. Registering a class is all it takes
-for the parametrised tests to cover it.
+Every registered class is a :class:`~maskattn.attention.base.SelfAttention`: one constructor convention,
+``Cls(d_model, num_heads, *, dropout=0.0, backend="auto", **options)``, ``forward(x, key_padding_mask=None)
+-> Tensor`` with ``x`` of shape ``(B, n, d_model)`` and ``key_padding_mask`` ``(B, n)`` bool with ``True =
+padding``, and ``attention_maps(x, key_padding_mask=None)``. Its backends are those of its kernel family in
+:data:`maskattn.backends.POLICIES`. Registering a class is all it takes for the parametrised tests to cover it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 
 import torch.nn as nn
 
-__all__ = ["register_attention", "create_attention", "list_attentions", "attention_info", "AttentionInfo"]
+from .. import backends as backend_policy
+
+__all__ = ["register_attention", "create_attention", "list_attentions", "attention_info", "AttentionInfo",
+           "backend_table", "backend_table_rows"]
 
 
 @dataclass(frozen=True)
@@ -24,7 +27,16 @@ class AttentionInfo:
     cls: type[nn.Module]
     defaults: dict = field(default_factory=dict)
     description: str = ""
-    backends: tuple[str, ...] = ("reference", "sdpa", "flex")
+
+    @property
+    def family(self) -> str:
+        """The kernel family of :data:`maskattn.backends.POLICIES` that runs the mechanism."""
+        return self.cls.family
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The concrete backends the mechanism runs on (from the backend policy)."""
+        return backend_policy.backends_of(self.family)
 
     def options(self) -> list[str]:
         params = inspect.signature(self.cls.__init__).parameters
@@ -34,15 +46,17 @@ class AttentionInfo:
 _REGISTRY: dict[str, AttentionInfo] = {}
 
 
-def register_attention(name: str, *, description: str = "", backends: tuple[str, ...] = ("reference", "sdpa", "flex"),
-                       **defaults) -> Callable[[type[nn.Module]], type[nn.Module]]:
-    """Class decorator: register ``cls`` under ``name`` with default keyword options."""
+def register_attention(name: str, *, description: str = "", **defaults) -> Callable[[type[nn.Module]], type[nn.Module]]:
+    """Class decorator: register ``cls`` (a ``SelfAttention`` with a ``family``) under ``name`` with default
+    keyword options."""
 
     def wrap(cls):
         if name in _REGISTRY:
             raise ValueError(f"attention {name!r} is already registered (by {_REGISTRY[name].cls.__name__})")
-        info = AttentionInfo(name, cls, dict(defaults), description or (cls.__doc__ or "").strip().split("\n")[0],
-                             tuple(backends))
+        if getattr(cls, "family", None) not in backend_policy.POLICIES:
+            raise TypeError(f"{cls.__name__} must declare its kernel family (one of "
+                            f"{', '.join(backend_policy.POLICIES)})")
+        info = AttentionInfo(name, cls, dict(defaults), description or (cls.__doc__ or "").strip().split("\n")[0])
         unknown = set(defaults) - set(info.options())
         if unknown:
             raise TypeError(f"defaults {sorted(unknown)} are not keyword options of {cls.__name__}")
@@ -71,3 +85,31 @@ def create_attention(name: str, d_model: int, num_heads: int, **options) -> nn.M
     if unknown:
         raise ValueError(f"unknown option(s) {unknown} for attention {name!r}; valid options: {', '.join(valid)}")
     return info.cls(d_model, num_heads, **{**info.defaults, **options})
+
+
+def backend_table_rows() -> list[dict[str, str]]:
+    """One row per kernel family of :data:`maskattn.backends.POLICIES`: its registered mechanisms, its backends,
+    what ``auto`` runs in each situation of :data:`maskattn.backends.SITUATIONS` (for a fixed-band mask where
+    the family has a band kernel) and why."""
+    families = {name: attention_info(name).family for name in list_attentions()}
+    rows = []
+    for family, policy in backend_policy.POLICIES.items():
+        band = "banded" in policy.backends
+        row = {"family": family,
+               "mechanisms": ", ".join(m for m, f in families.items() if f == family) or "(functional only)",
+               "backends": ", ".join(policy.backends)}
+        for title, device, training, dropout in backend_policy.SITUATIONS:
+            row[title] = backend_policy.auto_choice(family, device=device, training=training, dropout=dropout,
+                                                    band=band)
+        row["why"] = policy.why
+        rows.append(row)
+    return rows
+
+
+def backend_table() -> str:
+    """The backend policy as a markdown table (``maskattn list --backends``; the README's table is this text)."""
+    columns = ["family", "mechanisms", "backends", *(title for title, *_ in backend_policy.SITUATIONS)]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in backend_table_rows():
+        lines.append("| " + " | ".join(f"`{row[c]}`" if c == "family" else row[c] for c in columns) + " |")
+    return "\n".join(lines)

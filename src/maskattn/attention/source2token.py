@@ -9,9 +9,10 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .._validation import check_positive_int
-from ._common import check_choice, check_input, check_probability
-from ._headwise import ACTIVATIONS
+from .._validation import check_choice, check_positive_int, check_probability
+from ..kernels.softmax import masked_softmax
+from .base import check_input
+from .headwise import ACTIVATIONS
 
 
 class Source2Token(nn.Module):
@@ -36,14 +37,12 @@ class Source2Token(nn.Module):
             nn.init.xavier_uniform_(linear.weight)
             nn.init.zeros_(linear.bias)
 
-    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None, return_attention: bool = False):
-        """x: (B, n, d_model) → (B, d_model); with ``return_attention`` also the weights (B, n, d_model)."""
+    def weights(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The pooling weights ``p`` (B, n, d_model): a softmax over non-padding tokens per feature."""
         kpm = check_input(x, self.d_model, key_padding_mask)
         scores = self.score(self.dropout(ACTIVATIONS[self.activation](self.hidden(x))))  # (B, n, d_model)
-        if kpm is not None:
-            scores = scores.masked_fill(kpm.unsqueeze(-1), float("-inf"))
-        weights = torch.softmax(scores, dim=1)
-        if kpm is not None:  # all-padding rows: softmax of -inf everywhere is NaN; they pool to 0
-            weights = torch.where(kpm.all(dim=1)[:, None, None], torch.zeros_like(weights), weights)
-        pooled = (weights * x).sum(dim=1)
-        return (pooled, weights) if return_attention else pooled
+        return masked_softmax(scores, None if kpm is None else ~kpm.unsqueeze(-1), dim=1)
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (B, n, d_model) → (B, d_model)."""
+        return (self.weights(x, key_padding_mask) * x).sum(dim=1)

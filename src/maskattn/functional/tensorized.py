@@ -6,7 +6,7 @@ MTSA (Shen et al., NAACL 2019) Eq. 10–12, for query i, key j and feature l of 
     p_ijl = exp(f_ijl) / Σ_g exp(f_igl)                            (11)
     o_il  = Σ_j p_ijl v_jl                                         (12)
 
-Because ``S_jl`` depends on the key alone the feature-wise softmax factorises (DESIGN.md §1): with
+Because ``S_jl`` depends on the key alone the feature-wise softmax factorises (docs/design.md §1): with
 ``P = softmax_j(σ_t(R_ij) + M_ij)`` and ``E_jl = exp(S_jl − c_l)``::
 
     o_il = Σ_j P_ij E_jl v_jl / Σ_j P_ij E_jl
@@ -24,21 +24,16 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .._validation import (
-    check_attn_mask,
-    check_qkv,
-    check_choice,
-    check_key_padding_mask,
-    check_probability,
-)
-from ..backends import (
-    flex_attention_call,
-    masked_sigmoid_attention,
-    resolve_backend,
-    sigmoid_attention_backward,
-    sigmoid_attention_forward,
-)
-from ..masks import Mask, as_dense
+from .. import backends
+from .._validation import check_attn_mask, check_choice, check_key_padding_mask, check_probability, check_qkv
+from ..kernels.flex import flex_attention_call
+from ..kernels.sigmoid import masked_sigmoid_attention
+from ..kernels.softmax import masked_softmax
+from ..kernels.tensorized import fused_sigmoid_tensorized, reliable_denominator, source2token_weights
+from ..kernels.banded import rows_with_key
+from ..masks import Mask, allowed as allowed_pairs, as_dense, predicate
+from .dot_product import fused_attention
+from .local import banded_attention
 
 SCALES = ("log_sigmoid", "identity")
 
@@ -83,7 +78,8 @@ def tensorized_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s2t:
         mask: bool, broadcastable to ``(B, H, n, m)``, ``True`` = attend; or a
             :class:`maskattn.masks.Mask` predicate (evaluated lazily; best for ``flex``).
         scale: ``σ_t`` — ``"log_sigmoid"`` (MTSA default) or ``"identity"``.
-        backend: ``"auto"``, ``"reference"``, ``"sdpa"`` or ``"flex"`` (see :mod:`maskattn.backends`).
+        backend: ``"auto"``, ``"reference"``, ``"sdpa"``, ``"flex"`` or ``"banded"`` (masks that are the
+            same window on every head) — family ``tensorized`` of :data:`maskattn.backends.POLICIES`.
         key_padding_mask: optional ``(B, m)`` bool, ``True`` = padding key (excluded).
         dropout_p: attention dropout (MTSA Appendix A.3): applied when ``training``, to both factors
             of the numerator, each with keep probability ``sqrt(1 - dropout_p)``; the denominator is
@@ -94,10 +90,13 @@ def tensorized_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s2t:
     """
     mask, kpm = _validate(q, k, v, s2t, mask, key_padding_mask, scale, backend, dropout_p)
     drop = dropout_p if training else 0.0
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, s2t))
-    chosen = resolve_backend(backend, device=q.device, needs_grad=needs_grad, flex_ok=drop == 0.0)
+    band = mask.finite_band if isinstance(mask, Mask) and q.shape[2] == k.shape[2] else None
+    chosen = backends.resolve("tensorized", backend, device=q.device, training=backends.needs_grad(q, k, v, s2t),
+                              dropout=drop > 0, band=band is not None)
     if chosen == "reference":
         return _reference(q, k, v, s2t, mask, kpm, scale, drop)
+    if chosen == "banded":
+        return _banded(q, k, v, s2t, mask, kpm, scale, band, drop)
     return _factorised(q, k, v, s2t, mask, kpm, scale, chosen, drop)
 
 
@@ -105,27 +104,13 @@ def tensorized_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s2t:
 # reference: the explicit n × n × d_v form
 # --------------------------------------------------------------------------------------------------
 
-def _dense_allowed(mask, kpm, B, H, n, m, device):
-    """(B|1, H|1, n, m) bool of allowed (query, key) pairs, or None when everything is allowed."""
-    allowed = as_dense(mask, n, m, batch=B, heads=H, device=device)
-    if kpm is not None:
-        keep = ~kpm[:, None, None, :]
-        allowed = keep if allowed is None else allowed & keep
-    return allowed
-
-
 def _reference(q, k, v, s2t, mask, kpm, scale, drop):
     B, H, n, _ = q.shape
     m = k.shape[2]
-    allowed = _dense_allowed(mask, kpm, B, H, n, m, q.device)
+    allowed = allowed_pairs(mask, kpm, n, m, batch=B, heads=H, device=q.device)  # (B|1, H|1, n, m) or None
     t2t = _token2token(q, k, scale)  # (B, H, n, m)
     scores = t2t.unsqueeze(-1) + s2t.unsqueeze(2)  # (B, H, n, m, d_v): Eq. 10
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed.unsqueeze(-1), float("-inf"))
-    probs = torch.softmax(scores, dim=3)  # Eq. 11, over keys
-    if allowed is not None:
-        probs = torch.where(allowed.any(-1)[..., None, None], probs, torch.zeros((), dtype=probs.dtype,
-                                                                                 device=probs.device))
+    probs = masked_softmax(scores, None if allowed is None else allowed.unsqueeze(-1), dim=3)  # Eq. 11, over keys
     if drop > 0:
         # Dropout(E_R) ⊙ Dropout(E_X) of Algorithm 1 step 7, in tensor form: p_ijl · d1_ij · d2_jl.
         keep = math.sqrt(1.0 - drop)
@@ -154,19 +139,8 @@ def tensorized_attention_maps(q, k, s2t, mask=None, *, scale="log_sigmoid", key_
     mask, kpm = _validate(q, k, v, s2t, mask, key_padding_mask, scale, "reference", 0.0)
     B, H, n, _ = q.shape
     m = k.shape[2]
-    allowed = _dense_allowed(mask, kpm, B, H, n, m, q.device)
-    t2t = _token2token(q, k, scale)
-    if allowed is not None:
-        t2t = t2t.masked_fill(~allowed, float("-inf"))
-    p = torch.softmax(t2t, dim=-1)
-    if allowed is not None:
-        p = torch.where(allowed.any(-1, keepdim=True), p, torch.zeros((), dtype=p.dtype, device=p.device))
-    s = s2t
-    if kpm is not None:
-        s = s.masked_fill(kpm[:, None, :, None], float("-inf"))
-    s2t_probs = torch.softmax(s, dim=-2)
-    if kpm is not None:
-        s2t_probs = torch.nan_to_num(s2t_probs, nan=0.0)
+    p = masked_softmax(_token2token(q, k, scale), allowed_pairs(mask, kpm, n, m, batch=B, heads=H, device=q.device))
+    s2t_probs = masked_softmax(s2t, None if kpm is None else ~kpm[:, None, :, None], dim=-2)
     return p, s2t_probs
 
 
@@ -189,109 +163,19 @@ def _row_has_key(mask, kpm, B, H, n, m, device):
     return torch.matmul(mask.to(torch.float32), keep[:, None, :, None]) > 0  # (B, H|1, n, 1)
 
 
-def _source2token_weights(s2t, pad):
-    """``E_jl = exp(S_jl − c_l)`` with ``c_l`` the maximum over non-padding keys; padding keys get 0.
-    ``c`` cancels in the ratio, so it carries no gradient."""
-    s_for_max = s2t if pad is None else s2t.masked_fill(pad, float("-inf"))
-    c = s_for_max.detach().amax(dim=-2, keepdim=True)
-    c = torch.where(torch.isfinite(c), c, torch.zeros_like(c))
-    e = torch.exp(s2t - c)
-    return e if pad is None else e.masked_fill(pad, 0.0)
-
-
-def _reliable(denominator):
-    """Denominators large enough that the ratio keeps full precision (else: recompute exactly)."""
-    info = torch.finfo(denominator.dtype)
-    return denominator > info.tiny / info.eps
-
-
-#: elements of the per-block working set (augmented values and their gradients) of the fused path.
-FUSED_BLOCK_ELEMENTS = 1 << 18
-
-
-def _batch_blocks(batch: int, per_item: int):
-    step = max(1, FUSED_BLOCK_ELEMENTS // max(1, per_item))
-    return [slice(b0, min(batch, b0 + step)) for b0 in range(0, batch, step)]
-
-
-def _rows(t, bs):
-    """Batch block of a tensor whose batch dimension may be broadcast (size 1)."""
-    return None if t is None else t[bs] if t.shape[0] > 1 else t
-
-
-class _FusedSigmoidTensorized(torch.autograd.Function):
-    """The log-sigmoid fast path in one autograd node: ``out = N / D`` with
-    ``[N ; D] = (sigmoid(R) ⊙ mask) @ [v ⊙ E ; E]``.
-
-    Works block by block over the batch, so the augmented values, the weights and their gradients
-    only ever exist for one block. Saves q, k, v, S (the caller's tensors, no copies), the output and
-    D; E and the weights are recomputed in backward. Where D is too small to divide by, D is stored as
-    ``inf``: the output there is 0 and so are its gradients (the caller recomputes those rows exactly).
-    Returns (out, reliable)."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, s2t, blocked, pad, scale):
-        B, H, n, _ = q.shape
-        m, d_v = v.shape[2], v.shape[3]
-        # (B, n, H, d_v) memory seen as (B, H, n, d_v): merging the heads afterwards is a free view
-        out = v.new_empty(B, n, H, d_v).transpose(1, 2)
-        denominator = v.new_empty(B, H, n, d_v)
-        for bs in _batch_blocks(B, H * max(n, m) * 2 * d_v):
-            e = _source2token_weights(s2t[bs], _rows(pad, bs))
-            y = sigmoid_attention_forward(q[bs].contiguous(), k[bs].contiguous(), torch.cat([v[bs] * e, e], dim=-1),
-                                          _rows(blocked, bs), scale)  # (b, H, n, 2 d_v)
-            numerator, den = y.split(d_v, dim=-1)
-            den = torch.where(_reliable(den), den, torch.full_like(den, math.inf))
-            denominator[bs] = den
-            torch.div(numerator, den, out=out[bs])
-        ctx.save_for_backward(q, k, v, s2t, out, denominator,
-                              blocked if blocked is not None else torch.empty(0),
-                              pad if pad is not None else torch.empty(0))
-        ctx.has_blocked, ctx.has_pad, ctx.scale = blocked is not None, pad is not None, scale
-        reliable = torch.isfinite(denominator)
-        ctx.mark_non_differentiable(reliable)
-        return out, reliable
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out, _grad_reliable):
-        q, k, v, s2t, out, denominator, blocked, pad = ctx.saved_tensors
-        blocked = blocked if ctx.has_blocked else None
-        pad = pad if ctx.has_pad else None
-        B, H, n, _ = q.shape
-        m, d_v = v.shape[2], v.shape[3]
-        grad_q, grad_k = torch.empty_like(q), torch.empty_like(k)
-        grad_v, grad_s2t = torch.empty_like(v), torch.empty_like(s2t)
-        for bs in _batch_blocks(B, H * max(n, m) * 2 * d_v):
-            e = _source2token_weights(s2t[bs], _rows(pad, bs))
-            v_b = v[bs]
-            grad_num = grad_out[bs] / denominator[bs]  # out = N / D: dN = g / D (0 where D = inf)
-            grad_y = torch.cat([grad_num, -grad_num * out[bs]], dim=-1)  # dD = -g · out / D
-            gq, gk, gx = sigmoid_attention_backward(grad_y, q[bs].contiguous(), k[bs].contiguous(),
-                                                    torch.cat([v_b * e, e], dim=-1), _rows(blocked, bs), ctx.scale)
-            grad_ve, grad_e = gx.split(d_v, dim=-1)
-            grad_q[bs], grad_k[bs] = gq, gk
-            grad_v[bs] = grad_ve * e
-            grad_s2t[bs] = (grad_ve * v_b + grad_e) * e  # dE/dS = E (0 on padding keys)
-        return grad_q, grad_k, grad_v, grad_s2t, None, None, None
-
-
 def _factorised(q, k, v, s2t, mask, kpm, scale, backend, drop):
     B, H, n, d_k = q.shape
     m, d_v = v.shape[2], v.shape[3]
     pad = kpm[:, None, :, None] if kpm is not None else None  # (B, 1, m, 1)
-    band = mask.finite_band if isinstance(mask, Mask) and n == m else None
-    if band is not None and backend == "sdpa" and drop == 0.0:
-        return _banded(q, k, v, s2t, mask, kpm, scale, band)
     dense = as_dense(mask, n, m, batch=B, heads=H, device=q.device)
     has_key = _row_has_key(dense, kpm, B, H, n, m, q.device)
     if backend == "sdpa" and scale == "log_sigmoid" and drop == 0.0:
         blocked = None if dense is None else ~dense
         # rows without an allowed key have D = 0 and so come back as 0 already
-        out, reliable = _FusedSigmoidTensorized.apply(q, k, v, s2t, blocked, pad, 1.0 / math.sqrt(d_k))
+        out, reliable = fused_sigmoid_tensorized(q, k, v, s2t, blocked, pad, 1.0 / math.sqrt(d_k))
         return _fix_underflow(out, reliable, has_key, q, k, v, s2t, mask, kpm, scale)
 
-    e = _source2token_weights(s2t, pad)
+    e = source2token_weights(s2t, pad)
     numerator_values = v * e
     keep_factor = 1.0 - math.sqrt(1.0 - drop) if drop > 0 else 0.0
     if keep_factor > 0:
@@ -300,50 +184,46 @@ def _factorised(q, k, v, s2t, mask, kpm, scale, backend, drop):
 
     if backend == "flex":
         score_mod = (lambda s, b, h, qi, kv: F.logsigmoid(s)) if scale == "log_sigmoid" else None
-        y = flex_attention_call(q, k, augmented, score_mod=score_mod, mask=mask)
+        y = flex_attention_call(q, k, augmented, score_mod=score_mod,
+                                mask=predicate(mask, None, batch=B, heads=H, q_len=n, kv_len=m))
     else:
         if scale == "log_sigmoid":
             # softmax_j(logsigmoid(R_ij)) ∝ sigmoid(R_ij): the row normalisation cancels in the ratio.
             y = masked_sigmoid_attention(q, k, augmented, dense, 1.0 / math.sqrt(d_k), n_drop=d_v,
                                          drop_p=keep_factor)
-        elif keep_factor > 0:
-            num = F.scaled_dot_product_attention(q, k, augmented[..., :d_v], attn_mask=dense, dropout_p=keep_factor)
-            den = F.scaled_dot_product_attention(q, k, augmented[..., d_v:], attn_mask=dense)
+        elif keep_factor > 0:  # the weights' dropout on the numerator only (Appendix A.3)
+            num = fused_attention(q, k, augmented[..., :d_v], allowed=dense, dropout_p=keep_factor)
+            den = fused_attention(q, k, augmented[..., d_v:], allowed=dense)
             y = torch.cat([num, den], dim=-1)
         else:
-            y = F.scaled_dot_product_attention(q, k, augmented, attn_mask=dense)
+            y = fused_attention(q, k, augmented, allowed=dense)
+    return _divide(y, d_v, has_key, q, k, v, s2t, mask, kpm, scale)
+
+
+def _divide(y, d_v, has_key, q, k, v, s2t, mask, kpm, scale):
+    """``out = N / D`` from ``y = [N ; D]``, 0 on rows without a key; underflowed rows recomputed exactly."""
     numerator, denominator = y.split(d_v, dim=-1)
-    reliable = _reliable(denominator)
+    reliable = reliable_denominator(denominator)
     safe_den = torch.where(reliable, denominator, torch.ones_like(denominator))
     out = torch.where(reliable & has_key, numerator / safe_den, torch.zeros_like(numerator))
     return _fix_underflow(out, reliable, has_key, q, k, v, s2t, mask, kpm, scale)
 
 
-def _banded(q, k, v, s2t, mask, kpm, scale, band):
-    """Window masks (every head the band ``i − left <= j <= i + right``): the O(n · band) local path of
-    :func:`maskattn.functional.banded_attention` over ``[v ⊙ E ; E]``, never an n × n tensor."""
-    from .local import banded_attention
-
-    B, H, n, _ = q.shape
-    d_v = v.shape[-1]
+def _banded(q, k, v, s2t, mask, kpm, scale, band, drop):
+    """Window masks (every head the band ``i − left <= j <= i + right``): the O(n · band) local kernel over
+    ``[v ⊙ E ; E]`` (:func:`maskattn.functional.banded_attention`), never an n × n tensor."""
+    left, right = band
     pad = kpm[:, None, :, None] if kpm is not None else None
-    e = _source2token_weights(s2t, pad)
+    e = source2token_weights(s2t, pad)
     score_mod = F.logsigmoid if scale == "log_sigmoid" else None
+    if drop > 0:
+        raise ValueError("backend='banded' does not apply MTSA's attention dropout (Appendix A.3: dropout on the "
+                         "numerator only); use backend='sdpa' or 'auto' when training with dropout")
     y = banded_attention(q, k, torch.cat([v * e, e], dim=-1), band, score_mod=score_mod, key_padding_mask=kpm,
                          backend="banded")
-    numerator, denominator = y.split(d_v, dim=-1)
-    left, right = band
-    if kpm is None:
-        has_key = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=q.device)  # the band holds the query itself
-    else:  # any non-padding key in [i - left, i + right]: a difference of prefix counts, (B, 1, n, 1)
-        counts = F.pad((~kpm).to(torch.int64).cumsum(-1), (1, 0))  # (B, n + 1)
-        i = torch.arange(n, device=q.device)
-        hi, lo = (i + right + 1).clamp(max=n), (i - left).clamp(min=0)
-        has_key = (counts[:, hi] - counts[:, lo] > 0)[:, None, :, None]
-    reliable = _reliable(denominator)
-    safe_den = torch.where(reliable, denominator, torch.ones_like(denominator))
-    out = torch.where(reliable & has_key, numerator / safe_den, torch.zeros_like(numerator))
-    return _fix_underflow(out, reliable, has_key, q, k, v, s2t, mask, kpm, scale)
+    has_key = rows_with_key(kpm, q.shape[2], left, right)
+    return _divide(y, v.shape[-1], torch.ones((), dtype=torch.bool, device=q.device) if has_key is None else has_key,
+                   q, k, v, s2t, mask, kpm, scale)
 
 
 def _fix_underflow(out, reliable, has_key, q, k, v, s2t, mask, kpm, scale):

@@ -9,7 +9,8 @@ import torch
 import torch.nn as nn
 
 from .._validation import check_probability
-from ..encoder import Encoder
+from ..attention import AttentionMaps
+from ..layers import Encoder
 from .embedding import TokenEmbedding
 from .fusion import build_fusion
 from .heads import MLP, Pool
@@ -46,11 +47,12 @@ class SentenceEncoder(nn.Module):
     def forward(self, ids: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
         return self.pool(self.tokens(ids, padding_mask), key_padding_mask=padding_mask)
 
-    def attention_maps(self, ids: torch.Tensor, padding_mask: torch.Tensor) -> tuple[list[dict], torch.Tensor | None]:
-        """The attention maps of one forward pass over ``ids`` (for plots and analysis):
+    def attention_maps(self, ids: torch.Tensor,
+                       padding_mask: torch.Tensor) -> tuple[list[dict[str, AttentionMaps]], torch.Tensor | None]:
+        """The attention maps of a forward pass over ``ids`` (for plots and analysis):
 
-        * per encoder layer, bottom first, ``{"<position>:<name>": maps}`` — see
-          :meth:`maskattn.Encoder.forward` with ``return_attention=True``;
+        * per encoder layer, bottom first, ``{"<position>:<name>": AttentionMaps}`` —
+          :meth:`maskattn.Encoder.attention_maps`;
         * the multi-dim source2token pooling weights ``(B, n, out_dim)`` (MTSA Eq. 9 pooling), or ``None``
           when the sentence is pooled otherwise (or not at all, for taggers).
 
@@ -60,10 +62,11 @@ class SentenceEncoder(nn.Module):
         if not isinstance(encoder, Encoder):
             raise ValueError(f"the context fusion {type(self.fusion).__name__} has no attention layers; attention maps "
                              "need a layer-recipe encoder such as 'mtsa' or 'dman>san>ffn x6'")
-        tokens, layers = encoder(self.embed(ids), key_padding_mask=padding_mask, return_attention=True)
+        embedded = self.embed(ids)
+        layers = encoder.attention_maps(embedded, key_padding_mask=padding_mask)
         pool = None
         if self.pool is not None and self.pool.attention is not None:
-            _, pool = self.pool.attention(tokens, key_padding_mask=padding_mask, return_attention=True)
+            pool = self.pool.attention.weights(self.fusion(embedded, key_padding_mask=padding_mask), padding_mask)
         return layers, pool
 
 

@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ..encoder import Encoder
+from ..layers import Encoder
 
 __all__ = ["BiRNN", "MultiCNN", "HierarchicalCNN", "RecipeFusion", "BASELINES", "build_fusion", "list_fusions"]
 

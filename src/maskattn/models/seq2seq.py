@@ -10,11 +10,11 @@ written as layer recipes, so each paper's translation setup is one preset:
 * ``"mtsa-encoder"`` — MTSA replaces the encoder's self-attention (MTSA + FFN layers), standard decoder
   (MTSA §4.4).
 
-Decoder layer recipes use the grammar of :func:`maskattn.encoder.parse_recipe` with causal self-attention
+Decoder layer recipes use the grammar of :func:`maskattn.layers.parse_recipe` with causal self-attention
 sublayers only (``mha``/``san``, ``dman``, ``sman`` with a fixed radius): a single name is
 self-attention → cross-attention → FFN; a ``>`` chain is its sublayers in order with the cross-attention
 inserted after the last self-attention sublayer (``"dman>san>ffn"`` → DMAN → SAN → cross → FFN). Every
-sublayer is a :class:`~maskattn.layers.Residual` (pre- or post-LN).
+layer is a :class:`~maskattn.layers.ChainLayer` (:class:`~maskattn.layers.Decoder`).
 
 Incremental decoding: :meth:`Seq2Seq.encode` → :meth:`Seq2Seq.init_state` (cross-attention keys/values
 computed once per source) → :meth:`Seq2Seq.decode_step` with the new target tokens; the step logits equal
@@ -31,167 +31,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .._validation import check_choice, check_positive_int, check_probability, describe
-from ..attention._common import check_dims, merge_heads, split_heads, zero_padding
-from ..attention.man import AttentionCache, StaticMaskAttention
-from ..attention.registry import create_attention
-from ..encoder import (POSITIONAL, SAN_ALIAS, Encoder, LayerRecipe, PositionalEncoding, parse_recipe, recipe_runs,
-                       recipe_string)
-from ..layers import MAN_SUBLAYERS, NORMS, FeedForward, Residual, incremental_self_attention
+from ..attention.base import check_dims
+from ..attention import AttentionMaps
+from ..layers import (NORMS, POSITIONAL, Decoder, Encoder, LayerCache, LayerRecipe, LayerSettings,
+                      PositionalEncoding, parse_recipe, recipe_runs, recipe_string)
 
-__all__ = ["Seq2Seq", "DecoderState", "DecoderLayer", "CrossAttention", "DECODER_SELF_ATTENTIONS"]
-
-#: Self-attention sublayers a decoder layer may use: causal and incrementally decodable.
-DECODER_SELF_ATTENTIONS = ("mha", "san", "dman", "sman")
-
-
-# --------------------------------------------------------------------------------------------------
-# Decoder building blocks
-# --------------------------------------------------------------------------------------------------
-
-
-class CrossAttention(nn.Module):
-    """Encoder–decoder attention (Vaswani et al. 2017 §3.2.3): queries from the decoder, keys and values
-    from the encoder output ``memory``. :meth:`memory_kv` projects the memory once per source so that
-    incremental decoding reuses it at every step."""
-
-    def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0, bias: bool = True):
-        super().__init__()
-        check_dims(d_model, num_heads)
-        self.d_model, self.num_heads = d_model, num_heads
-        self.dropout = check_probability(dropout, "dropout")
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
-        for linear in (self.q_proj, self.kv_proj):
-            nn.init.xavier_uniform_(linear.weight)
-        if bias:
-            for linear in (self.q_proj, self.kv_proj, self.out_proj):
-                nn.init.zeros_(linear.bias)
-
-    def memory_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values of ``memory`` ``(B, S, d)``: two ``(B, H, S, d_h)`` tensors."""
-        k, v = self.kv_proj(memory).chunk(2, dim=-1)
-        return split_heads(k, self.num_heads), split_heads(v, self.num_heads)
-
-    def forward(self, x: torch.Tensor, memory_kv: tuple[torch.Tensor, torch.Tensor],
-                memory_padding: torch.Tensor) -> torch.Tensor:
-        """``x`` ``(B, T, d)`` attends to the memory keys/values; ``memory_padding`` ``(B, S)``, True = padding.
-        Rows whose source is all padding get 0."""
-        q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, T, d_h)
-        k, v = memory_kv
-        allowed = ~memory_padding[:, None, None, :]  # (B, 1, 1, S)
-        drop = self.dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=drop)
-        out = out.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
-        return self.out_proj(merge_heads(out))  # (B, T, d)
-
-
-def decoder_sublayers(layer: LayerRecipe) -> list[tuple[str, dict]]:
-    """The sublayers of one decoder layer from its recipe: a single name is self-attention → cross → FFN;
-    a chain is its sublayers with ``("cross", {})`` inserted after the last self-attention sublayer."""
-    sublayers = list(layer.sublayers) if layer.chain else [layer.sublayers[0], ("ffn", {})]
-    for name, _ in sublayers:
-        if name != "ffn" and name not in DECODER_SELF_ATTENTIONS:
-            raise ValueError(f"decoder layer {str(layer)!r}: sublayer {name!r} cannot be a decoder self-attention "
-                             f"(it must be causal and incrementally decodable); expected one of "
-                             f"{', '.join(DECODER_SELF_ATTENTIONS)} or ffn")
-    attention_at = [i for i, (name, _) in enumerate(sublayers) if name != "ffn"]
-    if not attention_at:
-        raise ValueError(f"decoder layer {str(layer)!r} has no self-attention sublayer; add one of "
-                         f"{', '.join(DECODER_SELF_ATTENTIONS)}")
-    last = attention_at[-1] + 1
-    return sublayers[:last] + [("cross", {})] + sublayers[last:]
-
-
-class DecoderLayer(nn.Module):
-    """One decoder layer: causal self-attention sublayer(s), encoder–decoder attention and FFN(s), in the
-    order given by :func:`decoder_sublayers`, each wrapped in a :class:`~maskattn.layers.Residual`.
-
-    Args:
-        d_model, num_heads: widths. layer: the layer's :class:`~maskattn.encoder.LayerRecipe`.
-        ffn_dim: FFN width; default ``2·d_model`` for chains of MAN sublayers (MAN §3.1), else ``4·d_model``.
-            A sublayer's ``ffn(dim=…)`` option overrides it.
-        dropout: residual and FFN dropout. attention_dropout, backend: defaults of every attention sublayer.
-        norm: ``"pre"`` or ``"post"``.
-
-    ``forward(x, memory_kv, memory_padding, padding=None, caches=None)``: ``x`` ``(B, T, d)``; with
-    ``caches`` (one :class:`~maskattn.AttentionCache` per self-attention sublayer) ``x`` holds the new
-    positions only and the result is ``(out, new_caches)``. Padded positions of ``out`` are 0.
-    """
-
-    def __init__(self, d_model: int, num_heads: int, layer: LayerRecipe, *, ffn_dim: int | None = None,
-                 dropout: float = 0.0, attention_dropout: float = 0.0, norm: str = "pre", backend: str = "auto"):
-        super().__init__()
-        sublayers = decoder_sublayers(layer)
-        man_chain = layer.chain and all(name in MAN_SUBLAYERS for name, _ in layer.sublayers)
-        ffn_dim = ffn_dim or (2 if man_chain else 4) * d_model
-        defaults = {"dropout": attention_dropout, "backend": backend}
-        self.kinds, blocks = [], []
-        for name, options in sublayers:
-            if name == "cross":
-                self.kinds.append("cross")
-                blocks.append(CrossAttention(d_model, num_heads, dropout=attention_dropout))
-            elif name == "ffn":
-                options = dict(options)
-                width = options.pop("dim", ffn_dim)
-                self.kinds.append("ffn")
-                blocks.append(FeedForward(d_model, width, dropout=options.pop("dropout", dropout), **options))
-            else:
-                self.kinds.append("self")
-                blocks.append(_causal_self_attention(name, options, d_model, num_heads, defaults, str(layer)))
-        self.names = [name for name, _ in sublayers]
-        self.sublayers = nn.ModuleList(blocks)
-        self.residuals = nn.ModuleList(Residual(d_model, norm=norm, dropout=dropout) for _ in blocks)
-
-    @property
-    def cross_attention(self) -> CrossAttention:
-        return self.sublayers[self.kinds.index("cross")]
-
-    @property
-    def num_self_attentions(self) -> int:
-        return self.kinds.count("self")
-
-    def extra_repr(self) -> str:
-        return " > ".join(self.names)
-
-    def forward(self, x: torch.Tensor, memory_kv: tuple[torch.Tensor, torch.Tensor], memory_padding: torch.Tensor,
-                padding: torch.Tensor | None = None, caches: tuple[AttentionCache, ...] | None = None):
-        new_caches = []
-        for kind, block, residual in zip(self.kinds, self.sublayers, self.residuals):
-            if kind == "ffn":
-                x = residual(x, block)
-            elif kind == "cross":
-                x = residual(x, lambda h, block=block: block(h, memory_kv, memory_padding))
-            elif caches is None:
-                x = residual(x, lambda h, block=block: block(h, key_padding_mask=padding))
-            else:
-                state = {}
-
-                def step(h, block=block, cache=caches[len(new_caches)], state=state):
-                    out, state["cache"] = incremental_self_attention(block, h, padding, cache)
-                    return out
-
-                x = residual(x, step)
-                new_caches.append(state["cache"])
-        x = zero_padding(x, padding)
-        return x if caches is None else (x, tuple(new_caches))
-
-
-def _causal_self_attention(name: str, options: dict, d_model: int, num_heads: int, defaults: dict,
-                           where: str) -> nn.Module:
-    """A registered attention built causal: ``mha``/``san`` with ``mask="causal"``, ``dman``/``sman`` with
-    ``causal=True``."""
-    fixed = {"mask", "causal"} & set(options)
-    if fixed:
-        raise ValueError(f"decoder layer {where!r}: option(s) {sorted(fixed)} of {name!r} cannot be set; decoder "
-                         "self-attention is always causal")
-    name = SAN_ALIAS.get(name, name)
-    causal = {"mask": "causal"} if name == "mha" else {"causal": True}
-    block = create_attention(name, d_model, num_heads, **{**defaults, **options, **causal})
-    if isinstance(block, StaticMaskAttention) and block.radius == "sqrt":
-        raise ValueError(f"decoder layer {where!r}: sman(radius='sqrt') depends on the whole target length and "
-                         "cannot be decoded incrementally; use a fixed radius such as sman(radius=4)")
-    return block
+__all__ = ["Seq2Seq", "DecoderState"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -204,18 +49,17 @@ class DecoderState:
     """What :meth:`Seq2Seq.decode_step` needs besides the new tokens. Immutable: each step returns a new one.
 
     ``memory`` ``(B, S, d)`` and ``memory_padding`` ``(B, S)`` (True = padding) from :meth:`Seq2Seq.encode`;
-    ``cross``: per decoder layer the cross-attention keys and values ``(B, H, S, d_h)``, computed once;
-    ``caches``: per decoder layer one :class:`~maskattn.AttentionCache` per self-attention sublayer.
-    ``len(state)`` is the number of target positions decoded so far (the position of the next token).
+    ``caches``: per decoder layer its :class:`~maskattn.LayerCache` (self-attention caches and the
+    encoder–decoder keys and values, computed once). ``len(state)`` is the number of target positions decoded
+    so far (the position of the next token).
     """
 
     memory: torch.Tensor
     memory_padding: torch.Tensor
-    cross: tuple[tuple[torch.Tensor, torch.Tensor], ...]
-    caches: tuple[tuple[AttentionCache, ...], ...]
+    caches: tuple[LayerCache, ...]
 
     def __len__(self) -> int:
-        return len(self.caches[0][0])
+        return len(self.caches[0])
 
     @property
     def batch_size(self) -> int:
@@ -234,8 +78,7 @@ class DecoderState:
         return DecoderState(
             memory=self.memory.index_select(0, index),
             memory_padding=self.memory_padding.index_select(0, index),
-            cross=tuple((k.index_select(0, index), v.index_select(0, index)) for k, v in self.cross),
-            caches=tuple(tuple(c.reorder(index) for c in layer) for layer in self.caches),
+            caches=tuple(cache.reorder(index) for cache in self.caches),
         )
 
 
@@ -263,7 +106,7 @@ class Seq2Seq(nn.Module):
     Args:
         src_vocab_size, tgt_vocab_size: vocabulary sizes (ids ``0 … size−1``).
         d_model, num_heads: widths shared by every layer.
-        encoder: encoder recipe (:func:`maskattn.encoder.parse_recipe`), e.g. ``"mha x6"``,
+        encoder: encoder recipe (:func:`maskattn.layers.parse_recipe`), e.g. ``"mha x6"``,
             ``"csan2d x3, mha x3"``, ``"dman>san>ffn x6"``, ``"mtsa x6"``.
         decoder: decoder recipe of causal self-attention sublayers, e.g. ``"mha x6"`` or ``"dman>san>ffn x6"``.
         ffn_dim: FFN width (default ``4·d_model``; ``2·d_model`` in MAN layers).
@@ -330,13 +173,9 @@ class Seq2Seq(nn.Module):
 
         self.encoder = Encoder.from_recipe(d_model, num_heads, encoder, ffn_dim=ffn_dim, dropout=dropout,
                                            attention_dropout=attention_dropout, norm=norm, backend=backend)
-        decoder_layers = parse_recipe(decoder)
-        self.decoder_layers = nn.ModuleList(
-            DecoderLayer(d_model, num_heads, layer, ffn_dim=ffn_dim, dropout=dropout,
-                         attention_dropout=attention_dropout, norm=norm, backend=backend)
-            for layer in decoder_layers)
-        self.decoder_norm = nn.LayerNorm(d_model) if norm == "pre" else None
-        self.encoder_recipe, self.decoder_recipe = self.encoder.recipe, recipe_string(decoder_layers)
+        self.decoder = Decoder(d_model, num_heads, decoder, LayerSettings(
+            ffn_dim=ffn_dim, dropout=dropout, attention_dropout=attention_dropout, norm=norm, backend=backend))
+        self.encoder_recipe, self.decoder_recipe = self.encoder.recipe, self.decoder.recipe
         self.output_projection = None if tie_output else nn.Linear(d_model, tgt_vocab_size, bias=False)
         if self.output_projection is not None:
             nn.init.normal_(self.output_projection.weight, 0.0, d_model ** -0.5)
@@ -402,8 +241,6 @@ class Seq2Seq(nn.Module):
         return self.embed_dropout(x).masked_fill((ids == self.pad_id).unsqueeze(-1), 0.0)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        if self.decoder_norm is not None:
-            x = self.decoder_norm(x)
         if self.output_projection is None:
             return F.linear(x, self.tgt_embed.weight)  # (B, T, V): tied to the target embedding
         return self.output_projection(x)
@@ -424,13 +261,12 @@ class Seq2Seq(nn.Module):
         x, padding = self._embed_source(src_ids)
         return self.encoder(x, key_padding_mask=padding), padding
 
-    def encoder_attention_maps(self, src_ids: torch.Tensor) -> list[dict[str, dict[str, torch.Tensor]]]:
+    def encoder_attention_maps(self, src_ids: torch.Tensor) -> list[dict[str, AttentionMaps]]:
         """The encoder self-attention maps of one :meth:`encode` pass over ``src_ids`` ``(B, S)`` (padding =
         ``pad_id``), for plots and analysis: per encoder layer, bottom first, ``{"<position>:<name>": maps}``
-        as :meth:`maskattn.Encoder.forward` returns them with ``return_attention=True``."""
+        (:meth:`maskattn.Encoder.attention_maps`)."""
         x, padding = self._embed_source(src_ids)
-        _, maps = self.encoder(x, key_padding_mask=padding, return_attention=True)
-        return maps
+        return self.encoder.attention_maps(x, key_padding_mask=padding)
 
     def forward(self, src_ids: torch.Tensor, tgt_in_ids: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits ``(B, T, tgt_vocab_size)``: position ``t`` predicts the token after
@@ -442,9 +278,7 @@ class Seq2Seq(nn.Module):
         memory, memory_padding = self.encode(src_ids)
         padding = tgt_in_ids == self.pad_id
         x = self._embed(tgt_in_ids, self.tgt_embed, self.tgt_positions)
-        for layer in self.decoder_layers:
-            x = layer(x, layer.cross_attention.memory_kv(memory), memory_padding, padding)
-        return self._logits(x)
+        return self._logits(self.decoder(x, padding, memory, memory_padding))
 
     # ------------------------------------------------------------------ incremental decoding
 
@@ -459,11 +293,7 @@ class Seq2Seq(nn.Module):
                 or tuple(src_padding_mask.shape) != tuple(memory.shape[:2]):
             raise ValueError(f"src_padding_mask must be a bool tensor of shape {tuple(memory.shape[:2])} (True = "
                              f"padding) from encode(), got {describe(src_padding_mask)}")
-        return DecoderState(
-            memory=memory, memory_padding=src_padding_mask,
-            cross=tuple(layer.cross_attention.memory_kv(memory) for layer in self.decoder_layers),
-            caches=tuple(tuple(AttentionCache() for _ in range(layer.num_self_attentions))
-                         for layer in self.decoder_layers))
+        return DecoderState(memory, src_padding_mask, self.decoder.init_cache(memory, src_padding_mask))
 
     def decode_step(self, tgt_ids_new: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, DecoderState]:
         """Feed the next target tokens ``(B, t_new)`` (positions ``len(state) …``); returns their logits
@@ -479,12 +309,8 @@ class Seq2Seq(nn.Module):
         padding = tgt_ids_new == self.pad_id
         padding = padding if bool(padding.any()) else None  # caches stay mask-free while nothing is padding
         x = self._embed(tgt_ids_new, self.tgt_embed, self.tgt_positions, offset)
-        caches = []
-        for layer, kv, layer_caches in zip(self.decoder_layers, state.cross, state.caches):
-            x, new = layer(x, kv, state.memory_padding, padding, caches=layer_caches)
-            caches.append(new)
-        new_state = DecoderState(state.memory, state.memory_padding, state.cross, tuple(caches))
-        return self._logits(x), new_state
+        x, caches = self.decoder.step(x, state.caches, padding)
+        return self._logits(x), DecoderState(state.memory, state.memory_padding, caches)
 
     @property
     def max_target_tokens(self) -> int | None:

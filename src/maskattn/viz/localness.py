@@ -149,7 +149,7 @@ def localness_values(source: MapSource, sentences: Sequence[Sequence[int]], mech
     for start in range(0, len(order), batch_size):
         maps, _, padding = source.maps([sentences[i] for i in order[start:start + batch_size]])
         for layer in layers:
-            attention = maps[layer - 1][keys[layer]]["attention"]  # (B, H, n, n): S_M(Q, K) of Eq. 4
+            attention = maps[layer - 1][keys[layer]].attention  # (B, H, n, n): S_M(Q, K) of Eq. 4
             for w in windows:
                 per_sentence[(layer, w)].append(localness_per_sequence(attention, w, padding).cpu())
     return {k: 100.0 * float(torch.cat(v).double().mean()) for k, v in per_sentence.items()}

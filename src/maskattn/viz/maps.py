@@ -1,7 +1,7 @@
 """The attention maps of a trained model for one sentence: load a checkpoint (classifier or translation,
 through :mod:`.sources`), encode the sentence as training did, run the attention encoder once and keep every
-attention sublayer's maps (the modules' own ``return_attention=True`` output, through
-:meth:`maskattn.Encoder.forward`)."""
+attention sublayer's maps (the modules' own :meth:`~maskattn.SelfAttention.attention_maps`, through
+:meth:`maskattn.Encoder.attention_maps`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import torch
 import torch.nn as nn
 
 from .._validation import describe
-from ..attention import list_attentions
-from ..encoder import SAN_ALIAS
+from ..attention import AttentionMaps, list_attentions
+from ..layers import SAN_ALIAS
 from ..train.api import LoadedModel
 from ..translation import Translator
 from .sources import MapSource, load_for_maps
@@ -42,7 +42,7 @@ class Sublayer:
     key: str
     name: str
     module: nn.Module
-    maps: dict[str, torch.Tensor]
+    maps: AttentionMaps
 
 
 @dataclass
@@ -59,7 +59,7 @@ class SentenceMaps:
 
     tokens: tuple[str, ...]
     unknown: tuple[int, ...]
-    layers: list[dict[str, dict[str, torch.Tensor]]]
+    layers: list[dict[str, AttentionMaps]]
     modules: list[dict[str, nn.Module]]
     layer_names: list[str]
     pool: torch.Tensor | None
@@ -118,8 +118,7 @@ def sentence_maps(checkpoint: str | Path | LoadedModel | Translator | MapSource,
     return SentenceMaps(
         tokens=encoded.tokens,
         unknown=encoded.unknown,
-        layers=[{key: {name: m[0].cpu() for name, m in maps.items()} for key, maps in layer.items()}
-                for layer in layers],
+        layers=[{key: maps.apply(lambda m: m[0].cpu()) for key, maps in layer.items()} for layer in layers],
         modules=source.stack.attention_sublayers(),
         layer_names=list(source.stack.layer_names),
         pool=None if pool is None else pool[0].cpu(),

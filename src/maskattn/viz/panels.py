@@ -218,26 +218,26 @@ def sublayer_rows(sub: Sublayer, tokens: Sequence[str]) -> Grid:
     title = f"layer {sub.layer} · {sub.name}"
     if isinstance(module, (MTSA, FastDiSA)):  # MTSA Fig. 3
         labels = [f"{h} {name}" for h, name in enumerate(head_mask_names(module, n))]
-        s2t = maps["source2token"].mean(-1)  # (H, n, d_h) -> (H, n): token level, averaged over features
-        return [_per_head(title, "token2token", maps["token2token"], tokens, labels)
+        s2t = maps.source2token.mean(-1)  # (H, n, d_h) -> (H, n): token level, averaged over features
+        return [_per_head(title, "token2token", maps.attention, tokens, labels)
                 + [_attention_panel(f"{title}\nsource2token (token level)", s2t, labels, tokens, ylabel="head",
                                     xlabel="token")]]
     if isinstance(module, DiSA):  # feature-wise (H, n, n, d_h) probabilities, averaged over features
         labels = [f"{h} {name}" for h, name in enumerate(head_mask_names(module, n))]
-        return [_per_head(title, "attention (feature mean)", maps["attention"].mean(-1), tokens, labels)]
+        return [_per_head(title, "attention (feature mean)", maps.attention.mean(-1), tokens, labels)]
     heads = range(module.num_heads)
     if isinstance(module, DynamicMaskAttention):  # MAN Eq. 12 mask and the attention S_M(Q, K) of Eq. 4
-        return [[_mask_panel(f"{title}\nmask · head {h}", maps["mask"][h], tokens, tokens) for h in heads],
-                _per_head(title, "attention", maps["attention"], tokens, heads)]
+        return [[_mask_panel(f"{title}\nmask · head {h}", maps.mask[h], tokens, tokens) for h in heads],
+                _per_head(title, "attention", maps.attention, tokens, heads)]
     if isinstance(module, StaticMaskAttention):  # MAN Eq. 11: one 0/1 mask for every head
-        return [[_mask_panel(f"{title}\nmask", maps["mask"][0], tokens, tokens)]
-                + _per_head(title, "attention", maps["attention"], tokens, heads)]
+        return [[_mask_panel(f"{title}\nmask", maps.mask[0], tokens, tokens)]
+                + _per_head(title, "attention", maps.attention, tokens, heads)]
     if isinstance(module, ConvSelfAttention) and module.head_window > 1:  # (H, n, H, n): keys of every head
         H = module.num_heads
         cols = [f"{g}:{t}" for g in range(H) for t in tokens]
-        return [[_attention_panel(f"{title}\nattention · head {h}", maps["attention"][h].reshape(n, H * n), tokens,
+        return [[_attention_panel(f"{title}\nattention · head {h}", maps.attention[h].reshape(n, H * n), tokens,
                                   cols, xlabel="head:key") for h in heads]]
-    return [_per_head(title, "attention", maps["attention"], tokens, heads)]
+    return [_per_head(title, "attention", maps.attention, tokens, heads)]
 
 
 def attention_grid(sentence: SentenceMaps, layers: Sequence[int] | None = None,
@@ -268,7 +268,7 @@ def man_mask_grid(sentence: SentenceMaps, layer: int) -> Grid:
     n, tokens = len(sentence.tokens), sentence.tokens
     rows: Grid = []
     for sub in subs:
-        dman = [_mask_panel(f"(b) DMAN\nlayer {layer}, head {h}", sub.maps["mask"][h], tokens, tokens)
+        dman = [_mask_panel(f"(b) DMAN\nlayer {layer}, head {h}", sub.maps.mask[h], tokens, tokens)
                 for h in range(sub.module.num_heads)]
         rows.append([_mask_panel("(a) SAN", torch.ones(n, n), tokens, tokens), *dman,
                      _mask_panel("(c) FFN", torch.eye(n), tokens, tokens)])

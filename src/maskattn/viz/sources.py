@@ -3,7 +3,7 @@
 A :class:`MapSource` is the small adapter between a trained model and the drawing / analysis code: it turns a
 sentence (or each sentence of a dataset file) into the ids the model was trained on, with one label per
 position, and runs the model's attention encoder once in evaluation mode, collecting the maps of every layer
-(:meth:`maskattn.Encoder.forward` with ``return_attention=True``, i.e. each attention module's own output).
+(:meth:`maskattn.Encoder.attention_maps`, i.e. each attention module's own :meth:`attention_maps`).
 Everything downstream (:mod:`.maps`, :mod:`.panels`, :mod:`.localness`) is the same for both kinds:
 
 * :class:`ClassifierSource` — sentence / pair classifiers and taggers: whitespace tokens (lowercased with
@@ -31,7 +31,7 @@ from ..data.parallel import read_text_lines
 from ..data.pipeline import sentences_of
 from ..data.readers import READERS, read_lines, tokenize
 from ..data.subword import UNK_ID
-from ..encoder import Encoder
+from ..layers import Encoder
 from ..models.classifier import SentenceEncoder
 from ..models.fusion import BASELINES
 from ..models.seq2seq import Seq2Seq
@@ -107,7 +107,7 @@ class MapSource(ABC):
     def maps(self, ids: Sequence[Sequence[int]]) -> tuple[list[dict], torch.Tensor | None, torch.Tensor]:
         """Run encoded sentences (padded into one batch with ``pad_id``) through the encoder once, in
         evaluation mode (no dropout: the trained model itself). Returns the maps of every layer, bottom first,
-        ``{"<position>:<name>": {map name: (B, …)}}``, the source2token pooling weights ``(B, n, d)`` or
+        ``{"<position>:<name>": AttentionMaps}`` (batch first), the source2token pooling weights ``(B, n, d)`` or
         ``None``, and the padding mask ``(B, n)`` (True = padding)."""
         if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence) or not ids or not all(ids):
             raise ValueError(f"ids must be a non-empty list of non-empty id sequences, got {describe(ids)}")

@@ -1,0 +1,176 @@
+"""The dynamic mask of DMAN (Mask Attention Networks, Fan et al. NAACL 2021, Eq. 12) inside MAN's Eq. 4.
+
+DMAN learns the mask from the query token, the signed relative distance and the head::
+
+    M[b, h, t, s] = sigmoid(x_t·W + P[t − s] + U[h])                          (12)
+
+so ``log M = logsigmoid(a_t + P[t − s] + U_h)`` with ``a = x W`` of shape ``(B, n)``, an additive bias of
+Eq. 4 (:mod:`.mask_attention`). The ``sdpa`` backend is the tiled kernel of :mod:`maskattn.kernels.dman`
+(no ``n × n`` tensor kept for backward, exact gradients of ``a``, ``P`` and ``U``); ``flex`` computes the
+bias inside a ``score_mod``; ``reference`` materialises it.
+
+Distances beyond the table: ``P`` has ``2·max_distance + 1`` entries for ``t − s ∈ [−max_distance,
+max_distance]``; larger ``|t − s|`` use the edge entry (``P[±max_distance]``), so any sequence length is
+valid and never indexes out of bounds.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .. import backends
+from .._validation import check_key_padding_mask, check_probability, check_qkv, check_tensor
+from ..kernels.dman import dynamic_mask_kernel
+from ..kernels.flex import flex_attention_call
+from ..masks import allowed as allowed_pairs, causal as causal_mask, predicate
+from .dot_product import attention_weights
+from .mask_attention import eq4_float64
+
+__all__ = ["relative_distance_index", "dynamic_mask_logits", "dynamic_mask", "dynamic_mask_attention",
+           "dynamic_mask_weights", "dynamic_mask_attention_reference"]
+
+
+def _max_distance(distance_bias: torch.Tensor) -> int:
+    return (distance_bias.numel() - 1) // 2
+
+
+def relative_distance_index(q_len: int, kv_len: int, max_distance: int, *, q_offset: int = 0,
+                            device=None) -> torch.Tensor:
+    """``(n, m)`` long tensor of table indices ``clip(t − s, −D, D) + D`` for queries at absolute
+    positions ``q_offset … q_offset + n − 1`` and keys at ``0 … m − 1`` (``D = max_distance``).
+    Distances beyond ``±D`` share the edge entry, so every length indexes inside the table."""
+    t = torch.arange(q_offset, q_offset + q_len, device=device)[:, None]
+    s = torch.arange(kv_len, device=device)[None, :]
+    return (t - s).clamp(-max_distance, max_distance) + max_distance
+
+
+def _check_parameters(query_logit, distance_bias, head_bias, B, H, n, dtype, device):
+    check_tensor(query_logit, "query_logit", 2, "(batch, queries)")
+    check_tensor(distance_bias, "distance_bias", 1, "(2·max_distance + 1,)")
+    check_tensor(head_bias, "head_bias", 1, "(heads,)")
+    if tuple(query_logit.shape) != (B, n):
+        raise ValueError(f"query_logit has shape {tuple(query_logit.shape)}; expected (batch, queries) = {(B, n)}")
+    if distance_bias.numel() < 3 or distance_bias.numel() % 2 == 0:
+        raise ValueError(f"distance_bias must have 2·max_distance + 1 entries (odd, >= 3) for t − s in "
+                         f"[−max_distance, max_distance], got {distance_bias.numel()}")
+    if head_bias.numel() != H:
+        raise ValueError(f"head_bias has {head_bias.numel()} entries but there are {H} heads")
+    for name, t in (("query_logit", query_logit), ("distance_bias", distance_bias), ("head_bias", head_bias)):
+        if t.dtype != dtype or t.device != device:
+            raise TypeError(f"{name} is a {t.dtype} tensor on {t.device}; expected {dtype} on {device} like q")
+
+
+def _validate(q, k, v, query_logit, distance_bias, head_bias, key_padding_mask, q_offset):
+    B, H, n, m = check_qkv(q, k, v)
+    _check_parameters(query_logit, distance_bias, head_bias, B, H, n, q.dtype, q.device)
+    kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, m, f"k has batch {B} and {m} keys")
+    if isinstance(q_offset, bool) or not isinstance(q_offset, int) or q_offset < 0:
+        raise ValueError(f"q_offset must be an int >= 0 (absolute position of the first query), got {q_offset!r}")
+    return B, H, n, m, kpm
+
+
+def dynamic_mask_logits(query_logit: torch.Tensor, distance_bias: torch.Tensor, head_bias: torch.Tensor, *,
+                        kv_len: int | None = None, q_offset: int = 0) -> torch.Tensor:
+    """``z[b, h, t, s] = a[b, t] + P[clip(t − s)] + U[h]`` (the argument of σ in Eq. 12), ``(B, H, n, m)``.
+
+    ``query_logit`` ``a = x W`` is ``(B, n)``, ``distance_bias`` ``P`` is ``(2D + 1,)`` and
+    ``head_bias`` ``U`` is ``(H,)``.
+    """
+    B, n = query_logit.shape
+    kv_len = n if kv_len is None else kv_len
+    idx = relative_distance_index(n, kv_len, _max_distance(distance_bias), q_offset=q_offset,
+                                  device=query_logit.device)
+    return (distance_bias[idx][None, None] + query_logit[:, None, :, None]) + head_bias[None, :, None, None]
+
+
+def _allowed(B, H, n, m, q_offset, causal, kpm, device) -> torch.Tensor | None:
+    """(B|1, 1, n, m) bool, True = attend: causal (queries at ``q_offset …``) and key padding."""
+    structure = causal_mask().shifted(q_offset) if causal else None
+    return allowed_pairs(structure, kpm, n, m, batch=B, heads=1, device=device)
+
+
+def dynamic_mask(query_logit: torch.Tensor, distance_bias: torch.Tensor, head_bias: torch.Tensor, *,
+                 kv_len: int | None = None, q_offset: int = 0, causal: bool = False,
+                 key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """DMAN's mask of Eq. 12, ``M = sigmoid(a_t + P[t − s] + U_h)``, ``(B, H, n, m)``; entries of
+    padded keys (``key_padding_mask`` True) and, with ``causal``, of future keys are 0."""
+    z = dynamic_mask_logits(query_logit, distance_bias, head_bias, kv_len=kv_len, q_offset=q_offset)
+    B, H, n, m = z.shape
+    kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, m, f"the mask has {m} keys")
+    allowed = _allowed(B, H, n, m, q_offset, causal, kpm, z.device)
+    mask = torch.sigmoid(z)
+    return mask if allowed is None else mask * allowed
+
+
+def dynamic_mask_weights(q, k, query_logit, distance_bias, head_bias, *, causal=False, key_padding_mask=None,
+                         q_offset=0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The attention map ``S_M`` of Eq. 4 with DMAN's mask and the mask ``M`` itself, both ``(B, H, n, m)``,
+    in the inputs' dtype (the reference backend; what a person plots)."""
+    B, H, n, m, kpm = _validate(q, k, k, query_logit, distance_bias, head_bias, key_padding_mask, q_offset)
+    z = dynamic_mask_logits(query_logit, distance_bias, head_bias, kv_len=m, q_offset=q_offset)  # (B, H, n, m)
+    allowed = _allowed(B, H, n, m, q_offset, causal, kpm, q.device)
+    probs = attention_weights(q, k, allowed, bias=F.logsigmoid(z))
+    mask = torch.sigmoid(z) if allowed is None else torch.sigmoid(z) * allowed
+    return probs, mask
+
+
+def dynamic_mask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_logit: torch.Tensor,
+                           distance_bias: torch.Tensor, head_bias: torch.Tensor, *, causal: bool = False,
+                           key_padding_mask: torch.Tensor | None = None, q_offset: int = 0,
+                           backend: str = "auto", dropout_p: float = 0.0, training: bool = False) -> torch.Tensor:
+    """DMAN attention: Eq. 4 with the dynamic mask of Eq. 12, without materialising ``M``.
+
+    Args:
+        q, k, v: ``(B, H, n, d_k)``, ``(B, H, m, d_k)``, ``(B, H, m, d_v)``.
+        query_logit: ``a = x_t W`` for the queries, ``(B, n)``.
+        distance_bias: ``P``, ``(2·max_distance + 1,)``, entry ``D + (t − s)``; clipped at the edges.
+        head_bias: ``U``, ``(H,)``.
+        causal: queries see keys at absolute positions ``<=`` their own.
+        key_padding_mask: ``(B, m)`` bool, True = padding key (excluded).
+        q_offset: absolute position of the first query (incremental decoding: the cache length).
+        backend: ``"auto"`` | ``"reference"`` | ``"sdpa"`` (the tiled kernel, exact gradients for ``a``, ``P``,
+            ``U``) | ``"flex"`` (bias inside ``score_mod``; CPU: inference only).
+        dropout_p, training: attention-probability dropout (not available on ``flex``).
+
+    Returns:
+        ``(B, H, n, d_v)``; rows with no allowed key are 0.
+    """
+    B, H, n, m, kpm = _validate(q, k, v, query_logit, distance_bias, head_bias, key_padding_mask, q_offset)
+    drop = check_probability(dropout_p, "dropout_p") if training else 0.0
+    chosen = backends.resolve("dman", backend, device=q.device, dropout=drop > 0,
+                              training=backends.needs_grad(q, k, v, query_logit, distance_bias, head_bias))
+    if chosen == "reference":
+        probs, _ = dynamic_mask_weights(q, k, query_logit, distance_bias, head_bias, causal=causal,
+                                        key_padding_mask=kpm, q_offset=q_offset)
+        return torch.matmul(F.dropout(probs, drop, training=True) if drop > 0 else probs, v)
+    if chosen == "flex":
+        return _flex(q, k, v, query_logit, distance_bias, head_bias, causal, kpm, q_offset)
+    return dynamic_mask_kernel(q, k, v, query_logit, distance_bias, head_bias, key_padding_mask=kpm, causal=causal,
+                               q_offset=q_offset, dropout_p=drop)
+
+
+def dynamic_mask_attention_reference(q, k, v, query_logit, distance_bias, head_bias, *, causal=False,
+                                     key_padding_mask=None, q_offset=0):
+    """Eq. 12 + Eq. 4 written out in float64: ``M = sigmoid(a_t + P[clip(t − s)] + U_h)`` (0 where not
+    allowed), ``S = M ⊙ exp(scores)`` normalised per row, ``out = S V`` — the test oracle.
+    Returns ``(out, attention, mask)``, all float64."""
+    B, H, n, m, kpm = _validate(q, k, v, query_logit, distance_bias, head_bias, key_padding_mask, q_offset)
+    mask = dynamic_mask(query_logit.double(), distance_bias.double(), head_bias.double(), kv_len=m,
+                        q_offset=q_offset, causal=causal, key_padding_mask=kpm)
+    out, probs = eq4_float64(q, k, v, mask)
+    return out, probs, mask
+
+
+def _flex(q, k, v, a, table, u, causal, kpm, q_offset):
+    D = _max_distance(table)
+    off = q_offset
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        idx = (q_idx + off - kv_idx).clamp(-D, D) + D
+        return score + F.logsigmoid(a[b, q_idx] + table[idx] + u[h])
+
+    B, H, n, _ = q.shape
+    structure = causal_mask().shifted(q_offset) if causal else None
+    return flex_attention_call(q, k, v, score_mod=score_mod,
+                               mask=predicate(structure, kpm, batch=B, heads=H, q_len=n, kv_len=k.shape[2]))

@@ -1,0 +1,323 @@
+"""The one layer of the library: a chain of residual sublayers (docs/design.md §5).
+
+Every layer — a Transformer encoder layer (attention → FFN), MAN's layer (DMAN → SAN → FFN, MAN §2.5), any
+recipe chain, and a decoder layer (causal self-attention → encoder–decoder attention → FFN) — is a
+:class:`ChainLayer`: sublayers in order, each wrapped in a :class:`~maskattn.layers.Residual` (pre- or
+post-LayerNorm), with one incremental-decoding cache (:class:`LayerCache`). The defaults that depend on
+the kind of layer are in one table, :class:`LayerSettings`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from .._validation import check_choice, check_positive_int, check_probability, describe
+from ..attention import AttentionCache, AttentionMaps, CrossAttention, SelfAttention, create_attention
+from ..attention.base import check_input, zero_padding
+from .recipe import LayerRecipe, canonical_name
+from .sublayers import NORMS, FeedForward, Residual
+
+__all__ = ["LayerSettings", "ChainLayer", "LayerCache", "EncoderLayer", "MANLayer", "MAN_SUBLAYERS",
+           "FFN_WIDTH_FACTORS"]
+
+#: FFN width as a multiple of ``d_model``: Transformer layers 4 (Vaswani et al. 2017; MAN Eq. 3 "typically
+#: 4 times"), MAN layers 2 (MAN §3.1: "the dimensionality of the inner-layer of the FFN in the MAN layers
+#: [is] two times of the dimensionality of the hidden states", which keeps a DMAN → SAN → FFN layer at the
+#: parameter count of a Transformer layer).
+FFN_WIDTH_FACTORS = {"transformer": 4, "man": 2}
+
+#: The sublayer names of MAN's layer variants (MAN Table 3).
+MAN_SUBLAYERS = ("dman", "sman", "san", "ffn")
+
+
+@dataclass(frozen=True)
+class LayerSettings:
+    """The settings every layer of a stack shares — the one table of layer defaults.
+
+    ============================  =====================================================================
+    ``ffn_dim``                   FFN width; None = ``FFN_WIDTH_FACTORS[kind] · d_model``: 4·d for a layer
+                                  written as one attention name (Transformer), 2·d for a ``>`` chain (MAN)
+    ``dropout``                   residual dropout (on every sublayer's output)
+    ``activation_dropout``        dropout inside the FFN; None = ``dropout``
+    ``attention_dropout``         attention-probability dropout of every attention sublayer
+    ``norm``                      ``"pre"`` or ``"post"`` LayerNorm
+    ``backend``                   backend of every attention sublayer (:mod:`maskattn.backends`)
+    ============================  =====================================================================
+
+    A sublayer's own options (``ffn(dim=…, dropout=…)``, ``dman(dropout=…)``) override these.
+    """
+
+    ffn_dim: int | None = None
+    dropout: float = 0.0
+    activation_dropout: float | None = None
+    attention_dropout: float = 0.0
+    norm: str = "pre"
+    backend: str = "auto"
+
+    def __post_init__(self):
+        if self.ffn_dim is not None:
+            check_positive_int(self.ffn_dim, "ffn_dim")
+        check_probability(self.dropout, "dropout")
+        if self.activation_dropout is not None:
+            check_probability(self.activation_dropout, "activation_dropout")
+        check_probability(self.attention_dropout, "attention_dropout")
+        check_choice(self.norm, "norm", NORMS)
+
+    def ffn_width(self, d_model: int, kind: str) -> int:
+        """The FFN width of a layer of ``kind`` (``"transformer"`` or ``"man"``)."""
+        return self.ffn_dim if self.ffn_dim is not None else FFN_WIDTH_FACTORS[kind] * d_model
+
+    @property
+    def ffn_dropout(self) -> float:
+        return self.dropout if self.activation_dropout is None else self.activation_dropout
+
+
+@dataclass(frozen=True)
+class LayerCache:
+    """Incremental-decoding state of a :class:`ChainLayer`, per sublayer in order: an
+    :class:`~maskattn.AttentionCache` for self-attention sublayers, the encoder–decoder keys and values
+    (computed once per source) for the cross-attention sublayer, None for FFNs; plus the source padding."""
+
+    self_attention: tuple[AttentionCache | None, ...]
+    cross: tuple[tuple[torch.Tensor, torch.Tensor] | None, ...]
+    memory_padding: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        """Positions decoded so far."""
+        return next((len(c) for c in self.self_attention if c is not None), 0)
+
+    def reorder(self, index: torch.Tensor) -> LayerCache:
+        """Select / repeat batch rows of every sublayer's state (beam search)."""
+        if not isinstance(index, torch.Tensor) or index.dim() != 1 or index.dtype not in (torch.long, torch.int):
+            raise TypeError(f"index must be a 1-D integer tensor of batch rows, got {describe(index)}")
+        return LayerCache(
+            tuple(None if c is None else c.reorder(index) for c in self.self_attention),
+            tuple(None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index))
+                  for kv in self.cross),
+            None if self.memory_padding is None else self.memory_padding.index_select(0, index))
+
+
+def _self_attention(name: str, options: dict, d_model: int, num_heads: int, settings: LayerSettings, causal: bool,
+                    where: str) -> nn.Module:
+    """A registered attention module, built causal for a decoder (``mha`` with ``mask="causal"``, ``dman`` /
+    ``sman`` with ``causal=True``)."""
+    name = canonical_name(name)
+    options = {"dropout": settings.attention_dropout, "backend": settings.backend, **options}
+    if causal:
+        fixed = {"mask", "causal"} & set(options)
+        if fixed:
+            raise ValueError(f"decoder layer {where!r}: option(s) {sorted(fixed)} of {name!r} cannot be set; decoder "
+                             "self-attention is always causal")
+        if name not in ("mha", "dman", "sman"):
+            raise ValueError(f"decoder layer {where!r}: sublayer {name!r} cannot be a decoder self-attention (it must "
+                             "be causal and decode incrementally); expected one of mha, san, dman, sman")
+        options.update({"mask": "causal"} if name == "mha" else {"causal": True})
+    block = create_attention(name, d_model, num_heads, **options)
+    if causal and getattr(block, "radius", None) == "sqrt":
+        raise ValueError(f"decoder layer {where!r}: sman(radius='sqrt') depends on the whole target length and cannot be decoded "
+                         "incrementally; use a fixed radius such as sman(radius=4)")
+    return block
+
+
+class ChainLayer(nn.Module):
+    """A layer: ``sublayers`` in order, each ``x + dropout(f(LN(x)))`` (pre-LN) or ``LN(x + dropout(f(x)))``
+    (post-LN); outputs at padded positions are 0.
+
+    Args:
+        d_model, num_heads: widths shared by the sublayers.
+        sublayers: ``(name, options)`` pairs: a registered attention name (or ``san``), ``ffn`` (options
+            ``dim``, ``dropout``, ``activation``) or ``cross`` (encoder–decoder attention; a decoder layer).
+        settings: the stack's :class:`LayerSettings`.
+        kind: ``"transformer"`` or ``"man"`` — selects the FFN width default (:data:`FFN_WIDTH_FACTORS`).
+        causal: every self-attention sublayer is causal (a decoder layer); enables :meth:`step`.
+
+    ``forward(x, key_padding_mask=None, memory=None, memory_padding=None)``: ``memory`` ``(B, S, d)`` is the
+    encoder output that ``cross`` sublayers attend to. Incremental decoding: ``cache = layer.init_cache(memory,
+    memory_padding)``, then ``out, cache = layer.step(x_new, cache)``.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, sublayers: Sequence[tuple[str, dict]], settings: LayerSettings
+                 | None = None, *, kind: str = "man", causal: bool = False):
+        super().__init__()
+        settings = LayerSettings() if settings is None else settings
+        check_positive_int(d_model, "d_model")
+        check_choice(kind, "kind", tuple(FFN_WIDTH_FACTORS))
+        if isinstance(sublayers, str) or not isinstance(sublayers, Sequence) or not sublayers:
+            raise TypeError(f"sublayers must be a non-empty list of (name, options) pairs, got {describe(sublayers)}")
+        self.d_model, self.kind, self.causal = d_model, kind, bool(causal)
+        self.names: list[str] = []
+        where = ">".join(name for name, _ in sublayers if name != "cross")
+        blocks = []
+        for i, pair in enumerate(sublayers):
+            if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], dict)):
+                raise TypeError(f"sublayers[{i}] must be a (name, options) pair, got {describe(pair)}")
+            name, options = pair
+            if name == "ffn":
+                options = dict(options)
+                width = options.pop("dim", settings.ffn_width(d_model, kind))
+                blocks.append(FeedForward(d_model, width, dropout=options.pop("dropout", settings.ffn_dropout),
+                                          **options))
+            elif name == "cross":
+                blocks.append(CrossAttention(d_model, num_heads, **{"dropout": settings.attention_dropout,
+                                                                     "backend": settings.backend, **options}))
+            else:
+                blocks.append(_self_attention(name, options, d_model, num_heads, settings, self.causal, where))
+            self.names.append(name)
+        self.sublayers = nn.ModuleList(blocks)
+        self.residuals = nn.ModuleList(Residual(d_model, norm=settings.norm, dropout=settings.dropout)
+                                       for _ in blocks)
+
+    @classmethod
+    def from_recipe(cls, d_model: int, num_heads: int, layer: LayerRecipe, settings: LayerSettings | None = None, *,
+                    ffn: bool = True, decoder: bool = False) -> ChainLayer:
+        """The layer of one :class:`~maskattn.layers.LayerRecipe`: a single attention name is a Transformer
+        layer (attention → FFN, or the attention alone with ``ffn=False``); a ``>`` chain is exactly its
+        sublayers (a MAN layer). ``decoder``: causal self-attention, with the encoder–decoder attention inserted
+        after the last self-attention sublayer (``"dman>san>ffn"`` → DMAN → SAN → cross → FFN)."""
+        sublayers = list(layer.sublayers)
+        if not layer.chain and (ffn or decoder):
+            sublayers.append(("ffn", {}))
+        if decoder:
+            attention_at = [i for i, (name, _) in enumerate(sublayers) if name != "ffn"]
+            if not attention_at:
+                raise ValueError(f"decoder layer {str(layer)!r} has no self-attention sublayer; add one of mha, san, "
+                                 "dman, sman")
+            sublayers.insert(attention_at[-1] + 1, ("cross", {}))
+        return cls(d_model, num_heads, sublayers, settings, kind="man" if layer.chain else "transformer",
+                   causal=decoder)
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        """The sublayer names, in order."""
+        return tuple(self.names)
+
+    def extra_repr(self) -> str:
+        return f"{' -> '.join(name.upper() for name in self.names)}, causal={self.causal}"
+
+    def attention_sublayers(self) -> dict[str, SelfAttention]:
+        """The self-attention sublayers keyed ``"<position>:<name>"`` (e.g. ``"0:dman"``, ``"1:san"``)."""
+        return {f"{i}:{name}": block for i, (name, block) in enumerate(zip(self.names, self.sublayers))
+                if name not in ("ffn", "cross")}
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None,
+                memory: torch.Tensor | None = None, memory_padding: torch.Tensor | None = None) -> torch.Tensor:
+        kpm = check_input(x, self.d_model, key_padding_mask)
+        if "cross" in self.names and memory is None:
+            raise ValueError("this layer has an encoder-decoder attention sublayer; pass memory=encoder output")
+        for name, block, residual in zip(self.names, self.sublayers, self.residuals):
+            if name == "ffn":
+                x = residual(x, block)
+            elif name == "cross":
+                x = residual(x, lambda h, block=block: block(h, block.memory_kv(memory), memory_padding))
+            else:
+                x = residual(x, lambda h, block=block: block(h, key_padding_mask=kpm))
+        return zero_padding(x, kpm)
+
+    def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None,
+                       memory: torch.Tensor | None = None,
+                       memory_padding: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, AttentionMaps]]:
+        """``(out, maps)``: this layer's output and, per self-attention sublayer (keys of
+        :meth:`attention_sublayers`), its :class:`~maskattn.AttentionMaps` on the input it receives."""
+        maps: dict[str, AttentionMaps] = {}
+        handles = [block.register_forward_hook(
+            lambda module, args, kwargs, out, key=key: maps.__setitem__(key, module.attention_maps(*args, **kwargs)),
+            with_kwargs=True) for key, block in self.attention_sublayers().items()]
+        try:
+            out = self(x, key_padding_mask, memory, memory_padding)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return out, maps
+
+    def init_cache(self, memory: torch.Tensor | None = None, memory_padding: torch.Tensor | None = None) -> LayerCache:
+        """An empty incremental-decoding cache (a causal layer); ``memory`` / ``memory_padding`` are the encoder
+        output and its padding when the layer has an encoder–decoder attention sublayer."""
+        if not self.causal:
+            raise ValueError("init_cache needs a causal layer (a decoder layer, or MANLayer(causal=True))")
+        if "cross" in self.names and memory is None:
+            raise ValueError("this layer has an encoder-decoder attention sublayer; pass memory=encoder output")
+        return LayerCache(
+            tuple(block.init_cache() if name not in ("ffn", "cross") else None
+                  for name, block in zip(self.names, self.sublayers)),
+            tuple(block.memory_kv(memory) if name == "cross" else None
+                  for name, block in zip(self.names, self.sublayers)),
+            memory_padding)
+
+    def step(self, x: torch.Tensor, cache: LayerCache,
+             key_padding_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, LayerCache]:
+        """One incremental-decoding step: ``x`` ``(B, n_new, d)`` holds the new positions; returns ``(out, new
+        cache)``, equal to the full causal forward's outputs at those positions."""
+        if not isinstance(cache, LayerCache) or len(cache.self_attention) != len(self.names):
+            raise TypeError(f"cache must be a LayerCache from this layer's init_cache() ({len(self.names)} "
+                            f"sublayers), got {describe(cache)}")
+        kpm = check_input(x, self.d_model, key_padding_mask)
+        caches = list(cache.self_attention)
+        for i, (name, block, residual) in enumerate(zip(self.names, self.sublayers, self.residuals)):
+            if name == "ffn":
+                x = residual(x, block)
+            elif name == "cross":
+                x = residual(x, lambda h, block=block, kv=cache.cross[i]: block(h, kv, cache.memory_padding))
+            else:
+                def attend(h, block=block, i=i):
+                    out, caches[i] = block.step(h, caches[i], key_padding_mask=kpm)
+                    return out
+
+                x = residual(x, attend)
+        return zero_padding(x, kpm), LayerCache(tuple(caches), cache.cross, cache.memory_padding)
+
+
+class EncoderLayer(ChainLayer):
+    """A Transformer encoder layer: one registered self-attention sublayer, then a feed-forward sublayer
+    (``ffn_dim`` default ``4·d_model``)."""
+
+    def __init__(self, d_model: int, num_heads: int, *, attention: str = "mha", attention_options: dict | None = None,
+                 ffn_dim: int | None = None, dropout: float = 0.0, norm: str = "pre"):
+        super().__init__(d_model, num_heads, [(attention, dict(attention_options or {})), ("ffn", {})],
+                         LayerSettings(ffn_dim=ffn_dim, dropout=dropout, norm=norm), kind="transformer")
+
+    @property
+    def attention(self) -> nn.Module:
+        return self.sublayers[0]
+
+
+class MANLayer(ChainLayer):
+    """A Mask Attention Networks layer (MAN §2.5, Fig. 2): sublayers in ``order``, FFN width ``2·d_model``
+    (MAN §3.1). ``order`` elements: ``"dman"`` (:class:`~maskattn.DynamicMaskAttention`, Eq. 12), ``"sman"``
+    (:class:`~maskattn.StaticMaskAttention`, Eq. 11), ``"san"`` (:class:`~maskattn.MultiHeadAttention`, the
+    all-ones mask) and ``"ffn"`` (:class:`~maskattn.layers.FeedForward`, the identity mask, Eq. 9). The default
+    is the paper's DMAN → SAN → FFN; MAN Table 3's variants are e.g. ``("ffn", "san", "ffn")``,
+    ``("san", "san", "ffn")``, ``("dman", "dman", "ffn")``, ``("san", "dman", "ffn")``.
+
+    A thin constructor of :class:`ChainLayer` (the recipe ``"dman>san>ffn"`` builds the same layer).
+
+    Args:
+        d_model, num_heads: width and heads. ffn_dim: FFN width (default ``2·d_model``).
+        norm: ``"pre"`` (authors' translation setups) or ``"post"``. dropout: residual dropout.
+        attention_dropout: attention-probability dropout. activation_dropout: dropout inside the FFN
+            (default: ``dropout``, as every layer of the library).
+        causal: decoder layer (every attention sublayer causal); enables :meth:`step`.
+        backend: attention backend for every attention sublayer.
+        dman_options / sman_options: extra options, e.g. ``{"max_distance": 64, "activation": "relu"}``
+            or ``{"radius": "sqrt"}``.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, *, ffn_dim: int | None = None,
+                 order: Sequence[str] = ("dman", "san", "ffn"), norm: str = "pre", dropout: float = 0.0,
+                 attention_dropout: float = 0.0, activation_dropout: float | None = None, causal: bool = False,
+                 backend: str = "auto", dman_options: dict | None = None, sman_options: dict | None = None):
+        if isinstance(order, str) or not isinstance(order, Sequence) or not order:
+            raise ValueError(f"order must be a non-empty sequence of sublayer names from {MAN_SUBLAYERS}, got "
+                             f"{order!r}")
+        for i, kind in enumerate(order):
+            if kind not in MAN_SUBLAYERS:
+                raise ValueError(f"unknown order element {kind!r} at position {i} of {tuple(order)!r}; expected one "
+                                 f"of {', '.join(repr(k) for k in MAN_SUBLAYERS)}")
+        options = {"dman": dict(dman_options or {}), "sman": dict(sman_options or {})}
+        settings = LayerSettings(ffn_dim=ffn_dim, dropout=dropout, activation_dropout=activation_dropout,
+                                 attention_dropout=attention_dropout, norm=norm, backend=backend)
+        super().__init__(d_model, num_heads, [(kind, options.get(kind, {})) for kind in order], settings, kind="man",
+                         causal=causal)
