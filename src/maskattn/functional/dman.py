@@ -23,6 +23,7 @@ from .. import backends
 from .._validation import check_key_padding_mask, check_probability, check_qkv, check_tensor
 from ..kernels.dman import dynamic_mask_kernel
 from ..kernels.flex import flex_attention_call
+from ..kernels.precision import in_working_precision
 from ..masks import allowed as allowed_pairs, causal as causal_mask, predicate
 from .dot_product import attention_weights
 from .mask_attention import eq4_float64
@@ -57,8 +58,8 @@ def _check_parameters(query_logit, distance_bias, head_bias, B, H, n, dtype, dev
     if head_bias.numel() != H:
         raise ValueError(f"head_bias has {head_bias.numel()} entries but there are {H} heads")
     for name, t in (("query_logit", query_logit), ("distance_bias", distance_bias), ("head_bias", head_bias)):
-        if t.dtype != dtype or t.device != device:
-            raise TypeError(f"{name} is a {t.dtype} tensor on {t.device}; expected {dtype} on {device} like q")
+        if t.device != device:  # dtypes may differ (float32 parameters, bfloat16 activations under autocast)
+            raise ValueError(f"{name} is on {t.device} but q is on {device}")
 
 
 def _validate(q, k, v, query_logit, distance_bias, head_bias, key_padding_mask, q_offset):
@@ -140,14 +141,15 @@ def dynamic_mask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qu
     drop = check_probability(dropout_p, "dropout_p") if training else 0.0
     chosen = backends.resolve("dman", backend, device=q.device, dropout=drop > 0,
                               training=backends.needs_grad(q, k, v, query_logit, distance_bias, head_bias))
-    if chosen == "reference":
+    if chosen == "reference" or (chosen == "sdpa" and torch.compiler.is_compiling()):
+        # under torch.compile the tiled kernel's math runs as plain operations that Inductor traces (§3)
         probs, _ = dynamic_mask_weights(q, k, query_logit, distance_bias, head_bias, causal=causal,
                                         key_padding_mask=kpm, q_offset=q_offset)
         return torch.matmul(F.dropout(probs, drop, training=True) if drop > 0 else probs, v)
     if chosen == "flex":
         return _flex(q, k, v, query_logit, distance_bias, head_bias, causal, kpm, q_offset)
-    return dynamic_mask_kernel(q, k, v, query_logit, distance_bias, head_bias, key_padding_mask=kpm, causal=causal,
-                               q_offset=q_offset, dropout_p=drop)
+    return in_working_precision(dynamic_mask_kernel, q, k, v, query_logit, distance_bias, head_bias, out_dtype=v.dtype,
+                                key_padding_mask=kpm, causal=causal, q_offset=q_offset, dropout_p=drop)
 
 
 def dynamic_mask_attention_reference(q, k, v, query_logit, distance_bias, head_bias, *, causal=False,

@@ -190,7 +190,7 @@ def _factorised(q, k, v, s2t, mask, kpm, scale, backend, drop):
         if scale == "log_sigmoid":
             # softmax_j(logsigmoid(R_ij)) ∝ sigmoid(R_ij): the row normalisation cancels in the ratio.
             y = masked_sigmoid_attention(q, k, augmented, dense, 1.0 / math.sqrt(d_k), n_drop=d_v,
-                                         drop_p=keep_factor)
+                                         drop_p=keep_factor, row_normalise=True)
         elif keep_factor > 0:  # the weights' dropout on the numerator only (Appendix A.3)
             num = fused_attention(q, k, augmented[..., :d_v], allowed=dense, dropout_p=keep_factor)
             den = fused_attention(q, k, augmented[..., d_v:], allowed=dense)
@@ -227,6 +227,12 @@ def _banded(q, k, v, s2t, mask, kpm, scale, band, drop):
 
 
 def _fix_underflow(out, reliable, has_key, q, k, v, s2t, mask, kpm, scale):
+    """Recompute exactly, in log space, the rows whose denominator underflowed (their allowed keys' source2token
+    scores all lie ~88 or more below the feature's maximum). Finding them reads a flag on the host, so this runs
+    in eager mode on the CPU only, where that costs no device synchronisation; on CUDA and under torch.compile
+    such rows stay 0 (docs/design.md §3)."""
+    if torch.compiler.is_compiling() or q.device.type != "cpu":
+        return out
     underflow = (~reliable & has_key).any(-1)  # (B, H, n): rows with a key but an underflowed denominator
     if bool(underflow.any()):
         out = _recompute_rows(out, underflow, q, k, v, s2t, mask, kpm, scale)

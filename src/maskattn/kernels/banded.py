@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .precision import in_working_precision
 from .random import keep_mask, new_seed, seeded_generator
 from .softmax import masked_softmax
 
@@ -42,10 +43,11 @@ def rows_with_key(kpm: torch.Tensor | None, n: int, left: int, right: int) -> to
     return ((cs[:, hi] - cs[:, lo]) > 0)[:, None, :, None]
 
 
-def block_size(n: int, width: int) -> int:
+def block_size(width: int) -> int:
     """Queries per block: the band of one block spans ``C + width − 1`` keys, so the wasted share of
-    the score block is ``(C − 1) / (C + width − 1)``; 16–64 keeps matmuls efficient."""
-    return max(1, min(n, max(16, min(64, width))))
+    the score block is ``(C − 1) / (C + width − 1)``; 16–64 keeps matmuls efficient. Independent of the
+    sequence length (shorter sequences are padded to one block), so a compiled graph serves every length."""
+    return max(16, min(64, width))
 
 
 def banded_kernel(q, k, v, left, right, index, valid, kpm, scale, score_mod, drop):
@@ -56,11 +58,15 @@ def banded_kernel(q, k, v, left, right, index, valid, kpm, scale, score_mod, dro
     rows with no allowed key are 0.
 
     The memory-lean custom-autograd path for ``score_mod`` None or ``F.logsigmoid``
-    (:class:`_BandedAttention`), plain autograd through :func:`_banded_autograd` for any other callable
-    (whose parameters, if it has any, must receive gradients)."""
+    (:class:`_BandedAttention`, computed in float32 for half-precision inputs), plain autograd through
+    :func:`_banded_autograd` for any other callable (whose parameters, if it has any, must receive gradients)
+    and under ``torch.compile``."""
     if score_mod is None or score_mod is F.logsigmoid:
-        return _BandedAttention.apply(q, k, v, left, right, index, valid, kpm, scale,
-                                      score_mod is F.logsigmoid, drop)
+        if torch.compiler.is_compiling():  # the same blocks under plain autograd: traceable for any length
+            return in_working_precision(_banded_autograd, q, k, v, left=left, right=right, index=index, valid=valid,
+                                        kpm=kpm, scale=scale, score_mod=score_mod, drop=drop)
+        return in_working_precision(lambda q, k, v: _BandedAttention.apply(
+            q, k, v, left, right, index, valid, kpm, scale, score_mod is F.logsigmoid, drop), q, k, v)
     return _banded_autograd(q, k, v, left, right, index, valid, kpm, scale, score_mod, drop)
 
 
@@ -71,7 +77,7 @@ def _banded_autograd(q, k, v, left, right, index, valid, kpm, scale, score_mod, 
     d_v = v.shape[-1]
     A = 1 if index is None else index.shape[1]
     width = left + right + 1
-    C = block_size(n, width)
+    C = block_size(width)
     nb = -(-n // C)
     n_pad = nb * C
     L = C + width - 1  # keys reachable from one query block
@@ -156,7 +162,7 @@ class _BandedAttention(torch.autograd.Function):
         B, H, n, d_k = q.shape
         d_v = v.shape[-1]
         A = 1 if index is None else index.shape[1]
-        C = block_size(n, left + right + 1)
+        C = block_size(left + right + 1)
         L = C + left + right
         out = q.new_empty(B, H, n, d_v)
         lse = q.new_empty(B, H, n)

@@ -1,9 +1,11 @@
 """MTSA's factorised attention (docs/design.md §1) with log-sigmoid token2token scores, in one autograd node.
 
-``out = N / D`` with ``[N ; D] = (sigmoid(R) ⊙ mask) @ [v ⊙ E ; E]`` and ``E = exp(S − c)``
-(:func:`source2token_weights`). Works block by block over the batch, so the augmented values, the weights
-and their gradients only ever exist for one block; saves q, k, v, S (the caller's tensors, no copies), the
-output and D; E and the weights are recomputed in backward.
+``out = N / D`` with ``[N ; D] = (w ⊙ mask) @ [v ⊙ E ; E]``, ``w_ij = σ(R_ij)`` scaled per query row by
+its largest allowed value (which cancels in the ratio and keeps rows of very negative scores exact) and
+``E = exp(S − c)`` (:func:`source2token_weights`). Works block by block over the batch, so the augmented
+values, the weights and their gradients only ever exist for one block; saves q, k, v, S (the caller's
+tensors, no copies), the output and D; E and the weights are recomputed in backward. Half-precision inputs
+are computed in float32; under ``torch.compile`` the same math runs as plain differentiable operations.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import math
 
 import torch
 
-from .sigmoid import sigmoid_attention_backward, sigmoid_attention_forward
+from .precision import in_working_precision
+from .sigmoid import masked_sigmoid_attention, sigmoid_attention_backward, sigmoid_attention_forward
 
 __all__ = ["fused_sigmoid_tensorized", "source2token_weights", "reliable_denominator", "FUSED_BLOCK_ELEMENTS"]
 
@@ -60,11 +63,11 @@ class _FusedSigmoidTensorized(torch.autograd.Function):
         for bs in _batch_blocks(B, H * max(n, m) * 2 * d_v):
             e = source2token_weights(s2t[bs], _batch_block(pad, bs))
             y = sigmoid_attention_forward(q[bs].contiguous(), k[bs].contiguous(), torch.cat([v[bs] * e, e], dim=-1),
-                                          _batch_block(blocked, bs), scale)  # (b, H, n, 2 d_v)
+                                          _batch_block(blocked, bs), scale, row_normalise=True)  # (b, H, n, 2 d_v)
             numerator, den = y.split(d_v, dim=-1)
             den = torch.where(reliable_denominator(den), den, torch.full_like(den, math.inf))
             denominator[bs] = den
-            torch.div(numerator, den, out=out[bs])
+            out[bs] = numerator / den
         ctx.save_for_backward(q, k, v, s2t, out, denominator,
                               blocked if blocked is not None else torch.empty(0),
                               pad if pad is not None else torch.empty(0))
@@ -90,7 +93,7 @@ class _FusedSigmoidTensorized(torch.autograd.Function):
             grad_y = torch.cat([grad_num, -grad_num * out[bs]], dim=-1)  # dD = -g · out / D
             gq, gk, gx = sigmoid_attention_backward(grad_y, q[bs].contiguous(), k[bs].contiguous(),
                                                     torch.cat([v_b * e, e], dim=-1), _batch_block(blocked, bs),
-                                                    ctx.scale)
+                                                    ctx.scale, row_normalise=True)
             grad_ve, grad_e = gx.split(d_v, dim=-1)
             grad_q[bs], grad_k[bs] = gq, gk
             grad_v[bs] = grad_ve * e
@@ -98,9 +101,24 @@ class _FusedSigmoidTensorized(torch.autograd.Function):
         return grad_q, grad_k, grad_v, grad_s2t, None, None, None
 
 
+def _traceable(q, k, v, s2t, blocked, pad, scale):
+    """The same function as plain differentiable operations (``torch.compile``)."""
+    d_v = v.shape[-1]
+    e = source2token_weights(s2t, pad)
+    y = masked_sigmoid_attention(q, k, torch.cat([v * e, e], dim=-1), None if blocked is None else ~blocked, scale,
+                                 row_normalise=True)
+    numerator, denominator = y.split(d_v, dim=-1)
+    reliable = reliable_denominator(denominator)
+    out = torch.where(reliable, numerator / torch.where(reliable, denominator, torch.ones_like(denominator)), 0.0)
+    return out, reliable
+
+
 def fused_sigmoid_tensorized(q, k, v, s2t, blocked, pad, scale):
     """``(out, reliable)``: MTSA's output for log-sigmoid scores, q/k ``(B, H, n|m, d_k)``, v/s2t ``(B, H, m, d_v)``,
     ``blocked`` the inverted bool mask (True = excluded) broadcastable to (B, H, n, m) or None, ``pad`` ``(B, 1, m,
     1)`` True = padding key or None; ``reliable`` (non-differentiable) is False where the denominator underflowed
     and the output is 0."""
-    return _FusedSigmoidTensorized.apply(q, k, v, s2t, blocked, pad, scale)
+    if torch.compiler.is_compiling():
+        return in_working_precision(_traceable, q, k, v, s2t, blocked=blocked, pad=pad, scale=scale)
+    return in_working_precision(lambda q, k, v, s2t: _FusedSigmoidTensorized.apply(q, k, v, s2t, blocked, pad, scale),
+                                q, k, v, s2t)
