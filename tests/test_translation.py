@@ -17,13 +17,11 @@ from typer.testing import CliRunner
 
 from _train_helpers import fit_killed_before_step, tiny_config, write_sentiment
 from maskattn.cli import app
-from maskattn.data.parallel import (ParallelText, TokenBatchSampler, collate_pairs, encode_pairs, read_parallel,
-                                    split_lines)
+from maskattn.data.parallel import ParallelText, TokenBatchSampler, collate_pairs, encode_pairs, read_parallel
 from maskattn.data.subword import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordModel
 from maskattn.train import Trainer, load_checkpoint, load_config, read_metrics, resume
-from maskattn.train.api import load_translator
+from maskattn.inference import load_translator, summed_loss
 from maskattn.train.config import RunConfig, from_dict, preset_path
-from maskattn.train.evaluation import summed_loss
 
 runner = CliRunner()
 
@@ -120,11 +118,6 @@ def test_mismatched_line_counts_name_both_files(tmp_path):
     (data / "val.de").write_text("Nur eine Zeile.\n")
     with pytest.raises(ValueError, match=r"val\.en has 12 lines, .*val\.de has 1 lines"):
         Trainer(translation_config(data, tmp_path / "run"))
-
-
-def test_lines_split_on_newline_only():
-    assert split_lines("a\n\nb\r\nc\u2028d\n") == ["a", "", "b", "c\u2028d"]  # str.splitlines would give 5
-    assert split_lines("") == [] and split_lines("x") == ["x"]
 
 
 def test_encoding_skips_empty_training_pairs_and_filters_or_truncates_long_ones():

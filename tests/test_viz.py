@@ -19,7 +19,7 @@ from maskattn.cli import app
 from maskattn.data.readers import read_tsv
 from maskattn.functional.local import local_attention_maps
 from maskattn.train import Trainer
-from maskattn.train.api import load_model
+from maskattn.inference import load_model
 
 runner = CliRunner()
 SENTENCE = "the film was very good"

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
+
+from ..configuration import Rule, at_least, check_section, in_range, one_of, optional, positive
 
 __all__ = ["ModelConfig", "MODEL_TYPES"]
 
@@ -57,3 +60,26 @@ class ModelConfig:
     decoder_layers: int | None = None
     share_embeddings: bool = False
     tie_output: bool = True
+
+    # choices listed by the modules that use them (model.norm, positional, pool, activation, backend, preset)
+    # are checked when the model is built
+    RULES: ClassVar[dict[str, Rule]] = {
+        "type": one_of(*MODEL_TYPES),
+        "d_model": at_least(1),
+        "embed_dim": optional(at_least(1)),
+        "num_heads": at_least(1),
+        "ffn_dim": optional(at_least(1)),
+        "max_len": at_least(1),
+        "dropout": in_range(0, 1),
+        "attention_dropout": in_range(0, 1),
+        "mlp_hidden": optional(at_least(1)),
+        "mlp_layers": at_least(0),
+        "embed_scale": optional(positive()),
+        "embed_dropout": optional(in_range(0, 1)),
+        "embed_init": positive(),
+        "encoder_layers": optional(at_least(1)),
+        "decoder_layers": optional(at_least(1)),
+    }
+
+    def __post_init__(self):
+        check_section(self, "model", self.RULES)

@@ -15,8 +15,7 @@ import torch.nn as nn
 from .._validation import describe
 from ..attention import list_attentions
 from ..encoder import SAN_ALIAS
-from ..train.api import LoadedModel
-from ..translation import Translator
+from ..inference import LoadedModel, Translator
 from .sources import MapSource, load_for_maps
 
 __all__ = ["Sublayer", "SentenceMaps", "sentence_maps", "mechanism_names", "find_sublayers", "check_layers"]
