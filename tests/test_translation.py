@@ -298,6 +298,33 @@ def test_over_long_input_is_truncated_with_a_warning(trained):
     assert result.stdout.count("\n") == 2
 
 
+def test_translate_and_eval_split_lines_on_newline_only(trained, tmp_path):
+    data, run, _ = trained
+    source = tmp_path / "cr.en"
+    source.write_bytes(b"The cat.\rThe dog.\r\nThe tree.\n")  # a lone \r is inside line 1; \r\n ends line 2
+    result = runner.invoke(app, ["translate", "-k", str(run / "best.safetensors"), "-i", str(source), "--beam", "1"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("\n") == 2  # two lines in, two out (a lone \r used to make three)
+    reference = tmp_path / "cr.de"
+    reference.write_bytes(b"Die Katze.\rDer Hund.\nDer Baum.\n")
+    result = runner.invoke(app, ["eval", "-k", str(run / "best.safetensors"), "--src", str(source), "--ref",
+                                 str(reference), "--beam", "1"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["sentences"] == 2
+
+
+def test_bad_translation_input_is_a_message(trained, tmp_path):
+    data, run, _ = trained
+    result = runner.invoke(app, ["translate", "-k", str(run / "best.safetensors"), "--beam", "1"],
+                           input=b"The cat.\nThe caf\xe9.\n")
+    assert result.exit_code == 2 and "<stdin>:2: not UTF-8 text (byte 0xe9" in flat(result.output)
+    for name in ("empty.en", "empty.de"):
+        (tmp_path / name).write_text("")
+    result = runner.invoke(app, ["eval", "-k", str(run / "best.safetensors"), "--src", str(tmp_path / "empty.en"),
+                                 "--ref", str(tmp_path / "empty.de")])
+    assert result.exit_code == 2 and "hold no lines: there is nothing to score" in flat(result.output)
+
+
 def test_wrong_checkpoint_types_give_clear_errors(trained, tmp_path):
     data, run, _ = trained
     sentiment = write_sentiment(tmp_path)

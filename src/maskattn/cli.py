@@ -48,7 +48,8 @@ def _user_errors() -> Iterator[None]:
     try:
         yield
     except USER_ERRORS as exc:
-        Console(stderr=True).print(f"[red]error:[/red] {escape(_message(exc))}", markup=True, highlight=False)
+        Console(stderr=True).print(f"[red]error:[/red] {escape(_message(exc))}", markup=True, highlight=False,
+                                   soft_wrap=True)  # one line, whatever the terminal's width: paths stay whole
         raise typer.Exit(code=2) from None
 
 
