@@ -16,7 +16,7 @@ import maskattn.inference
 import maskattn.train.api
 from _train_helpers import tiny_config, write_sentiment
 from maskattn.cli import app
-from maskattn.train import Trainer, load_checkpoint, read_metrics, run_default_job
+from maskattn.train import RunFolder, Trainer, load_checkpoint, read_metrics, run_default_job
 
 runner = CliRunner()
 
@@ -83,12 +83,15 @@ def one_line_error(result) -> str:
     ("train.device=gpu", "train.device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
     ("data.dev_fraction=1", "data.dev_fraction must be in (0, 1), got 1.0"),
     ("optim.betas=[0.9", "override 'optim.betas=[0.9': the value is not valid YAML"),
+    ("model.encoder=[5]", "model.encoder must be a layer recipe or baseline name (text), or a non-empty list"),
+    ("data.source=hf", "data.source 'hf' needs data.hf_name"),  # was a TypeError from datasets
+    ("train.metric=f1", "train.metric 'f1' is not computed for model.type 'sentence'; expected one of accuracy, loss"),
 ])
 def test_bad_config_values_name_the_key_and_the_range(tmp_path, setting, message):
     data = write_sentiment(tmp_path)
     result = runner.invoke(app, ["train", "--data", str(data), "--out", str(tmp_path / "run"), "--set", setting])
     assert message in one_line_error(result)
-    assert not (tmp_path / "run").exists()  # refused before anything was written
+    assert RunFolder(tmp_path / "run").run_entries() == []  # refused before anything of a run was written
 
 
 def test_io_errors_name_the_path(tmp_path):

@@ -12,6 +12,15 @@ __all__ = ["ModelConfig", "MODEL_TYPES"]
 MODEL_TYPES = ("sentence", "pair", "tagger", "seq2seq")
 
 
+def _is_recipe(value) -> bool:
+    def text(v) -> bool:
+        return isinstance(v, str) and bool(v.strip())
+    return text(value) or (isinstance(value, list) and bool(value) and all(text(v) for v in value))
+
+
+_RECIPE = Rule(_is_recipe, "a layer recipe or baseline name (text), or a non-empty list of recipe groups (texts)")
+
+
 @dataclass
 class ModelConfig:
     """What to build (see :func:`maskattn.models.build_model`).
@@ -65,6 +74,8 @@ class ModelConfig:
     # are checked when the model is built
     RULES: ClassVar[dict[str, Rule]] = {
         "type": one_of(*MODEL_TYPES),
+        "encoder": _RECIPE,
+        "decoder": optional(_RECIPE),
         "d_model": at_least(1),
         "embed_dim": optional(at_least(1)),
         "num_heads": at_least(1),

@@ -80,9 +80,9 @@ class ClassificationTask:
     """Sentence / pair classification and tagging on the readers of :mod:`maskattn.data`."""
 
     unit = "examples"
-    metrics = ("accuracy", "f1", "loss")
 
     def __init__(self, cfg: RunConfig, device: torch.device, checkpoint: Checkpoint | None = None):
+        self.metrics = ("accuracy", "f1", "loss") if cfg.model.type == "tagger" else ("accuracy", "loss")
         if cfg.data.format == "parallel":
             raise ValueError(f"data.format 'parallel' is translation data; set model.type=seq2seq (model.type is "
                              f"{cfg.model.type!r})")
