@@ -47,7 +47,7 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     :class:`DataError`."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"data file {path} does not exist")
+        raise DataError(f"data file {path} {'is not a file' if path.exists() else 'does not exist'}")
     with path.open("rb") as stream:
         yield from _lines_of(stream, str(path))
 
