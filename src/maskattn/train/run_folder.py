@@ -79,7 +79,11 @@ class RunFolder:
                                  "started": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
         handle.flush()
         self._lock_file = handle
-        remove_stale_temp_files(self.path)
+        try:
+            remove_stale_temp_files(self.path)
+        except BaseException:
+            self.unlock()
+            raise
         return self
 
     def unlock(self) -> None:

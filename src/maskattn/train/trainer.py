@@ -91,9 +91,9 @@ class Trainer:
         self.console = console or Console()
         self.out_dir = Path(loop.out_dir)
         self.folder = RunFolder(self.out_dir)
-        if self.dist.is_main:
-            self.folder.lock()
         try:
+            if self.dist.is_main:
+                self.folder.lock()
             self._setup(overwrite, _checkpoint)
         except BaseException:
             self.close()
@@ -277,68 +277,66 @@ class Trainer:
 
     def fit(self) -> dict:
         """Train until ``max_steps`` / ``max_epochs`` or early stopping; then evaluate the best checkpoint on
-        the test split. Ctrl-C / SIGTERM stop the loop; checkpoints already written stay intact."""
+        the test split. Ctrl-C / SIGTERM stop the loop; checkpoints already written stay intact. However it
+        ends, the run folder is released."""
+        try:
+            try:
+                self._train(self.total_steps())
+            except KeyboardInterrupt:
+                if self.dist.is_main:
+                    last = self.out_dir / "last.safetensors"
+                    where = f"; resume with --resume {last}" if last.exists() else ""
+                    self.console.print(f"[yellow]interrupted at step {self.step}[/yellow]: checkpoints in "
+                                       f"{self.out_dir} are intact{where}")
+                raise
+            return self._finish()
+        finally:
+            cleanup(self.dist)
+            self.close()
+
+    def _train(self, total: int) -> None:
+        """The loop: optimiser steps, train rows every ``log_every`` steps, evaluations and checkpoints, until
+        step ``total`` or early stopping."""
         loop = self.cfg.train
-        total = self.total_steps()
         self._start = time.perf_counter()
         speed_key = f"{self.task.unit}_per_s"
         self._train_units, self._train_seconds = 0, 0.0  # throughput of the training steps alone
         window_loss, window_units, window_start, window_steps = 0.0, 0, time.perf_counter(), 0
         stop = self.step >= total
-        interrupted = False
-        try:
-            with TrainProgress(total, console=self.console, enabled=loop.progress and self.dist.is_main,
-                               start=self.step, unit="tok" if self.task.unit == "tokens" else "ex") as bar:
-                while not stop:
-                    batches = self.sampler.batches(self.epoch)
-                    while self.position < len(batches) and not stop:
-                        step_start = time.perf_counter()
-                        loss, units = self._train_step(batches[self.position])
-                        self._train_seconds += time.perf_counter() - step_start
-                        self._train_units += units
-                        if not math.isfinite(loss):
-                            raise DivergenceError(f"training loss is {loss} at step {self.step + 1}; lower "
-                                                  "optim.lr or set optim.clip_norm")
-                        self.step += 1
-                        self.position += 1
-                        window_loss += loss
-                        window_units += units
-                        window_steps += 1
-                        if self.step % loop.log_every == 0 or self.step == total:
-                            speed = window_units / max(1e-9, time.perf_counter() - window_start)
-                            self.logger.log(step=self.step, epoch=self.epoch, split="train",
-                                            loss=window_loss / window_steps, lr=self.optimizer.param_groups[0]["lr"],
-                                            **{speed_key: round(speed, 1)}, elapsed_s=self._elapsed())
-                            bar.update(self.step, loss=window_loss / window_steps, speed=speed)
-                            window_loss, window_units, window_steps = 0.0, 0, 0
-                            window_start = time.perf_counter()
-                        if self.position == len(batches):
-                            self.epoch, self.position = self.epoch + 1, 0
-                        stop = self.step >= total
-                        end_of_epoch = self.position == 0
-                        if (loop.eval_every and self.step % loop.eval_every == 0) or \
-                                (not loop.eval_every and end_of_epoch) or stop:
-                            stop = self._evaluate_and_checkpoint() or stop
-                        if end_of_epoch:
-                            break
-        except KeyboardInterrupt:
-            interrupted = True
-            if self.dist.is_main:
-                last = self.out_dir / "last.safetensors"
-                where = f"; resume with --resume {last}" if last.exists() else ""
-                self.console.print(f"[yellow]interrupted at step {self.step}[/yellow]: checkpoints in "
-                                   f"{self.out_dir} are intact{where}")
-            raise
-        finally:
-            if interrupted:
-                cleanup(self.dist)
-                self.close()
-        try:
-            summary = self._finish()
-        finally:
-            cleanup(self.dist)
-            self.close()
-        return summary
+        with TrainProgress(total, console=self.console, enabled=loop.progress and self.dist.is_main,
+                           start=self.step, unit="tok" if self.task.unit == "tokens" else "ex") as bar:
+            while not stop:
+                batches = self.sampler.batches(self.epoch)
+                while self.position < len(batches) and not stop:
+                    step_start = time.perf_counter()
+                    loss, units = self._train_step(batches[self.position])
+                    self._train_seconds += time.perf_counter() - step_start
+                    self._train_units += units
+                    if not math.isfinite(loss):
+                        raise DivergenceError(f"training loss is {loss} at step {self.step + 1}; lower "
+                                              "optim.lr or set optim.clip_norm")
+                    self.step += 1
+                    self.position += 1
+                    window_loss += loss
+                    window_units += units
+                    window_steps += 1
+                    if self.step % loop.log_every == 0 or self.step == total:
+                        speed = window_units / max(1e-9, time.perf_counter() - window_start)
+                        self.logger.log(step=self.step, epoch=self.epoch, split="train",
+                                        loss=window_loss / window_steps, lr=self.optimizer.param_groups[0]["lr"],
+                                        **{speed_key: round(speed, 1)}, elapsed_s=self._elapsed())
+                        bar.update(self.step, loss=window_loss / window_steps, speed=speed)
+                        window_loss, window_units, window_steps = 0.0, 0, 0
+                        window_start = time.perf_counter()
+                    if self.position == len(batches):
+                        self.epoch, self.position = self.epoch + 1, 0
+                    stop = self.step >= total
+                    end_of_epoch = self.position == 0
+                    if (loop.eval_every and self.step % loop.eval_every == 0) or \
+                            (not loop.eval_every and end_of_epoch) or stop:
+                        stop = self._evaluate_and_checkpoint() or stop
+                    if end_of_epoch:
+                        break
 
     def _finish(self) -> dict:
         """Reload the best checkpoint's weights and evaluate them on the test split."""
