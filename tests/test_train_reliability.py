@@ -26,7 +26,8 @@ import maskattn.train.files
 from _train_helpers import fit_killed_before_step, sentiment_lines, tiny_config, write_sentiment
 from maskattn.checkpoint import FORMAT, load_checkpoint
 from maskattn.cli import app
-from maskattn.errors import CheckpointError, ConfigError, DataError, RunFolderError, UnverifiedCheckpointWarning
+from maskattn.errors import (CheckpointError, ConfigError, DataError, DivergenceError, RunFolderError,
+                             UnverifiedCheckpointWarning)
 from maskattn.train import RunFolder, Trainer, cross_validate, read_metrics, resume
 
 runner = CliRunner()
@@ -67,11 +68,16 @@ def test_a_held_run_folder_stops_a_second_trainer_naming_the_holder(tmp_path):
         pass
 
 
-def test_a_trainer_that_fails_to_build_releases_its_folder(tmp_path):
+def test_a_failed_run_releases_its_folder(tmp_path, monkeypatch):
     data = write_sentiment(tmp_path)
     with pytest.raises(ConfigError):
-        Trainer(tiny_config(data, tmp_path / "run", train={"metric": "bleu"}))
+        Trainer(tiny_config(data, tmp_path / "run", train={"metric": "bleu"}))  # fails while it is built
     with RunFolder(tmp_path / "run"):
+        pass
+    monkeypatch.setattr(Trainer, "_train_step", lambda self, indices: (float("nan"), len(indices)))
+    with pytest.raises(DivergenceError, match="training loss is nan at step 1"):
+        Trainer(tiny_config(data, tmp_path / "diverged")).fit()  # fails while it trains
+    with RunFolder(tmp_path / "diverged"):
         pass
 
 
