@@ -63,8 +63,9 @@ def _alive(pid: int) -> bool:
 
 
 def remove_stale_temp_files(folder: str | Path) -> list[Path]:
-    """Delete the ``.<name>.tmp-<pid>`` files in ``folder`` whose process is gone (killed while writing);
-    returns them. Files of live processes are kept: they may still be writing."""
+    """Delete the ``.<name>.tmp-<pid>`` files in ``folder`` whose process is gone (killed while writing), or
+    whose pid is this process's own (left by an earlier process with the same pid: this one is not writing in a
+    folder it is only now taking); returns them. Files of other live processes are kept: they may be writing."""
     folder = Path(folder)
     removed = []
     for entry in folder.iterdir() if folder.is_dir() else ():
