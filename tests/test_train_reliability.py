@@ -6,6 +6,7 @@ killed with SIGKILL, two runs started into one folder) are marked slow; each has
 from __future__ import annotations
 
 import errno
+import fcntl
 import io
 import json
 import os
@@ -23,6 +24,7 @@ from safetensors.torch import save_file
 from typer.testing import CliRunner
 
 import maskattn.train.files
+import maskattn.train.run_folder
 from _train_helpers import fit_killed_before_step, sentiment_lines, tiny_config, write_sentiment
 from maskattn.checkpoint import FORMAT, load_checkpoint
 from maskattn.cli import app
@@ -62,18 +64,36 @@ def test_a_held_run_folder_stops_a_second_trainer_naming_the_holder(tmp_path):
             Trainer(tiny_config(data, tmp_path / "run"))
         assert not (tmp_path / "run" / "config.yaml").exists()  # the second trainer wrote nothing
     summary = Trainer(tiny_config(data, tmp_path / "run", train={"max_steps": 4})).fit()  # free again
-    assert summary["steps"] == 4
+    assert summary["steps"] == 4 and not (tmp_path / "run" / ".lock").exists()  # released: the file is gone
     Trainer(tiny_config(data, tmp_path / "other", train={"max_steps": 2})).fit()
     with RunFolder(tmp_path / "other"):  # the trainers released their folders when fit() returned
         pass
+
+
+def test_a_lock_file_deleted_by_its_last_holder_is_not_trusted(tmp_path, monkeypatch):
+    first = RunFolder(tmp_path / "run").lock()
+    real_flock, released = fcntl.flock, []
+
+    def holder_releases_first(handle, operation):  # the holder lets go between our open() and our flock()
+        if operation & fcntl.LOCK_EX and not released:
+            released.append(True)
+            first.unlock()  # deletes the .lock file we have just opened (and the empty folder)
+        return real_flock(handle, operation)
+
+    monkeypatch.setattr(maskattn.train.run_folder.fcntl, "flock", holder_releases_first)
+    second = RunFolder(tmp_path / "run").lock()  # locked the deleted file, noticed, took the new one
+    monkeypatch.undo()
+    assert released and json.loads((tmp_path / "run" / ".lock").read_text())["pid"] == os.getpid()
+    with pytest.raises(RunFolderError, match="in use by another run"):
+        RunFolder(tmp_path / "run").lock()  # the file at the path is the one second holds
+    second.unlock()
 
 
 def test_a_failed_run_releases_its_folder(tmp_path, monkeypatch):
     data = write_sentiment(tmp_path)
     with pytest.raises(ConfigError):
         Trainer(tiny_config(data, tmp_path / "run", train={"metric": "bleu"}))  # fails while it is built
-    with RunFolder(tmp_path / "run"):
-        pass
+    assert not (tmp_path / "run").exists()  # the folder it created is removed again, lock file and all
     monkeypatch.setattr(Trainer, "_train_step", lambda self, indices: (float("nan"), len(indices)))
     with pytest.raises(DivergenceError, match="training loss is nan at step 1"):
         Trainer(tiny_config(data, tmp_path / "diverged")).fit()  # fails while it trains

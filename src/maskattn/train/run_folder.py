@@ -3,9 +3,11 @@
 :meth:`RunFolder.lock` takes an exclusive ``fcntl.flock`` on ``<folder>/.lock`` without waiting and writes the
 holder's pid, host and start time into it. A second process that asks for the same folder fails at once with
 :class:`~maskattn.errors.RunFolderError` naming the holder. The lock belongs to the open file: it ends when the
-holder unlocks, exits or is killed (even by ``SIGKILL``), so a crashed run never leaves a folder locked. The
-``.lock`` file itself stays (an empty lock file means nothing; removing it would let two processes lock two
-different files of the same name).
+holder unlocks, exits or is killed (even by ``SIGKILL``), so a crashed run never leaves a folder locked (its
+``.lock`` file stays, and the next process simply locks it). :meth:`RunFolder.unlock` deletes ``.lock`` while
+still holding it, and a folder it created that is still empty; since a process may have opened the old file
+just before, :meth:`RunFolder.lock` checks after locking that the path still names the file it locked, and
+starts again when it does not.
 
 Limits: ``flock`` locks are reliable on local file systems. On NFS (Linux ≥ 2.6.12 maps ``flock`` to NFS
 byte-range locks) it works across machines only where the NFS lock service runs; on some network or FUSE file
@@ -54,6 +56,7 @@ class RunFolder:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._lock_file = None
+        self._created = False  # did lock() create the folder?
 
     @property
     def locked(self) -> bool:
@@ -63,16 +66,14 @@ class RunFolder:
     def lock(self) -> RunFolder:
         """Take the folder (creating it) or raise :class:`RunFolderError` naming the process that holds it;
         then remove stale temporary files. ``OSError`` (e.g. no permission) names the path."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path / LOCK_NAME, "a+", encoding="utf-8")  # not truncated before it is ours
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = _holder(handle.read())
-            handle.close()
-            raise RunFolderError(f"run folder {self.path} is in use by another run ({holder}); wait for it to end, "
-                                 "or give this run another folder (--out)") from None
+        self._created = False
+        while True:
+            if not self.path.is_dir():  # new, or removed by its previous holder since the last attempt
+                self.path.mkdir(parents=True, exist_ok=True)
+                self._created = True
+            handle = self._locked_file()
+            if handle is not None:
+                break
         handle.seek(0)
         handle.truncate()
         handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
@@ -86,12 +87,43 @@ class RunFolder:
             raise
         return self
 
+    def _locked_file(self):
+        """The lock file, opened and locked by this process; ``None`` when the file was deleted or replaced by
+        its previous holder in the meantime (try again); :class:`RunFolderError` when another process holds it."""
+        path = self.path / LOCK_NAME
+        handle = open(path, "a+", encoding="utf-8")  # not truncated before it is ours
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = _holder(handle.read())
+            handle.close()
+            raise RunFolderError(f"run folder {self.path} is in use by another run ({holder}); wait for it to end, "
+                                 "or give this run another folder (--out)") from None
+        try:
+            current = os.stat(path)
+        except FileNotFoundError:
+            current = None
+        opened = os.fstat(handle.fileno())
+        if current is None or (current.st_dev, current.st_ino) != (opened.st_dev, opened.st_ino):
+            handle.close()  # we locked a file its previous holder has just deleted
+            return None
+        return handle
+
     def unlock(self) -> None:
-        """Release the folder (a no-op when it is not held)."""
-        if self._lock_file is not None:
-            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
-            self._lock_file.close()
-            self._lock_file = None
+        """Release the folder (a no-op when it is not held): delete ``.lock`` while still holding it, then the
+        folder itself when :meth:`lock` created it and nothing was written into it."""
+        if self._lock_file is None:
+            return
+        (self.path / LOCK_NAME).unlink(missing_ok=True)
+        if self._created and not any(self.path.iterdir()):
+            try:
+                self.path.rmdir()
+            except OSError:  # another process has just started to take the folder: it is theirs now
+                pass
+        fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+        self._lock_file.close()
+        self._lock_file = None
 
     def __enter__(self) -> RunFolder:
         return self.lock()
