@@ -4,15 +4,19 @@ the embedded default job, and error messages."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
+import maskattn.inference
+import maskattn.train.api
 from _train_helpers import tiny_config, write_sentiment
 from maskattn.cli import app
-from maskattn.train import load_checkpoint, read_metrics, run_default_job
+from maskattn.train import Trainer, load_checkpoint, read_metrics, run_default_job
 
 runner = CliRunner()
 
@@ -60,6 +64,94 @@ def test_cli_errors_are_messages_not_tracebacks(tmp_path):
     assert result.exit_code == 2 and "does not exist" in result.output
     result = runner.invoke(app, ["train", "--resume", str(tmp_path / "x.safetensors"), "--set", "model.d_model=8"])
     assert result.exit_code == 2 and "only train.* settings may change" in result.output
+
+
+def one_line_error(result) -> str:
+    """The message of a command that failed on a user mistake: exit code 2, one ``error:`` line, no traceback."""
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and result.output.count("\n") == 1, result.output
+    return result.output
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("model.d_model=-16", "model.d_model must be an int >= 1, got -16"),
+    ("optim.betas=[0.9]", "optim.betas must be a list of two values, each in [0, 1), got [0.9]"),
+    ("train.eval_every=-1", "train.eval_every must be an int >= 0, got -1"),
+    ("train.patience=-3", "train.patience must be an int >= 0, got -3"),
+    ("model.max_len=0", "model.max_len must be an int >= 1, got 0"),
+    ("optim.lr=.nan", "optim.lr must be a number >= 0, got nan"),
+    ("train.device=gpu", "train.device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
+    ("data.dev_fraction=1", "data.dev_fraction must be in (0, 1), got 1.0"),
+    ("optim.betas=[0.9", "override 'optim.betas=[0.9': the value is not valid YAML"),
+    ("model.encoder=[5]", "model.encoder must be a layer recipe or baseline name (text), or a non-empty list"),
+    ("data.source=hf", "data.source 'hf' needs data.hf_name"),  # was a TypeError from datasets
+    ("train.metric=f1", "train.metric 'f1' is not computed for model.type 'sentence'; expected one of accuracy, loss"),
+])
+def test_bad_config_values_name_the_key_and_the_range(tmp_path, setting, message):
+    data = write_sentiment(tmp_path)
+    result = runner.invoke(app, ["train", "--data", str(data), "--out", str(tmp_path / "run"), "--set", setting])
+    assert message in one_line_error(result)
+    assert not (tmp_path / "run").exists()  # nothing written, not even the folder
+
+
+def test_io_errors_name_the_path(tmp_path):
+    data = write_sentiment(tmp_path)
+    blocked = tmp_path / "file"
+    blocked.write_text("a file, not a folder")
+    result = runner.invoke(app, ["train", "--data", str(data), "--out", str(blocked / "run"), "--max-steps", "2"])
+    assert f"{blocked / 'run'}: " in one_line_error(result)  # FileExistsError / NotADirectoryError, as path: reason
+
+
+def test_internal_errors_are_tracebacks_not_messages(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(maskattn.inference, "predict", broken)
+    result = runner.invoke(app, ["predict", "-k", str(tmp_path / "x.safetensors"), "hello"])
+    assert result.exit_code == 1 and isinstance(result.exception, KeyError)
+    monkeypatch.setattr(maskattn.train.api, "train", lambda *a, **k: None + 1)  # a TypeError inside training
+    result = runner.invoke(app, ["train", "--data", str(write_sentiment(tmp_path)), "--max-steps", "1"])
+    assert result.exit_code == 1 and isinstance(result.exception, TypeError)
+
+
+def test_an_internal_error_prints_its_traceback(tmp_path):
+    code = ("import sys, maskattn.cli, maskattn.inference\n"
+            "def broken(*a, **k): raise RuntimeError('internal bug')\n"
+            "maskattn.inference.predict = broken\n"
+            "sys.argv = ['maskattn', 'predict', '-k', 'x.safetensors', 'hello']\n"
+            "maskattn.cli.app()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 1 and "Traceback" in done.stderr and "RuntimeError: internal bug" in done.stderr
+
+
+def test_predict_gives_one_output_line_per_input_line(tmp_path):
+    data = write_sentiment(tmp_path)
+    Trainer(tiny_config(data, tmp_path / "run", train={"max_steps": 30, "eval_every": 10})).fit()
+    lines = tmp_path / "in.txt"
+    lines.write_bytes(b"the film was good\n\nthe plot was bad\nvery\x0cgood\r\n")  # blank line 2, \f in line 4
+    result = runner.invoke(app, ["predict", "-k", str(tmp_path / "run" / "best.safetensors"), "--input", str(lines)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.split("\n") == ["pos", "", "neg", "pos", ""]  # 4 lines in, 4 out; blank in, blank out
+
+
+def test_classifier_inputs_longer_than_the_model_reads_are_truncated_with_a_warning(tmp_path):
+    data = write_sentiment(tmp_path)  # sentences of 4 to 10 tokens
+    cfg = tiny_config(data, tmp_path / "run", model={"positional": "sinusoidal", "max_len": 8},
+                      train={"max_steps": 20, "eval_every": 10})
+    summary = Trainer(cfg).fit()  # training cuts at the positional table's 8 rows too
+    best = str(tmp_path / "run" / "best.safetensors")
+    result = runner.invoke(app, ["eval", "-k", best, "--data", str(data / "test.tsv")])
+    assert result.exit_code == 0, result.output  # was: the whole file refused (sequence length exceeds max_len)
+    assert summary_of(result.stdout)["accuracy"] == summary["test"]["accuracy"]
+    long_lines = [i + 1 for i, line in enumerate((data / "test.tsv").read_text().splitlines())
+                  if len(line.split("\t")[1].split()) > 8]
+    warning = " ".join(result.stderr.split())
+    assert f"{len(long_lines)} input line(s) longer than the model's max_len were truncated to fit (the first 8 " \
+           f"tokens): line(s) {', '.join(map(str, long_lines[:10]))}" in warning
+    result = runner.invoke(app, ["predict", "-k", best, "good", "the film was very very good and the plot too"])
+    assert result.exit_code == 0 and len(result.stdout.splitlines()) == 2
+    assert "1 input line(s) longer than the model's max_len were truncated" in " ".join(result.stderr.split())
+    assert "line(s) 2" in result.stderr
 
 
 def test_list_shows_mechanisms_models_and_presets():

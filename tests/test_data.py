@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -11,12 +12,41 @@ from maskattn.data import (BucketBatchSampler, DataConfig, LabelSet, OrderTask, 
                            Vocabulary, check_label_sets, collate, encode_examples, holdout, kfold, kfold_indices,
                            load_glove, load_splits, read_conll, read_nli_jsonl, read_trec, read_tsv)
 from maskattn.data.hf import hf_available
+from maskattn.data.text import read_lines, read_stream_lines
+from maskattn.errors import DataError
 
 
 def write(tmp_path, name, text):
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
     return path
+
+
+# --- the line policy ------------------------------------------------------------------------------------
+
+def test_lines_split_on_newline_only(tmp_path):
+    def lines(data: bytes) -> list[str]:
+        (tmp_path / "f.txt").write_bytes(data)
+        return read_lines(tmp_path / "f.txt")
+
+    assert lines("a\n\nb\r\nc\u2028d\n".encode()) == ["a", "", "b", "c\u2028d"]  # str.splitlines would give 5
+    assert lines(b"") == [] and lines(b"x") == ["x"]
+    # a lone \r, a form feed, a vertical tab stay inside their line (text mode and splitlines split there)
+    assert lines(b"one\rstill one\nform\x0cfeed\nv\x0btab\n") == ["one\rstill one", "form\x0cfeed", "v\x0btab"]
+    assert lines(b"\n\n") == ["", ""]  # blank lines are lines
+    assert read_stream_lines(io.BytesIO(b"a\r\n\nb")) == ["a", "", "b"]  # stdin: the same policy
+
+
+def test_a_byte_order_mark_is_dropped_and_bad_bytes_name_file_and_line(tmp_path):
+    bom = tmp_path / "bom.tsv"
+    bom.write_bytes(b"\xef\xbb\xbfDESC\tWhat is it ?\nNUM\tHow many ?\n")
+    assert [e.label for e in read_tsv(bom)] == ["DESC", "NUM"]  # not '\ufeffDESC'
+    latin = tmp_path / "latin.tsv"
+    latin.write_bytes(b"pos\tgood\nneg\tcaf\xe9 bad\n")
+    with pytest.raises(DataError, match=r"latin\.tsv:2: not UTF-8 text \(byte 0xe9 at byte 8 of the line\)"):
+        read_tsv(latin)
+    with pytest.raises(DataError, match=r"<stdin>:1: not UTF-8 text"):
+        read_stream_lines(io.BytesIO(b"\xff\n"))
 
 
 # --- readers -----------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from maskattn.decoding import Hypothesis, beam_search, greedy_decode, length_penalty_factor
+from maskattn.inference import Hypothesis, beam_search, greedy_decode, length_penalty_factor
 from maskattn.models.seq2seq import DecoderState, Seq2Seq
 
 PRESETS = sorted(Seq2Seq.PRESETS)

@@ -12,7 +12,7 @@ from _train_helpers import fit_killed_before_step, tiny_config, write_conll, wri
 from maskattn.models import ModelConfig, build_model
 from maskattn.train import Trainer, load_checkpoint, load_config, read_metrics, resume
 from maskattn.train.config import list_presets, preset_path
-from maskattn.train.metrics import bio_spans, span_f1
+from maskattn.inference.metrics import bio_spans, span_f1
 from maskattn.train.optim import build_optimizer, build_scheduler
 from maskattn.train.config import OptimConfig
 

@@ -11,7 +11,8 @@ import time
 import pytest
 import torch
 
-from maskattn.train.checkpoint import load_checkpoint, save_checkpoint
+from maskattn.checkpoint import load_checkpoint
+from maskattn.train.checkpoint import save_checkpoint
 
 WRITER = """
 import sys, torch

@@ -17,13 +17,11 @@ from typer.testing import CliRunner
 
 from _train_helpers import fit_killed_before_step, tiny_config, write_sentiment
 from maskattn.cli import app
-from maskattn.data.parallel import (ParallelText, TokenBatchSampler, collate_pairs, encode_pairs, read_parallel,
-                                    split_lines)
+from maskattn.data.parallel import ParallelText, TokenBatchSampler, collate_pairs, encode_pairs, read_parallel
 from maskattn.data.subword import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordModel
 from maskattn.train import Trainer, load_checkpoint, load_config, read_metrics, resume
-from maskattn.train.api import load_translator
+from maskattn.inference import load_translator, summed_loss
 from maskattn.train.config import RunConfig, from_dict, preset_path
-from maskattn.train.evaluation import summed_loss
 
 runner = CliRunner()
 
@@ -120,11 +118,6 @@ def test_mismatched_line_counts_name_both_files(tmp_path):
     (data / "val.de").write_text("Nur eine Zeile.\n")
     with pytest.raises(ValueError, match=r"val\.en has 12 lines, .*val\.de has 1 lines"):
         Trainer(translation_config(data, tmp_path / "run"))
-
-
-def test_lines_split_on_newline_only():
-    assert split_lines("a\n\nb\r\nc\u2028d\n") == ["a", "", "b", "c\u2028d"]  # str.splitlines would give 5
-    assert split_lines("") == [] and split_lines("x") == ["x"]
 
 
 def test_encoding_skips_empty_training_pairs_and_filters_or_truncates_long_ones():
@@ -303,6 +296,33 @@ def test_over_long_input_is_truncated_with_a_warning(trained):
     assert "1 input line(s) longer than the model's max_len were truncated" in flat(result.stderr)
     assert "line(s) 2" in flat(result.stderr)
     assert result.stdout.count("\n") == 2
+
+
+def test_translate_and_eval_split_lines_on_newline_only(trained, tmp_path):
+    data, run, _ = trained
+    source = tmp_path / "cr.en"
+    source.write_bytes(b"The cat.\rThe dog.\r\nThe tree.\n")  # a lone \r is inside line 1; \r\n ends line 2
+    result = runner.invoke(app, ["translate", "-k", str(run / "best.safetensors"), "-i", str(source), "--beam", "1"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("\n") == 2  # two lines in, two out (a lone \r used to make three)
+    reference = tmp_path / "cr.de"
+    reference.write_bytes(b"Die Katze.\rDer Hund.\nDer Baum.\n")
+    result = runner.invoke(app, ["eval", "-k", str(run / "best.safetensors"), "--src", str(source), "--ref",
+                                 str(reference), "--beam", "1"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["sentences"] == 2
+
+
+def test_bad_translation_input_is_a_message(trained, tmp_path):
+    data, run, _ = trained
+    result = runner.invoke(app, ["translate", "-k", str(run / "best.safetensors"), "--beam", "1"],
+                           input=b"The cat.\nThe caf\xe9.\n")
+    assert result.exit_code == 2 and "<stdin>:2: not UTF-8 text (byte 0xe9" in flat(result.output)
+    for name in ("empty.en", "empty.de"):
+        (tmp_path / name).write_text("")
+    result = runner.invoke(app, ["eval", "-k", str(run / "best.safetensors"), "--src", str(tmp_path / "empty.en"),
+                                 "--ref", str(tmp_path / "empty.de")])
+    assert result.exit_code == 2 and "hold no lines: there is nothing to score" in flat(result.output)
 
 
 def test_wrong_checkpoint_types_give_clear_errors(trained, tmp_path):

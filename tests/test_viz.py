@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import time
 
 import pytest
 import torch
@@ -19,7 +20,7 @@ from maskattn.cli import app
 from maskattn.data.readers import read_tsv
 from maskattn.functional.local import local_attention_maps
 from maskattn.train import Trainer
-from maskattn.train.api import load_model
+from maskattn.inference import load_model
 
 runner = CliRunner()
 SENTENCE = "the film was very good"
@@ -236,3 +237,18 @@ def test_cli_bad_input_gives_messages(ckpts, tmp_path):
     fails_with(["viz", "localness", "-k", man, "--data", str(ckpts["data"] / "test.tsv"), "-l", "5"],
                "layer 5 is out of range")
     fails_with(["viz", "localness", "-k", man, "--data", str(tmp_path / "missing.tsv")], "does not exist")
+
+
+def test_cli_refuses_what_is_too_long_to_draw_before_any_model_work(ckpts, tmp_path):
+    start = time.perf_counter()
+    fails_with(["viz", "masks", "-n", "5000", "--no-terminal", "-o", str(tmp_path / "m.png")],
+               "--length has 5000 positions but viz draws at most 256", "--max-length 5000")
+    long_sentence = " ".join(["good"] * 300)
+    missing = str(tmp_path / "missing.safetensors")  # the length is checked before the checkpoint is read
+    fails_with(["viz", "attention", long_sentence, "-k", missing], "the sentence has 300 positions but viz draws at "
+               "most 256")
+    fails_with(["viz", "masks", "-k", missing, "-s", long_sentence], "the sentence has 300 positions")
+    assert time.perf_counter() - start < 10  # was: minutes and gigabytes, then MemoryError
+    fails_with(["viz", "attention", long_sentence, "-k", missing, "--max-length", "300"], "does not exist")
+    fails_with(["viz", "attention", "good film", "-k", str(ckpts["mtsa"]), "--max-length", "1"],
+               "the sentence has 2 positions but viz draws at most 1")

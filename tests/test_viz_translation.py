@@ -16,10 +16,11 @@ from typer.testing import CliRunner
 from maskattn import viz
 from maskattn.analysis import localness
 from maskattn.cli import app
-from maskattn.data.parallel import ParallelText, encode_pairs, read_text_lines
+from maskattn.data.parallel import ParallelText, encode_pairs
+from maskattn.data.text import read_lines
 from maskattn.data.subword import EOS_ID, UNK_ID
 from maskattn.train import Trainer
-from maskattn.train.api import load_translator
+from maskattn.inference import load_translator
 from _viz_helpers import fails_with, stack_sublayer_input
 from test_translation import sentence_pairs, translation_config, write_parallel
 
@@ -110,7 +111,7 @@ def test_source_file_is_read_as_training_encodes_it(ckpts):
     source = viz.load_for_maps(ckpts["man"])
     assert isinstance(source, viz.TranslationSource)
     encoded = source.read_file(ckpts["test"])
-    lines = read_text_lines(ckpts["test"])
+    lines = read_lines(ckpts["test"])
     reference = encode_pairs(ParallelText(lines, lines, ckpts["test"], ckpts["test"]), source.translator.subword,
                              max_len=source.translator.max_len, training=True)  # training skips as viz does
     assert encoded.ids == [tuple(item["src"]) for item in reference.items] and len(encoded.ids) == 12

@@ -4,6 +4,11 @@
 ``maskattn train`` with no arguments runs the embedded default job (the synthetic order task, MTSA vs
 multi-head attention). Multi-process data-parallel training: ``torchrun --nproc_per_node N -m maskattn.cli
 train --config …``.
+
+Errors: a mistake the user can fix — a :class:`~maskattn.errors.MaskattnError`, a ``ValueError`` from the
+checks of arguments, configurations and files, an ``OSError`` (printed with its path) — is one line on stderr,
+``error: …``, and exit code 2. Any other exception is a bug: it propagates with its traceback (exit code 1).
+Every command reads its input lines with :mod:`maskattn.data.text` (``\\n`` only, one output per input line).
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from __future__ import annotations
 import json
 import signal
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -18,13 +25,32 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .errors import MaskattnError
+
 app = typer.Typer(help="maskattn: mask-based self-attention (MTSA, MAN, CSAN) for PyTorch.", no_args_is_help=True,
                   add_completion=False)
 
+#: what the commands report as a one-line message (exit code 2) instead of a traceback
+USER_ERRORS = (MaskattnError, ValueError, OSError)
 
-def _fail(exc: Exception) -> None:
-    Console(stderr=True).print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
-    raise typer.Exit(code=2)
+
+def _message(exc: BaseException) -> str:
+    """The line printed for a user error: an ``OSError`` as ``path: reason``, anything else as its text."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        paths = f"{exc.filename} → {exc.filename2}" if exc.filename2 is not None else str(exc.filename)
+        return f"{paths}: {exc.strerror}"
+    return str(exc)
+
+
+@contextmanager
+def _user_errors() -> Iterator[None]:
+    """Turn the user errors raised inside into ``error: …`` on stderr and exit code 2."""
+    try:
+        yield
+    except USER_ERRORS as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {escape(_message(exc))}", markup=True, highlight=False,
+                                   soft_wrap=True)  # one line, whatever the terminal's width: paths stay whole
+        raise typer.Exit(code=2) from None
 
 
 def _sigterm_as_interrupt() -> None:
@@ -49,8 +75,13 @@ def train(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="show the progress bar"),
     all_folds: bool = typer.Option(False, "--all-folds", help="train every fold of data.cv_folds into "
                                    "<out>/fold<i> and report the mean ± std test metric (<out>/cv.json)"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace the run already in the run folder (its "
+                                   "checkpoints, metrics, config; deleted once this run holds the folder)"),
 ):
-    """Train a model. With no arguments: the embedded default job (order task, MTSA vs multi-head)."""
+    """Train a model. With no arguments: the embedded default job (order task, MTSA vs multi-head).
+
+    A run folder belongs to one process at a time, and a folder that holds a run is refused: continue that
+    run with --resume <folder>/last.safetensors, replace it with --overwrite, or choose another --out."""
     from .train import api, default_job
     from .train.config import apply_overrides, load_config, preset_path
 
@@ -58,11 +89,14 @@ def train(
                                                   ("train.max_steps", max_steps), ("train.device", device))
              if value is not None] + list(overrides or [])
     _sigterm_as_interrupt()
-    try:
+    with _user_errors(), _interrupt_exits():
         if resume is not None:
             if all_folds:
                 raise ValueError("--all-folds continues an interrupted cross-validation by itself: run the same "
                                  "command again, without --resume")
+            if overwrite:
+                raise ValueError("--overwrite starts a new run; --resume continues the run in the checkpoint's "
+                                 "folder (give one or the other)")
             if config or preset or data:
                 raise ValueError("--resume continues a run with its own configuration; drop --config/--preset/--data "
                                  "(train.* settings may be overridden)")
@@ -73,19 +107,26 @@ def train(
                                                           **({} if progress else {"progress": False})})
         elif config is None and preset is None and data is None and not overrides and seed is None and device is None \
                 and not all_folds:
-            default_job.run_default_job(str(out or "runs/default"), max_steps=max_steps, progress=progress)
+            default_job.run_default_job(str(out or "runs/default"), max_steps=max_steps, progress=progress,
+                                        overwrite=overwrite)
             return
         else:
             if config and preset:
                 raise ValueError("give either --config or --preset, not both")
             path = config or (preset_path(preset) if preset else None)
             cfg = load_config(path, flags + ([] if progress else ["train.progress=false"]))
-            summary = api.cross_validate(cfg, console=Console()) if all_folds else api.train(cfg)
+            summary = (api.cross_validate(cfg, console=Console(), overwrite=overwrite) if all_folds
+                       else api.train(cfg, overwrite=overwrite))
+    Console().print_json(json.dumps(summary))
+
+
+@contextmanager
+def _interrupt_exits() -> Iterator[None]:
+    """Ctrl-C / SIGTERM end the command with exit code 130 (the trainer has said what it kept)."""
+    try:
+        yield
     except KeyboardInterrupt:
         raise typer.Exit(code=130) from None
-    except (ValueError, TypeError, FloatingPointError) as exc:
-        _fail(exc)
-    Console().print_json(json.dumps(summary))
 
 
 @app.command("eval")
@@ -101,30 +142,42 @@ def eval_(
     device: str = typer.Option("cpu", "--device"),
 ):
     """Evaluate a checkpoint; prints the metrics as JSON. Classifiers: --data FILE. Translation: --src FILE
-    --ref FILE (sacreBLEU BLEU and chrF with their signatures)."""
-    from .train.api import evaluate_file, evaluate_translation
+    --ref FILE (sacreBLEU BLEU and chrF with their signatures). Inputs longer than the model reads are
+    truncated, with a warning listing their lines."""
+    from .inference import evaluate_file, evaluate_translation
 
-    try:
+    with _user_errors():
         if src is not None or ref is not None:
             if src is None or ref is None or data is not None:
                 raise ValueError("translation evaluation takes both --src FILE and --ref FILE (and no --data)")
             metrics = evaluate_translation(checkpoint, src, ref, beam=beam, length_penalty=length_penalty,
-                                           batch_size=batch_size, device=device, on_truncate=_warn_truncated)
+                                           batch_size=batch_size, device=device,
+                                           on_truncate=_warn_truncated("subwords"))
         elif data is None:
             raise ValueError("nothing to evaluate: pass --data FILE (classifiers) or --src FILE --ref FILE "
                              "(translation)")
         else:
-            metrics = evaluate_file(checkpoint, data, format=format, device=device)
-    except (ValueError, TypeError) as exc:
-        _fail(exc)
+            metrics = evaluate_file(checkpoint, data, format=format, device=device,
+                                    on_truncate=_warn_truncated("tokens"))
     Console().print_json(json.dumps(metrics))
 
 
-def _warn_truncated(lines: list[int]) -> None:
-    """Translation inputs longer than the model's max_len are truncated: say which, on stderr."""
-    shown = ", ".join(map(str, lines[:10])) + (", …" if len(lines) > 10 else "")
-    Console(stderr=True).print(f"[yellow]warning:[/yellow] {len(lines)} input line(s) longer than the model's "
-                               f"max_len were truncated to fit: line(s) {shown}", markup=True, highlight=False)
+def _warn_truncated(unit: str) -> Callable[[list[int], int], None]:
+    """The ``on_truncate`` of the inference functions: say on stderr which input lines were cut to the model's
+    limit of ``unit``."""
+    def warn(lines: list[int], limit: int) -> None:
+        shown = ", ".join(map(str, lines[:10])) + (", …" if len(lines) > 10 else "")
+        Console(stderr=True).print(f"[yellow]warning:[/yellow] {len(lines)} input line(s) longer than the model's "
+                                   f"max_len were truncated to fit (the first {limit} {unit}): line(s) {shown}",
+                                   markup=True, highlight=False)
+    return warn
+
+
+def _input_lines(path: Path | None) -> list[str]:
+    """The lines of ``path``, or of stdin when it is ``None`` (:mod:`maskattn.data.text`)."""
+    from .data.text import read_lines, read_stream_lines
+
+    return read_lines(path) if path is not None else read_stream_lines(typer.get_binary_stream("stdin"))
 
 
 @app.command()
@@ -139,19 +192,16 @@ def translate(
 ):
     """Translate sentences, one per line: one output line per input line (an empty line stays empty; a line
     longer than the model's max_len is truncated, with a warning on stderr)."""
-    from .data.parallel import read_text_lines, split_lines
-    from .train.api import load_translator
+    from .inference import load_translator
 
-    try:
+    with _user_errors():
+        lines = _input_lines(input)
         translator = load_translator(checkpoint, device=device)
-        lines = read_text_lines(input) if input is not None else split_lines(sys.stdin.read())
         outputs = translator.translate(lines, beam=beam, length_penalty=length_penalty, batch_size=batch_size,
-                                       on_truncate=_warn_truncated)
+                                       on_truncate=_warn_truncated("subwords"))
         text = "".join(line + "\n" for line in outputs)
         if output is not None:
             output.write_text(text, encoding="utf-8")
-    except (ValueError, TypeError, OSError) as exc:
-        _fail(exc)
     if output is None:
         typer.echo(text, nl=False)
 
@@ -163,20 +213,16 @@ def predict(
     input: Path = typer.Option(None, "--input", "-i", help="file with one sentence per line"),
     device: str = typer.Option("cpu", "--device"),
 ):
-    """Predict labels for sentences: one line per input, the label (tags for a tagger)."""
-    from .train.api import predict as run_predict
+    """Predict labels: one output line per input (the arguments, then the lines of --input), the label or a
+    tagger's tags; a blank input line gives a blank output line. Inputs longer than the model reads are
+    truncated, with a warning listing them."""
+    from .inference import predict as run_predict
 
-    try:
-        lines = list(texts or [])
-        if input is not None:
-            if not input.is_file():
-                raise ValueError(f"--input file {input} does not exist")
-            lines += [line for line in input.read_text(encoding="utf-8").splitlines() if line.strip()]
-        if not lines:
+    with _user_errors():
+        lines = list(texts or []) + (_input_lines(input) if input is not None else [])
+        if not texts and input is None:
             raise ValueError("no input: pass sentences as arguments or --input FILE")
-        labels = run_predict(checkpoint, lines, device=device)
-    except (ValueError, TypeError) as exc:
-        _fail(exc)
+        labels = run_predict(checkpoint, lines, device=device, on_truncate=_warn_truncated("tokens"))
     for label in labels:
         typer.echo(" ".join(label) if isinstance(label, list) else label)
 
@@ -215,6 +261,8 @@ def list_mechanisms():
     console.print(f"presets ({PRESETS_DIR}): " + (", ".join(list_presets()) or "(none found)"))
 
 
+_MAX_LENGTH_HELP = "the longest sentence / --length drawn, in positions (default 256; maps are n × n per head)"
+
 viz_app = typer.Typer(help="Draw masks, attention maps of trained models (classifiers; the encoder of translation "
                            "models) and MAN's localness table (Table 5).",
                       no_args_is_help=True)
@@ -252,6 +300,7 @@ def viz_masks(
     dpi: int = typer.Option(110, "--dpi", min=20, help="image resolution"),
     terminal: bool = typer.Option(True, "--terminal/--no-terminal", help="print the shaded view"),
     device: str = typer.Option("cpu", "--device"),
+    max_length: int = typer.Option(None, "--max-length", min=1, help=_MAX_LENGTH_HELP),
 ):
     """Draw masks: maskattn.masks and CSAN areas for a length, or MAN's masks (Fig. 1) for a sentence.
 
@@ -260,24 +309,35 @@ def viz_masks(
     of each head in --layer, and FFN's identity mask.
     """
     from . import viz
+    from .viz.sources import MAX_LENGTH, check_length
 
-    try:
+    limit = max_length or MAX_LENGTH
+    with _user_errors():
         if checkpoint is not None or sentence is not None:
             if checkpoint is None or sentence is None:
                 raise ValueError("MAN masks need both --checkpoint and --sentence")
             if names:
                 raise ValueError("give mask names or --checkpoint/--sentence, not both")
-            grid, title = viz.man_mask_grid(viz.sentence_maps(checkpoint, sentence, device=device), layer), \
+            grid, title = viz.man_mask_grid(_sentence_maps(checkpoint, sentence, device, limit), layer), \
                 "MAN Fig. 1: SAN, DMAN and FFN masks"
         else:
+            check_length(length, limit, "--length")
             specs = names or ["forward", "backward", "forward_strict", "backward_strict", "causal", "full",
                               "window:2", f"key_padding:{max(1, length - 2)}", "csan1d:3", "csan2d:3x3"]
             panels = viz.mask_panels(specs, length, num_heads=heads, query=query, head=head, head_edges=head_edges)
             grid = [panels[i:i + 5] for i in range(0, len(panels), 5)]  # five panels per row
             title = f"masks, length {length}"
         _show(grid, out, terminal, title, dpi)
-    except (ValueError, TypeError) as exc:
-        _fail(exc)
+
+
+def _sentence_maps(checkpoint: Path, sentence: str, device: str, max_length: int):
+    """:func:`maskattn.viz.sentence_maps` of a sentence of at most ``max_length`` positions; its words are
+    counted before the checkpoint is loaded (a sentence has at least as many positions as words)."""
+    from . import viz
+    from .viz.sources import check_length
+
+    check_length(len(sentence.split()), max_length, "the sentence")
+    return viz.sentence_maps(viz.load_for_maps(checkpoint, device=device, max_length=max_length), sentence)
 
 
 @viz_app.command("attention")
@@ -291,6 +351,7 @@ def viz_attention(
     dpi: int = typer.Option(110, "--dpi", min=20, help="image resolution"),
     terminal: bool = typer.Option(True, "--terminal/--no-terminal", help="print the shaded view"),
     device: str = typer.Option("cpu", "--device"),
+    max_length: int = typer.Option(None, "--max-length", min=1, help=_MAX_LENGTH_HELP),
 ):
     """Attention heatmaps of a trained model for one sentence.
 
@@ -298,16 +359,15 @@ def viz_attention(
     DMAN: its mask and attention per head; every other mechanism: its attention per head.
     """
     from . import viz
+    from .viz.sources import MAX_LENGTH
 
-    try:
-        maps = viz.sentence_maps(checkpoint, sentence, device=device)
+    with _user_errors():
+        maps = _sentence_maps(checkpoint, sentence, device, max_length or MAX_LENGTH)
         grid = viz.attention_grid(maps, layers or None, mechanism)
         if maps.unknown:
             Console().print("note: not in the vocabulary (read as <unk>): "
                             + " ".join(maps.tokens[i] for i in maps.unknown), highlight=False)
         _show(grid, out, terminal, f"{checkpoint.parent.name}/{checkpoint.name}: {' '.join(maps.tokens)}", dpi)
-    except (ValueError, TypeError) as exc:
-        _fail(exc)
 
 
 @viz_app.command("localness")
@@ -332,7 +392,7 @@ def viz_localness(
     from .viz import localness_table
     from .viz.localness import WINDOWS
 
-    try:
+    with _user_errors():
         table = localness_table(checkpoint, data, san_checkpoint=san_checkpoint, windows=windows or WINDOWS,
                                 layers=layers or None, format=format, batch_size=batch_size, device=device)
         Console().print(table.summary(), highlight=False)
@@ -340,8 +400,6 @@ def viz_localness(
         for path, write in ((csv_path, table.write_csv), (json_path, table.write_json)):
             if path is not None:
                 Console().print(f"wrote {write(path)}", highlight=False)
-    except (ValueError, TypeError) as exc:
-        _fail(exc)
 
 
 @app.command()
@@ -374,7 +432,7 @@ def bench(
     console = Console()
     if not console.is_terminal:  # a file or pipe has no width limit: keep the table's rows on one line each
         console = Console(width=160)
-    try:
+    with _user_errors():
         given = {key: value for key, value in dict(batch=batch, width=width, heads=heads, dtype=dtype,
                                                    repeats=repeats, warmup=warmup, device=device,
                                                    mem_budget_gb=mem_budget_gb).items() if value is not None}
@@ -387,8 +445,6 @@ def bench(
         settings = BenchSettings.quick(**given) if quick else BenchSettings(**given)
         result = run_benchmark(settings, log=lambda line: console.print(escape(line), highlight=False))
         paths = write_outputs(result, out)
-    except (ValueError, TypeError) as exc:
-        _fail(exc)
     for table in render_tables(result):
         console.print(table)
     console.print(f"wrote {', '.join(str(p) for p in paths.values())} ({result.wall_s:.1f} s)", highlight=False)

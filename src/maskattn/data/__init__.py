@@ -1,14 +1,16 @@
-"""Data: readers (TSV, TREC, NLI JSONL, CoNLL), vocabularies, splits and k-fold cross-validation,
-pretrained vectors, length-bucketed batching with padding masks (True = padding), the synthetic order task."""
+"""Data: the line policy of every text file (:mod:`.text`), readers (TSV, TREC, NLI JSONL, CoNLL),
+vocabularies, splits and k-fold cross-validation, pretrained vectors, length-bucketed batching with padding
+masks (True = padding), the synthetic order task."""
 
 from .config import DataConfig
 from .pipeline import PreparedData, prepare_data
 from .batching import IGNORE_INDEX, Batch, BucketBatchSampler, collate, encode_examples
 from .examples import PairExample, TaggedExample, TextExample
-from .readers import READERS, read_conll, read_lines, read_nli_jsonl, read_trec, read_tsv, tokenize
+from .readers import READERS, read_conll, read_nli_jsonl, read_sentences, read_trec, read_tsv, tokenize
 from .splits import Splits, check_label_sets, holdout, kfold, kfold_indices
 from .synthetic import OrderTask, order_splits
 from .tasks import load_splits
+from .text import iter_lines, read_lines, read_stream_lines, read_text
 from .vectors import load_glove
 from .vocab import PAD, UNK, LabelSet, Vocabulary
 
@@ -16,7 +18,8 @@ __all__ = [
     "DataConfig", "PreparedData", "prepare_data",
     "Batch", "BucketBatchSampler", "collate", "encode_examples", "IGNORE_INDEX",
     "TextExample", "PairExample", "TaggedExample",
-    "READERS", "read_tsv", "read_trec", "read_nli_jsonl", "read_conll", "read_lines", "tokenize",
+    "READERS", "read_tsv", "read_trec", "read_nli_jsonl", "read_conll", "read_sentences", "tokenize",
+    "iter_lines", "read_lines", "read_stream_lines", "read_text",
     "Splits", "check_label_sets", "holdout", "kfold", "kfold_indices",
     "OrderTask", "order_splits", "load_splits", "load_glove",
     "Vocabulary", "LabelSet", "PAD", "UNK",

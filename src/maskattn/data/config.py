@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
+
+from ..configuration import Rule, at_least, check_section, in_range, one_of, optional, pair
+from ..errors import ConfigError
+from .parallel import OVERLONG
+from .readers import READERS
+from .subword import SUBWORD_TYPES
+from .tasks import SOURCES
 
 __all__ = ["DataConfig"]
 
@@ -54,3 +62,29 @@ class DataConfig:
     subword_vocab: int = 8000
     max_tokens: int = 4096
     overlong: str = "filter"
+
+    RULES: ClassVar[dict[str, Rule]] = {
+        "source": one_of(*SOURCES),
+        "format": one_of(*READERS, "parallel"),
+        "cv_folds": Rule(lambda v: at_least(0).accepts(v) and v != 1, "0 (no cross-validation) or an int >= 2"),
+        "fold": at_least(0),
+        "dev_fraction": in_range(0, 1, low_open=True),
+        "split_seed": at_least(0),
+        "min_freq": at_least(1),
+        "max_vocab": optional(at_least(1)),
+        "max_len": optional(at_least(1)),
+        "pair_fields": optional(pair(Rule(lambda v: isinstance(v, str) and bool(v), "a field name"))),
+        "order_sizes": Rule(lambda v: isinstance(v, list) and len(v) == 3 and all(at_least(1).accepts(x) for x in v),
+                            "a list of three ints >= 1 (train, dev, test sizes)"),
+        "order_lengths": pair(at_least(2), ordered=True),  # both markers need a position
+        "subword": one_of(*SUBWORD_TYPES),
+        "subword_vocab": at_least(8),  # 4 special ids + pieces
+        "max_tokens": at_least(1),
+        "overlong": one_of(*OVERLONG),
+    }
+
+    def __post_init__(self):
+        check_section(self, "data", self.RULES)
+        if self.cv_folds and self.fold >= self.cv_folds:
+            raise ConfigError(f"data.fold must be in [0, {self.cv_folds}) with data.cv_folds={self.cv_folds}, "
+                              f"got {self.fold}")

@@ -1,9 +1,11 @@
 """The three kinds of example the toolkit trains on: a labelled sentence, a labelled sentence pair (NLI)
-and a tagged token sequence. Tokens are already split; labels are strings until a model maps them."""
+and a tagged token sequence. Tokens are already split; labels are strings until a model maps them. ``line``:
+where a file reader found the example (1-based; the first line of a CoNLL sentence), for messages; it takes no
+part in comparisons."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["TextExample", "PairExample", "TaggedExample", "Example"]
 
@@ -14,6 +16,7 @@ class TextExample:
 
     tokens: tuple[str, ...]
     label: str
+    line: int | None = field(default=None, compare=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -26,6 +29,7 @@ class PairExample:
     premise: tuple[str, ...]
     hypothesis: tuple[str, ...]
     label: str
+    line: int | None = field(default=None, compare=False, repr=False)
 
     def __len__(self) -> int:
         return max(len(self.premise), len(self.hypothesis))
@@ -37,6 +41,7 @@ class TaggedExample:
 
     tokens: tuple[str, ...]
     tags: tuple[str, ...]
+    line: int | None = field(default=None, compare=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -1,8 +1,9 @@
 """Parallel (translation) data: line-aligned source/target files, subword encoding, token-count batches.
 
 Files follow the ``<prefix>.<lang>`` convention (Multi30k, IWSLT, WMT): ``train.en`` / ``train.de`` hold
-line *i* of the source and its translation on line *i* of the target. A pair of files with different line
-counts raises ``ValueError`` naming both files and their counts.
+line *i* of the source and its translation on line *i* of the target; lines are read with the toolkit's line
+policy (:mod:`.text`: UTF-8, ``\\n`` only). A pair of files with different line counts raises ``DataError``
+naming both files and their counts.
 
 Empty lines: in the **training** split a pair whose source or target is empty (or whitespace only) is
 skipped — it teaches nothing. In **dev / test** every line is kept, so scores are computed on the full
@@ -25,10 +26,12 @@ from pathlib import Path
 
 import torch
 
+from ..errors import DataError
 from .batching import epoch_generator
 from .subword import BOS_ID, EOS_ID, PAD_ID, SubwordModel
+from .text import read_lines
 
-__all__ = ["OVERLONG", "ParallelText", "split_lines", "read_text_lines", "parallel_paths", "read_parallel",
+__all__ = ["OVERLONG", "ParallelText", "parallel_paths", "read_parallel",
            "encode_pairs", "EncodedPairs", "TranslationBatch", "collate_pairs", "TokenBatchSampler", "pair_size"]
 
 OVERLONG = ("filter", "truncate")
@@ -58,33 +61,12 @@ def parallel_paths(folder: str | Path, prefix: str, src_lang: str, tgt_lang: str
     return root / f"{prefix}.{src_lang}", root / f"{prefix}.{tgt_lang}"
 
 
-def split_lines(text: str) -> list[str]:
-    """Lines of ``text`` split on ``\n`` only (as ``wc -l`` counts them; a trailing ``\r`` is dropped, a final
-    newline does not start another line). Unlike ``str.splitlines`` this never splits inside a sentence at
-    Unicode line or paragraph separators, so line *i* stays line *i*."""
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
-
-
-def read_text_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 file (:func:`split_lines`); a missing or non-UTF-8 file raises ``ValueError``."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"data file {path} does not exist")
-    try:
-        return split_lines(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path} is not UTF-8 text ({exc})") from None
-
-
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> ParallelText:
-    """Read two line-aligned files (UTF-8); different line counts raise ``ValueError``."""
+    """Read two line-aligned files (UTF-8); different line counts raise ``DataError``."""
     src_path, tgt_path = Path(src_path), Path(tgt_path)
-    source, target = read_text_lines(src_path), read_text_lines(tgt_path)
+    source, target = read_lines(src_path), read_lines(tgt_path)
     if len(source) != len(target):
-        raise ValueError(f"parallel files are not line-aligned: {src_path} has {len(source)} lines, "
+        raise DataError(f"parallel files are not line-aligned: {src_path} has {len(source)} lines, "
                          f"{tgt_path} has {len(target)} lines")
     return ParallelText(source, target, src_path, tgt_path)
 

@@ -38,10 +38,11 @@ def sentences_of(examples) -> list:
 
 
 def prepare_data(cfg, *, vocab: Vocabulary | None = None, labels: LabelSet | None = None,
-                 embed_dim: int | None = None) -> PreparedData:
+                 embed_dim: int | None = None, max_len: int | None = None) -> PreparedData:
     """Load ``cfg``'s splits; build the vocabulary from the train split (``min_freq``, ``max_vocab``) unless
     ``vocab`` is given (a resumed run: then the train split must give the same vocabulary, else the data
-    changed and the checkpoint is incompatible)."""
+    changed and the checkpoint is incompatible). Sentences are cut to ``max_len`` tokens (default
+    ``data.max_len``; the trainer passes the longest input its model reads)."""
     splits = load_splits(cfg)
     built = Vocabulary.build(sentences_of(splits.train), min_freq=cfg.min_freq, max_size=cfg.max_vocab)
     if vocab is not None and vocab != built:
@@ -59,5 +60,5 @@ def prepare_data(cfg, *, vocab: Vocabulary | None = None, labels: LabelSet | Non
         if embed_dim is None:
             raise ValueError("data.vectors needs the embedding width (model.embed_dim or model.d_model)")
         vectors, _ = load_glove(cfg.vectors, vocab, embed_dim)
-    encode = (lambda examples: encode_examples(examples, vocab, labels, max_len=cfg.max_len))
+    encode = (lambda examples: encode_examples(examples, vocab, labels, max_len=max_len or cfg.max_len))
     return PreparedData(splits, vocab, labels, encode(splits.train), encode(splits.dev), encode(splits.test), vectors)

@@ -1,7 +1,9 @@
 """Readers for the on-disk formats: ``label<TAB>text`` TSV, TREC's ``coarse<TAB>fine<TAB>text``, NLI JSON
 lines (``premise``/``hypothesis``/``label``) and CoNLL-style ``token<whitespace>tag`` columns.
 
-Every malformed line raises ``ValueError`` naming the file and the 1-based line number.
+Files are read with the toolkit's line policy (:mod:`.text`: UTF-8, a byte-order mark dropped, lines split on
+``\\n`` only); blank lines are skipped (CoNLL: they separate sentences). Every malformed line raises
+:class:`~maskattn.errors.DataError` (a ``ValueError``) naming the file and the 1-based line number.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from functools import partial
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from ..errors import DataError
 from .examples import PairExample, TaggedExample, TextExample
+from .text import iter_lines
 
-__all__ = ["tokenize", "read_tsv", "read_trec", "read_nli_jsonl", "read_conll", "read_lines", "READERS"]
+__all__ = ["tokenize", "read_tsv", "read_trec", "read_nli_jsonl", "read_conll", "read_sentences", "READERS"]
 
 
 def tokenize(text: str, *, lowercase: bool = False) -> tuple[str, ...]:
@@ -22,32 +26,27 @@ def tokenize(text: str, *, lowercase: bool = False) -> tuple[str, ...]:
 
 
 def _lines(path: Path) -> Iterable[tuple[int, str]]:
-    if not path.is_file():
-        raise ValueError(f"data file {path} does not exist")
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            line = line.rstrip("\n").rstrip("\r")
-            if line.strip():
-                yield number, line
+    """``(line number, line)`` of the non-blank lines of ``path``."""
+    return ((number, line) for number, line in iter_lines(path) if line.strip())
 
 
 def _check_label(label: str, labels: Iterable[str] | None, where: str) -> str:
     if not label:
-        raise ValueError(f"{where}: empty label")
+        raise DataError(f"{where}: empty label")
     if labels is not None and label not in labels:
-        raise ValueError(f"{where}: unknown label {label!r}; expected one of {sorted(labels)}")
+        raise DataError(f"{where}: unknown label {label!r}; expected one of {sorted(labels)}")
     return label
 
 
 def _nonempty(tokens: tuple[str, ...], where: str, what: str = "text") -> tuple[str, ...]:
     if not tokens:
-        raise ValueError(f"{where}: empty {what}")
+        raise DataError(f"{where}: empty {what}")
     return tokens
 
 
 def _nonempty_file(examples: list, path: Path) -> list:
     if not examples:
-        raise ValueError(f"data file {path} holds no examples (empty dataset)")
+        raise DataError(f"data file {path} holds no examples (empty dataset)")
     return examples
 
 
@@ -61,12 +60,12 @@ def read_tsv(path: str | Path, *, labels: Iterable[str] | None = None, lowercase
     for number, line in _lines(path):
         where = f"{path}:{number}"
         if "\t" not in line:
-            raise ValueError(f"{where}: expected 'label<TAB>text', found no tab in {line[:60]!r}")
+            raise DataError(f"{where}: expected 'label<TAB>text', found no tab in {line[:60]!r}")
         label, text = line.split("\t", 1)
         if skip_empty and not text.strip():
             continue
         out.append(TextExample(_nonempty(tokenize(text, lowercase=lowercase), where),
-                               _check_label(label.strip(), labels, where)))
+                               _check_label(label.strip(), labels, where), line=number))
     return _nonempty_file(out, path)
 
 
@@ -81,14 +80,14 @@ def read_trec(path: str | Path, *, labels: Iterable[str] | None = None, lowercas
         where = f"{path}:{number}"
         parts = line.split("\t", 2)
         if len(parts) != 3:
-            raise ValueError(f"{where}: expected 'coarse<TAB>fine<TAB>text', found {len(parts) - 1} tab(s) "
+            raise DataError(f"{where}: expected 'coarse<TAB>fine<TAB>text', found {len(parts) - 1} tab(s) "
                              f"in {line[:60]!r}")
         coarse, fine_label, text = parts
         label = f"{coarse.strip()}:{fine_label.strip()}" if fine else coarse.strip()
         if skip_empty and not text.strip():
             continue
         out.append(TextExample(_nonempty(tokenize(text, lowercase=lowercase), where),
-                               _check_label(label, labels, where)))
+                               _check_label(label, labels, where), line=number))
     return _nonempty_file(out, path)
 
 
@@ -103,16 +102,16 @@ def read_nli_jsonl(path: str | Path, *, labels: Iterable[str] | None = None,
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{where}: not valid JSON ({exc.msg})") from None
+            raise DataError(f"{where}: not valid JSON ({exc.msg})") from None
         if not isinstance(record, dict):
-            raise ValueError(f"{where}: expected a JSON object with premise/hypothesis/label")
+            raise DataError(f"{where}: expected a JSON object with premise/hypothesis/label")
         missing = [key for key in ("premise", "hypothesis", "label") if key not in record]
         if missing:
-            raise ValueError(f"{where}: missing field(s) {missing}; expected premise, hypothesis, label")
+            raise DataError(f"{where}: missing field(s) {missing}; expected premise, hypothesis, label")
         out.append(PairExample(_nonempty(tokenize(str(record["premise"]), lowercase=lowercase), where, "premise"),
                                _nonempty(tokenize(str(record["hypothesis"]), lowercase=lowercase), where,
                                          "hypothesis"),
-                               _check_label(str(record["label"]), labels, where)))
+                               _check_label(str(record["label"]), labels, where), line=number))
     return _nonempty_file(out, path)
 
 
@@ -122,36 +121,26 @@ def read_conll(path: str | Path, *, labels: Iterable[str] | None = None, lowerca
     by blank lines; ``-DOCSTART-`` lines are skipped."""
     path = Path(path)
     labels = None if labels is None else set(labels)
-    if not path.is_file():
-        raise ValueError(f"data file {path} does not exist")
-    out, tokens, tags = [], [], []
-
-    def flush():
-        if tokens:
-            out.append(TaggedExample(tuple(tokens), tuple(tags)))
-            tokens.clear()
-            tags.clear()
-
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            columns = line.split()
-            if not columns:
-                flush()
-                continue
-            if columns[0] == "-DOCSTART-":
-                continue
-            where = f"{path}:{number}"
-            if len(columns) < 2:
-                raise ValueError(f"{where}: expected 'token <whitespace> tag', found one column {line.strip()!r}")
-            token = columns[token_column]
-            tokens.append(token.lower() if lowercase else token)
-            tags.append(_check_label(columns[tag_column], labels, where))
-    flush()
+    out, rows = [], []  # rows: (line number, token, tag) of the current sentence
+    for number, line in [*iter_lines(path), (None, "")]:  # a final blank line ends the last sentence
+        columns = line.split()
+        if not columns:
+            if rows:
+                out.append(TaggedExample(tuple(r[1] for r in rows), tuple(r[2] for r in rows), line=rows[0][0]))
+                rows = []
+            continue
+        if columns[0] == "-DOCSTART-":
+            continue
+        where = f"{path}:{number}"
+        if len(columns) < 2:
+            raise DataError(f"{where}: expected 'token <whitespace> tag', found one column {line.strip()!r}")
+        token = columns[token_column]
+        rows.append((number, token.lower() if lowercase else token, _check_label(columns[tag_column], labels, where)))
     return _nonempty_file(out, path)
 
 
-def read_lines(path: str | Path, *, lowercase: bool = False) -> list[tuple[str, ...]]:
-    """Unlabelled sentences, one per line (for ``predict``); blank lines are skipped."""
+def read_sentences(path: str | Path, *, lowercase: bool = False) -> list[tuple[str, ...]]:
+    """Unlabelled tokenised sentences, one per line; blank lines are skipped."""
     path = Path(path)
     return [tokenize(line, lowercase=lowercase) for _, line in _lines(path)]
 

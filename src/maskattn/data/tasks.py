@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import ConfigError
 from .hf import load_hf_splits
 from .readers import READERS
 from .splits import Splits, check_label_sets, holdout, kfold
@@ -38,6 +39,9 @@ def _files(cfg) -> tuple[Splits, dict[str, str]]:
 
 
 def _hf(cfg) -> tuple[Splits, dict[str, str]]:
+    if not cfg.hf_name:
+        raise ConfigError("data.source 'hf' needs data.hf_name (a hub dataset, or a builder such as 'csv' with "
+                          "data.hf_data_files)")
     pair = tuple(cfg.pair_fields) if cfg.pair_fields else None
     loaded = load_hf_splits(cfg.hf_name, config=cfg.hf_config, data_files=cfg.hf_data_files, text_field=cfg.text_field,
                             label_field=cfg.label_field, pair_fields=pair, lowercase=cfg.lowercase)

@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
+
+from ..configuration import Rule, at_least, check_section, in_range, one_of, optional, positive
 
 __all__ = ["ModelConfig", "MODEL_TYPES"]
 
 MODEL_TYPES = ("sentence", "pair", "tagger", "seq2seq")
+
+
+def _is_recipe(value) -> bool:
+    def text(v) -> bool:
+        return isinstance(v, str) and bool(v.strip())
+    return text(value) or (isinstance(value, list) and bool(value) and all(text(v) for v in value))
+
+
+_RECIPE = Rule(_is_recipe, "a layer recipe or baseline name (text), or a non-empty list of recipe groups (texts)")
 
 
 @dataclass
@@ -16,7 +28,7 @@ class ModelConfig:
     ``type``: ``sentence`` (:class:`SentenceClassifier`), ``pair`` (:class:`PairClassifier`, NLI),
     ``tagger`` (:class:`SequenceTagger`) or ``seq2seq`` (:class:`Seq2Seq`, translation). ``encoder``: a
     context-fusion baseline name (``bilstm``, ``bigru``, ``multi_cnn``, ``hrchy_cnn``) or a layer recipe
-    (``"mtsa"``, ``"mha x2"``, ``"dman>san>ffn x6"``; :func:`maskattn.encoder.parse_recipe`) with ``ffn``,
+    (``"mtsa"``, ``"mha x2"``, ``"dman>san>ffn x6"``; :func:`maskattn.layers.parse_recipe`) with ``ffn``,
     ``ffn_dim``, ``norm``, ``positional``, ``num_heads``, ``attention_dropout`` and ``backend`` applying to
     recipes and ``encoder_options`` to baselines. ``embed_scale``: factor on the word vectors (default: ``√d_model``
     with sinusoidal positions, as in Vaswani et al. 2017, else 1).
@@ -57,3 +69,28 @@ class ModelConfig:
     decoder_layers: int | None = None
     share_embeddings: bool = False
     tie_output: bool = True
+
+    # choices listed by the modules that use them (model.norm, positional, pool, activation, backend, preset)
+    # are checked when the model is built
+    RULES: ClassVar[dict[str, Rule]] = {
+        "type": one_of(*MODEL_TYPES),
+        "encoder": _RECIPE,
+        "decoder": optional(_RECIPE),
+        "d_model": at_least(1),
+        "embed_dim": optional(at_least(1)),
+        "num_heads": at_least(1),
+        "ffn_dim": optional(at_least(1)),
+        "max_len": at_least(1),
+        "dropout": in_range(0, 1),
+        "attention_dropout": in_range(0, 1),
+        "mlp_hidden": optional(at_least(1)),
+        "mlp_layers": at_least(0),
+        "embed_scale": optional(positive()),
+        "embed_dropout": optional(in_range(0, 1)),
+        "embed_init": positive(),
+        "encoder_layers": optional(at_least(1)),
+        "decoder_layers": optional(at_least(1)),
+    }
+
+    def __post_init__(self):
+        check_section(self, "model", self.RULES)

@@ -18,7 +18,7 @@ layer is a :class:`~maskattn.layers.ChainLayer` (:class:`~maskattn.layers.Decode
 
 Incremental decoding: :meth:`Seq2Seq.encode` → :meth:`Seq2Seq.init_state` (cross-attention keys/values
 computed once per source) → :meth:`Seq2Seq.decode_step` with the new target tokens; the step logits equal
-those of the teacher-forced :meth:`Seq2Seq.forward`. :mod:`maskattn.decoding` has greedy and beam search.
+those of the teacher-forced :meth:`Seq2Seq.forward`. :mod:`maskattn.inference.decoding` has greedy and beam search.
 """
 
 from __future__ import annotations

@@ -1,19 +1,20 @@
 """Training toolkit: configuration, trainer (schedules, clipping, AMP, weight averaging, evaluation, best
 checkpoint, early stopping, exact resume, DDP, k-fold cross-validation) for classifiers and translation,
-atomic safetensors checkpoints, metrics files, the embedded default job."""
+run folders held by one process, atomic checksummed safetensors checkpoints, metrics files that survive a
+kill, the embedded default job. Using the trained checkpoints: :mod:`maskattn.inference`."""
 
-from .api import (LoadedModel, cross_validate, evaluate_file, evaluate_translation, load_model, load_translator, predict,
-                  resume, train)
-from .checkpoint import FORMAT, Checkpoint, load_checkpoint, save_checkpoint
+from ..checkpoint import FORMAT, Checkpoint, load_checkpoint, load_weights
+from .api import cross_validate, resume, train
+from .checkpoint import save_checkpoint
 from .config import LoopConfig, OptimConfig, RunConfig, from_dict, list_presets, load_config, preset_path
 from .default_job import DEFAULT_JOB, run_default_job
 from .logger import MetricsLogger, read_metrics
-from .trainer import Trainer, load_weights
+from .run_folder import RunFolder
+from .trainer import Trainer
 
 __all__ = [
-    "train", "resume", "cross_validate", "LoadedModel", "load_model", "evaluate_file", "predict", "load_translator",
-    "evaluate_translation",
-    "FORMAT", "Checkpoint", "load_checkpoint", "save_checkpoint",
+    "train", "resume", "cross_validate",
+    "FORMAT", "Checkpoint", "load_checkpoint", "save_checkpoint", "load_weights",
     "RunConfig", "OptimConfig", "LoopConfig", "from_dict", "load_config", "list_presets", "preset_path",
-    "DEFAULT_JOB", "run_default_job", "MetricsLogger", "read_metrics", "Trainer", "load_weights",
+    "DEFAULT_JOB", "run_default_job", "MetricsLogger", "read_metrics", "RunFolder", "Trainer",
 ]

@@ -1,78 +1,25 @@
-"""Checkpoints: one safetensors file per checkpoint, written atomically.
+"""Writing checkpoints (the format and the reader: :mod:`maskattn.checkpoint`), and the trainer state a
+resumable checkpoint carries: RNG states and the optimiser state as safetensors tensors plus JSON.
 
-Layout of ``*.safetensors``:
-
-* tensors ``model.<name>`` — the model's ``state_dict``;
-* tensors ``optim.<param>.<key>`` and ``rng.*`` — optimiser state and RNG states (only in resumable
-  checkpoints, e.g. ``last.safetensors``);
-* string metadata: ``format`` (``maskattn-checkpoint/1``), ``config`` (the full resolved run
-  configuration, JSON), ``vocab`` and ``labels`` (JSON lists), ``model_type``, ``step``, ``extra`` (JSON:
-  what the task needs to feed the model text — for translation the subword model, base64 — and a
-  fingerprint of the training data) and ``trainer`` (JSON: epoch, position in the epoch, best metric,
-  scheduler state, optimiser hyper-parameters, the Python / NumPy RNG states).
-
-Writing goes to a temporary file in the same directory, which is flushed and ``fsync``-ed and then
-``os.replace``-d over the target (and the directory is ``fsync``-ed), so a kill at any moment leaves either
-the previous checkpoint or the new one, never a partial file.
+A checkpoint is written once, with its ``sha256`` checksum in the metadata, through
+:func:`~maskattn.train.files.atomic_write`: a kill at any moment leaves the previous file or the new one, and
+a failed write (disk full) leaves the previous file and raises ``OSError`` naming the path.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
-__all__ = ["FORMAT", "Checkpoint", "atomic_write_bytes", "save_checkpoint", "load_checkpoint", "capture_rng",
-           "restore_rng", "optimizer_to_flat", "optimizer_from_flat"]
+from ..checkpoint import CHECKSUM_KEY, FORMAT, content_digest
+from .files import atomic_write
 
-FORMAT = "maskattn-checkpoint/1"
-
-
-@dataclass
-class Checkpoint:
-    """A loaded checkpoint: model weights, the run config (dict), vocabulary and labels, the step, the
-    task's ``extra`` data (e.g. the subword model), and — for resumable checkpoints — the trainer state and
-    its tensors."""
-
-    path: Path
-    model_state: dict[str, torch.Tensor]
-    config: dict
-    vocab: list[str]
-    labels: list[str]
-    model_type: str
-    step: int
-    trainer: dict | None
-    extra_tensors: dict[str, torch.Tensor]
-    extra: dict = field(default_factory=dict)
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temp file in the same directory, fsync, ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+__all__ = ["save_checkpoint", "capture_rng", "restore_rng", "optimizer_to_flat", "optimizer_from_flat"]
 
 
 # --- RNG and optimiser state ------------------------------------------------------------------------
@@ -126,13 +73,26 @@ def optimizer_from_flat(optimizer: torch.optim.Optimizer, tensors: dict[str, tor
     optimizer.load_state_dict({"state": state, "param_groups": groups})
 
 
-# --- save / load --------------------------------------------------------------------------------------
+# --- save ------------------------------------------------------------------------------------------
+
+def _with_checksum(serialized: bytes) -> list[bytes | memoryview]:
+    """The chunks of a safetensors file whose header carries the ``sha256`` of the rest of the file (see
+    :mod:`maskattn.checkpoint`). The tensor data is passed through unchanged; the header is padded with
+    spaces to a multiple of 8 bytes, as safetensors aligns it."""
+    size = int.from_bytes(serialized[:8], "little")
+    header = json.loads(serialized[8:8 + size])
+    data = memoryview(serialized)[8 + size:]
+    header.setdefault("__metadata__", {})[CHECKSUM_KEY] = content_digest(header, [data])
+    encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    encoded += b" " * (-len(encoded) % 8)
+    return [len(encoded).to_bytes(8, "little"), encoded, data]
+
 
 def save_checkpoint(path: str | Path, *, model: torch.nn.Module, config: dict, vocab: list[str], labels: list[str],
                     model_type: str, step: int, trainer: dict | None = None,
                     extra_tensors: dict[str, torch.Tensor] | None = None, extra: dict | None = None) -> Path:
-    """Write a checkpoint atomically; ``trainer`` / ``extra_tensors`` make it resumable; ``extra``: JSON data
-    of the task (stored as metadata)."""
+    """Write a checkpoint atomically, with its checksum; ``trainer`` / ``extra_tensors`` make it resumable;
+    ``extra``: JSON data of the task (stored as metadata)."""
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     tensors.update(extra_tensors or {})
     metadata = {"format": FORMAT, "config": json.dumps(config), "vocab": json.dumps(vocab),
@@ -140,27 +100,4 @@ def save_checkpoint(path: str | Path, *, model: torch.nn.Module, config: dict, v
                 "extra": json.dumps(extra or {})}
     if trainer is not None:
         metadata["trainer"] = json.dumps(trainer)
-    atomic_write_bytes(path, safetensors_bytes(tensors, metadata=metadata))
-    return Path(path)
-
-
-def load_checkpoint(path: str | Path) -> Checkpoint:
-    """Read a checkpoint; a missing file, a file that is not safetensors or not a maskattn checkpoint
-    raise ``ValueError`` saying so."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"checkpoint {path} does not exist")
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            metadata = f.metadata() or {}
-        tensors = load_file(str(path))
-    except (SafetensorError, OSError) as exc:
-        raise ValueError(f"checkpoint {path} is not a readable safetensors file ({exc})") from None
-    if metadata.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a maskattn checkpoint (format {metadata.get('format')!r}, expected {FORMAT!r})")
-    model_state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
-    extra_tensors = {k: v for k, v in tensors.items() if not k.startswith("model.")}
-    trainer = json.loads(metadata["trainer"]) if "trainer" in metadata else None
-    return Checkpoint(path, model_state, json.loads(metadata["config"]), json.loads(metadata["vocab"]),
-                      json.loads(metadata["labels"]), metadata["model_type"], int(metadata["step"]), trainer,
-                      extra_tensors, json.loads(metadata.get("extra", "{}")))
+    return atomic_write(path, _with_checksum(safetensors_bytes(tensors, metadata=metadata)))

@@ -1,22 +1,29 @@
 """Run configuration: four sections (``data``, ``model``, ``optim``, ``train``) as dataclasses, loaded
 from YAML, overridden by ``section.key=value`` flags, validated strictly (an unknown key fails with the
-list of valid keys), and saved in full inside every checkpoint."""
+list of valid keys, a value outside its section's ``RULES`` with the allowed range; :mod:`maskattn.configuration`),
+and saved in full inside every checkpoint."""
 
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
-from dataclasses import dataclass, field, fields
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import yaml
 
+from ..configuration import Rule, at_least, check_section, from_dict, in_range, one_of, optional, pair, positive
 from ..data.config import DataConfig
+from ..data.text import read_text
+from ..errors import ConfigError
 from ..models.config import ModelConfig
+from .optim import OPTIMIZERS, SCHEDULES
 
 __all__ = ["OptimConfig", "LoopConfig", "RunConfig", "from_dict", "load_config", "apply_overrides",
-           "PRESETS_DIR", "list_presets", "preset_path"]
+           "PRESETS_DIR", "list_presets", "preset_path", "METRICS"]
+
+METRICS = ("accuracy", "f1", "loss", "bleu", "chrf")  # train.metric; each task computes some of them
 
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"  # shipped inside the package
 
@@ -44,6 +51,26 @@ class OptimConfig:
     min_lr: float = 0.0
     clip_norm: float = 0.0
     label_smoothing: float | None = None
+
+    RULES: ClassVar[dict[str, Rule]] = {
+        "name": one_of(*OPTIMIZERS),
+        "lr": at_least(0, integer=False),
+        "weight_decay": at_least(0, integer=False),
+        "betas": pair(in_range(0, 1)),
+        "eps": positive(),
+        "momentum": at_least(0, integer=False),
+        "rho": in_range(0, 1, high_open=False),
+        "schedule": one_of(*SCHEDULES),
+        "warmup_steps": at_least(0),
+        "plateau_factor": in_range(0, 1, low_open=True),
+        "plateau_patience": at_least(0),
+        "min_lr": at_least(0, integer=False),
+        "clip_norm": at_least(0, integer=False),
+        "label_smoothing": optional(in_range(0, 1)),
+    }
+
+    def __post_init__(self):
+        check_section(self, "optim", self.RULES)
 
 
 @dataclass
@@ -79,6 +106,29 @@ class LoopConfig:
     test_beam: int = 5
     length_penalty: float = 0.6
 
+    RULES: ClassVar[dict[str, Rule]] = {
+        "seed": at_least(0),
+        "batch_size": at_least(1),
+        "eval_batch_size": at_least(1),
+        "max_steps": at_least(0),
+        "max_epochs": at_least(0),
+        "eval_every": at_least(0),
+        "patience": at_least(0),
+        "metric": one_of(*METRICS),
+        "device": Rule(lambda v: isinstance(v, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", v) is not None,
+                       "auto, cpu, cuda or cuda:N"),
+        "num_threads": at_least(0),
+        "out_dir": Rule(lambda v: isinstance(v, str) and bool(v.strip()), "a folder name"),
+        "log_every": at_least(1),
+        "ema_decay": in_range(0, 1),
+        "eval_beam": at_least(1),
+        "test_beam": at_least(1),
+        "length_penalty": at_least(0, integer=False),
+    }
+
+    def __post_init__(self):
+        check_section(self, "train", self.RULES)
+
 
 @dataclass
 class RunConfig:
@@ -93,75 +143,22 @@ class RunConfig:
         return dataclasses.asdict(self)
 
 
-def _accepts(tp, value) -> bool:
-    """Does ``value`` (from YAML) fit the annotation ``tp``?"""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        return any(_accepts(t, value) for t in typing.get_args(tp))
-    if tp is type(None):
-        return value is None
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    base = origin or tp
-    return isinstance(value, base)
-
-
-def from_dict(cls, data: dict | None, where: str = ""):
-    """Build dataclass ``cls`` from a dict; unknown keys and wrongly typed values raise ``ValueError``
-    naming the key and listing the valid ones."""
-    data = {} if data is None else data
-    if not isinstance(data, dict):
-        raise ValueError(f"config section {where or cls.__name__!r} must be a mapping, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    valid = [f.name for f in fields(cls)]
-    unknown = sorted(set(data) - set(valid))
-    if unknown:
-        prefix = f"{where}." if where else ""
-        raise ValueError(f"unknown config key(s) {', '.join(prefix + k for k in unknown)}; valid keys"
-                         f"{' of ' + where if where else ''}: {', '.join(valid)}")
-    kwargs = {}
-    for key, value in data.items():
-        tp = hints[key]
-        name = f"{where}.{key}" if where else key
-        if dataclasses.is_dataclass(tp):
-            kwargs[key] = from_dict(tp, value, name)
-        else:
-            value = _number_from_text(tp, value)
-            if not _accepts(tp, value):
-                raise ValueError(f"config key {name} must be {_type_name(tp)}, got {value!r}")
-            kwargs[key] = float(value) if tp is float else value
-    return cls(**kwargs)
-
-
-def _number_from_text(tp, value):
-    """YAML 1.1 reads ``1e-6`` (no dot) as a string; for a float-typed key take it as the number it spells."""
-    if isinstance(value, str) and _accepts(tp, 0.5) and not _accepts(tp, value):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
-
-
-def _type_name(tp) -> str:
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-
-
 def apply_overrides(config: dict, overrides: list[str] | None) -> dict:
     """Apply ``section.key=value`` overrides (values parsed as YAML) to a config dict, in place."""
     for item in overrides or []:
         if "=" not in item:
-            raise ValueError(f"override {item!r} must be written section.key=value, e.g. optim.lr=0.5")
+            raise ConfigError(f"override {item!r} must be written section.key=value, e.g. optim.lr=0.5")
         path, value = item.split("=", 1)
         keys = path.strip().split(".")
         target = config
         for key in keys[:-1]:
             target = target.setdefault(key, {})
             if not isinstance(target, dict):
-                raise ValueError(f"override {item!r}: {key!r} is not a config section")
-        target[keys[-1]] = yaml.safe_load(value)
+                raise ConfigError(f"override {item!r}: {key!r} is not a config section")
+        try:
+            target[keys[-1]] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"override {item!r}: the value is not valid YAML ({exc.problem or exc})") from None
     return config
 
 
@@ -173,16 +170,19 @@ def list_presets() -> list[str]:
 def preset_path(name: str) -> Path:
     path = PRESETS_DIR / f"{name}.yaml"
     if not path.is_file():
-        raise ValueError(f"unknown preset {name!r}; presets: {', '.join(list_presets()) or '(none found)'}")
+        raise ConfigError(f"unknown preset {name!r}; presets: {', '.join(list_presets()) or '(none found)'}")
     return path
 
 
 def _read_yaml(path: Path) -> dict:
-    if not path.is_file():
-        raise ValueError(f"config file {path} does not exist")
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    try:
+        data = yaml.safe_load(read_text(path, "config file")) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(f"{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"config file {path} must hold a mapping of sections (data, model, optim, train)")
+        raise ConfigError(f"config file {path} must hold a mapping of sections (data, model, optim, train)")
     return data
 
 

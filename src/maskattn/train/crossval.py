@@ -5,7 +5,9 @@ are the mean of 10-fold cross validation").
 An interrupted job loses nothing: a finished fold keeps its ``summary.json`` and is not trained again, a fold
 stopped half-way continues from its ``last.safetensors`` (exactly, as ``--resume``; with ``train.keep_last``
 off it starts again), and ``cv.json`` is rewritten atomically after every fold. A fold folder holding a run
-of another configuration is an error.
+of another configuration is an error. The job holds ``<out_dir>`` (and each fold's trainer its fold folder,
+:class:`~maskattn.train.run_folder.RunFolder`) for its whole length; ``overwrite`` deletes an earlier job's
+folds and ``cv.json`` first, and a folder that holds a plain run is refused without it.
 """
 
 from __future__ import annotations
@@ -19,15 +21,17 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from .checkpoint import atomic_write_bytes
+from ..errors import ConfigError
 from .config import RunConfig
+from .files import atomic_write
+from .run_folder import RunFolder
 from .trainer import Trainer
 
 __all__ = ["cross_validate"]
 
 
 def _write_json(path: Path, data: dict) -> None:
-    atomic_write_bytes(path, (json.dumps(data, indent=2) + "\n").encode())
+    atomic_write(path, [(json.dumps(data, indent=2) + "\n").encode()])
 
 
 def _fold_config(cfg: RunConfig, fold: int, fold_dir: Path) -> RunConfig:
@@ -50,7 +54,7 @@ def _check_same_run(cfg: RunConfig, fold_dir: Path) -> None:
     changed = sorted(f"{section}.{key}" for section in wanted for key in wanted[section]
                      if (section, key) not in _FREE and saved.get(section, {}).get(key) != wanted[section][key])
     if changed:
-        raise ValueError(f"{fold_dir} holds a run of another configuration (differs in {', '.join(changed[:5])}); "
+        raise ConfigError(f"{fold_dir} holds a run of another configuration (differs in {', '.join(changed[:5])}); "
                          "give the cross-validation a new --out folder")
 
 
@@ -58,24 +62,36 @@ def _train_fold(cfg: RunConfig, fold_dir: Path, console: Console | None) -> dict
     last = fold_dir / "last.safetensors"
     if last.exists():  # interrupted earlier: continue it
         return Trainer.resume(last, train_overrides={"progress": cfg.train.progress}, console=console).fit()
-    return Trainer(cfg, console=console).fit()
+    # anything else in the folder is this job's fold (same configuration, checked) stopped before its first
+    # checkpoint: start it again
+    return Trainer(cfg, console=console, overwrite=True).fit()
 
 
-def cross_validate(cfg: RunConfig, *, console: Console | None = None) -> dict:
+def cross_validate(cfg: RunConfig, *, console: Console | None = None, overwrite: bool = False) -> dict:
     """Train every fold of ``cfg.data.cv_folds`` (``cfg.data.fold`` is ignored) and return
     ``{"folds": [fold summaries], "metric": name, "mean": m, "std": s, "out_dir": ...}``, where ``mean`` and
     ``std`` (sample standard deviation) are over the folds' test ``metric``; also written to
-    ``<out_dir>/cv.json``. Raises ``ValueError`` without ``data.cv_folds >= 2`` or under ``torchrun``."""
+    ``<out_dir>/cv.json``. An interrupted job continues (module docstring); ``overwrite`` starts it again.
+    Raises ``ConfigError`` without ``data.cv_folds >= 2`` or under ``torchrun``, ``RunFolderError`` when another
+    process holds ``<out_dir>`` or it holds a plain run."""
     folds = cfg.data.cv_folds
-    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
-        raise ValueError(f"cross-validation needs data.cv_folds >= 2 (a dataset without a test split, such as the "
-                         f"cr, mpqa and subj presets), got data.cv_folds={folds!r}")
+    if folds < 2:
+        raise ConfigError(f"cross-validation needs data.cv_folds >= 2 (a dataset without a test split, such as the "
+                          f"cr, mpqa and subj presets), got data.cv_folds={folds!r}")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ValueError("all folds in one job is not supported under torchrun; launch one job per fold with "
-                         "--set data.fold=<i>")
+        raise ConfigError("all folds in one job is not supported under torchrun; launch one job per fold with "
+                          "--set data.fold=<i>")
     out_dir = Path(cfg.train.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    metric = cfg.train.metric
+    with RunFolder(out_dir) as folder:
+        if overwrite:
+            folder.clear()
+        elif any(entry.is_file() and entry.name != "cv.json" for entry in folder.run_entries()):
+            folder.refuse_existing_run()  # a plain run, not an earlier cross-validation to continue
+        return _run_folds(cfg, out_dir, console)
+
+
+def _run_folds(cfg: RunConfig, out_dir: Path, console: Console | None) -> dict:
+    folds, metric = cfg.data.cv_folds, cfg.train.metric
     summaries = []
     for fold in range(folds):
         fold_dir = out_dir / f"fold{fold}"

@@ -42,8 +42,9 @@ def default_configs(out_dir: str = "runs/default", max_steps: int | None = None)
 
 
 def run_default_job(out_dir: str = "runs/default", *, max_steps: int | None = None, progress: bool = True,
-                    console: Console | None = None) -> dict[str, dict]:
-    """Train MTSA and multi-head attention on the order task and print their accuracies."""
+                    console: Console | None = None, overwrite: bool = False) -> dict[str, dict]:
+    """Train MTSA and multi-head attention on the order task (``<out_dir>/mtsa``, ``<out_dir>/mha``) and print
+    their accuracies; ``overwrite`` replaces an earlier job's runs (otherwise they are an error)."""
     console = console or Console()
     console.print("[bold]maskattn train[/bold] — embedded default job: order task (is A before B?), "
                   "no positional encodings; checkpoints and metrics under " + out_dir)
@@ -51,7 +52,7 @@ def run_default_job(out_dir: str = "runs/default", *, max_steps: int | None = No
     for name, cfg in default_configs(out_dir, max_steps).items():
         cfg.train.progress = progress
         console.print(f"[bold]{ENCODERS[name]}[/bold] ({name})")
-        results[name] = Trainer(cfg, console=console).fit()
+        results[name] = Trainer(cfg, console=console, overwrite=overwrite).fit()
     table = Table(title="order task, no positional encodings")
     for column in ("encoder", "best dev accuracy", "test accuracy", "steps"):
         table.add_column(column)

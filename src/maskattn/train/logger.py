@@ -1,12 +1,26 @@
-"""Per-run metrics files: ``metrics.jsonl`` (one JSON object per row) and ``metrics.csv`` (fixed columns).
-On resume, rows after the checkpoint's step (and the previous final test row) are dropped — that work is
-redone."""
+"""Per-run metrics files: ``metrics.jsonl`` (one JSON object per row, the record) and ``metrics.csv`` (fixed
+columns, rebuilt from the record on resume).
+
+Rows are appended one ``write`` at a time; dev and test rows are also ``fsync``-ed (the trainer appends a dev
+row before it writes the checkpoints of that step, so the log is never behind a checkpoint). A kill can only
+cut the *last* line short: :func:`read_metrics` leaves such a line out, and on resume the logger drops it with
+a warning naming the file. Any other unreadable line means the file was damaged otherwise and is a
+:class:`~maskattn.errors.DataError` naming the file and line. On resume, rows after the checkpoint's step
+(and the previous final test row) are dropped — that work is redone — and both files are rewritten
+atomically.
+"""
 
 from __future__ import annotations
 
 import csv
+import io
 import json
+import os
+from collections.abc import Callable
 from pathlib import Path
+
+from ..errors import DataError
+from .files import atomic_write
 
 __all__ = ["MetricsLogger", "COLUMNS", "read_metrics"]
 
@@ -14,34 +28,74 @@ COLUMNS = ("step", "epoch", "split", "loss", "accuracy", "f1", "lr", "examples_p
            "chrf", "tokens_per_s")
 
 
+def _read_rows(path: Path) -> tuple[list[dict], str | None]:
+    """The rows of a ``metrics.jsonl`` file and the text of its last line when that line was cut short
+    (``None`` when it was not)."""
+    if not path.exists():
+        return [], None
+    lines = path.read_text(encoding="utf-8").split("\n")
+    tail = lines.pop()  # "" when the file ends with a newline, as every complete file does
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}:{number}: not a JSON row ({exc.msg}); the log was damaged (a killed run can only "
+                            "cut its last line short): repair or delete that line") from None
+    if tail.strip():
+        try:
+            rows.append(json.loads(tail))  # complete, only its newline is missing
+        except json.JSONDecodeError:
+            return rows, tail
+    return rows, None
+
+
 def read_metrics(path: str | Path) -> list[dict]:
-    """Rows of a ``metrics.jsonl`` file."""
-    path = Path(path)
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    """Rows of a ``metrics.jsonl`` file; a last line cut short (by a kill, or still being written) is left out."""
+    return _read_rows(Path(path))[0]
+
+
+def _csv_text(rows: list[dict]) -> str:
+    buffer = io.StringIO(newline="")
+    writer = csv.DictWriter(buffer, COLUMNS, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
 
 
 class MetricsLogger:
-    """Append rows to ``<out_dir>/metrics.jsonl`` and ``<out_dir>/metrics.csv`` (main process only)."""
+    """Append rows to ``<out_dir>/metrics.jsonl`` and ``<out_dir>/metrics.csv`` (main process only).
 
-    def __init__(self, out_dir: str | Path, *, enabled: bool = True, resume_step: int | None = None):
+    ``resume_step``: the step of the checkpoint a resumed run starts from (``None``: a new run, empty files);
+    ``warn`` receives the message about a dropped cut-short last line."""
+
+    def __init__(self, out_dir: str | Path, *, enabled: bool = True, resume_step: int | None = None,
+                 warn: Callable[[str], None] | None = None):
         self.enabled = enabled
         self.jsonl = Path(out_dir) / "metrics.jsonl"
         self.csv = Path(out_dir) / "metrics.csv"
         if not enabled:
             return
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        rows = [r for r in read_metrics(self.jsonl) if r["step"] <= resume_step and r["split"] != "test"] \
-            if resume_step is not None else []
-        self.jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        with self.csv.open("w", newline="") as f:
-            writer = csv.DictWriter(f, COLUMNS, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(rows)
+        rows = []
+        if resume_step is not None:
+            rows, torn = _read_rows(self.jsonl)
+            if torn is not None and warn is not None:
+                warn(f"{self.jsonl}: dropped its last line, cut short when the run was stopped while writing it "
+                     f"({torn[:40]!r}…); the resumed run writes it again")
+            rows = [r for r in rows if r["step"] <= resume_step and r["split"] != "test"]
+        atomic_write(self.jsonl, ["".join(json.dumps(r) + "\n" for r in rows).encode("utf-8")])
+        atomic_write(self.csv, [_csv_text(rows).encode("utf-8")])
 
     def log(self, **row) -> None:
+        """Append ``row``; dev and test rows are flushed to disk before this returns."""
         if not self.enabled:
             return
-        with self.jsonl.open("a") as f:
+        with self.jsonl.open("a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
-        with self.csv.open("a", newline="") as f:
+            if row.get("split") in ("dev", "test"):
+                f.flush()
+                os.fsync(f.fileno())
+        with self.csv.open("a", newline="", encoding="utf-8") as f:
             csv.DictWriter(f, COLUMNS, extrasaction="ignore").writerow(row)

@@ -22,19 +22,19 @@ from typing import Protocol
 import torch
 import torch.nn as nn
 
+from ..checkpoint import Checkpoint
 from ..data.batching import IGNORE_INDEX, BucketBatchSampler, collate
 from ..data.parallel import (ParallelText, TokenBatchSampler, collate_pairs, encode_pairs, parallel_paths,
                              read_parallel)
 from ..data.pipeline import PreparedData, prepare_data
 from ..data.subword import PAD_ID, SUBWORD_TYPES, SubwordModel
 from ..data.vocab import LabelSet, Vocabulary
+from ..errors import CheckpointError
+from ..inference import Translator, corpus_scores, evaluate, input_limit, subword_from_checkpoint, summed_loss
 from ..models.factory import build_model
-from ..translation import Translator, corpus_scores
-from .checkpoint import Checkpoint
 from .config import RunConfig
-from .evaluation import evaluate, summed_loss
 
-__all__ = ["Task", "ClassificationTask", "TranslationTask", "build_task", "subword_from_checkpoint"]
+__all__ = ["Task", "ClassificationTask", "TranslationTask", "build_task"]
 
 TRANSLATION_LABEL_SMOOTHING = 0.1  # default ε for translation (Vaswani et al. 2017 §5.4)
 
@@ -80,9 +80,9 @@ class ClassificationTask:
     """Sentence / pair classification and tagging on the readers of :mod:`maskattn.data`."""
 
     unit = "examples"
-    metrics = ("accuracy", "f1", "loss")
 
     def __init__(self, cfg: RunConfig, device: torch.device, checkpoint: Checkpoint | None = None):
+        self.metrics = ("accuracy", "f1", "loss") if cfg.model.type == "tagger" else ("accuracy", "loss")
         if cfg.data.format == "parallel":
             raise ValueError(f"data.format 'parallel' is translation data; set model.type=seq2seq (model.type is "
                              f"{cfg.model.type!r})")
@@ -91,7 +91,8 @@ class ClassificationTask:
         vocab = Vocabulary(checkpoint.vocab) if checkpoint else None
         labels = LabelSet(checkpoint.labels) if checkpoint else None
         self.data: PreparedData = prepare_data(cfg.data, vocab=vocab, labels=labels,
-                                               embed_dim=cfg.model.embed_dim or cfg.model.d_model)
+                                               embed_dim=cfg.model.embed_dim or cfg.model.d_model,
+                                               max_len=input_limit(cfg.data, cfg.model))
         self.sampler = BucketBatchSampler(self.data.train, cfg.train.batch_size, seed=cfg.train.seed)
         self.model = build_model(cfg.model, len(self.data.vocab), len(self.data.labels), pad_id=Vocabulary.pad_id,
                                  pretrained=self.data.vectors)
@@ -118,14 +119,6 @@ class ClassificationTask:
 
     def data_summary(self) -> dict:
         return {}
-
-
-def subword_from_checkpoint(ckpt: Checkpoint) -> SubwordModel:
-    """The subword model stored in a translation checkpoint."""
-    encoded = ckpt.extra.get("subword_model")
-    if not encoded:
-        raise ValueError(f"checkpoint {ckpt.path} holds no subword model (not a translation checkpoint?)")
-    return SubwordModel(base64.b64decode(encoded))
 
 
 def _fingerprint(paths: list[Path]) -> str:
@@ -177,8 +170,8 @@ class TranslationTask:
         self.fingerprint = _fingerprint([train.src_path, train.tgt_path])
         if checkpoint is not None:
             if checkpoint.extra.get("train_sha256") != self.fingerprint:
-                raise ValueError(f"the train files {train.src_path} / {train.tgt_path} differ from the ones checkpoint "
-                                 f"{checkpoint.path} was trained on; resume with the same data")
+                raise CheckpointError(f"the train files {train.src_path} / {train.tgt_path} differ from the ones "
+                                      f"checkpoint {checkpoint.path} was trained on; resume with the same data")
             self.subword = subword_from_checkpoint(checkpoint)
         else:
             self.subword = SubwordModel.train(train.source + train.target, vocab_size=data.subword_vocab,

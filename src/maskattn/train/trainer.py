@@ -9,6 +9,12 @@ Resume determinism: the batch order is a pure function of (seed, epoch) (:class:
 :class:`TokenBatchSampler`), and a resumable checkpoint stores the position in the epoch, the optimiser and
 scheduler states, the weight average and the torch / Python / NumPy RNG states (dropout), so a resumed run
 reproduces the uninterrupted run's loss curve.
+
+The run folder (``train.out_dir``) is held by one trainer from its construction to the end of :meth:`fit`
+(:class:`~maskattn.train.run_folder.RunFolder`); a new run refuses a folder that holds a run unless told to
+``overwrite`` it. At every evaluation the dev row is appended to the metrics log *before* the checkpoints are
+written, so every checkpoint's step has its rows in the log whenever the process is killed (resume drops the
+rows after the checkpoint's step and redoes them).
 """
 
 from __future__ import annotations
@@ -23,31 +29,25 @@ import torch
 import torch.nn as nn
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from .._validation import check_probability
-from .checkpoint import (Checkpoint, capture_rng, load_checkpoint, optimizer_from_flat, optimizer_to_flat,
-                         restore_rng, save_checkpoint)
+from ..checkpoint import Checkpoint, load_checkpoint, load_weights
+from ..errors import CheckpointError, ConfigError, DivergenceError
+from ..inference import resolve_device
+from .checkpoint import capture_rng, optimizer_from_flat, optimizer_to_flat, restore_rng, save_checkpoint
 from .config import RunConfig, from_dict
+from .files import atomic_write
 from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_distributed
 from .logger import MetricsLogger
-from .metrics import METRICS
 from .optim import build_optimizer, build_scheduler
 from .progress import TrainProgress
+from .run_folder import RunFolder
 from .tasks import Task, build_task
 
 __all__ = ["Trainer", "resolve_device", "seed_everything"]
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
-        raise ValueError(f"unknown train.device {name!r}; expected auto, cpu, cuda or cuda:N")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"train.device is {name!r} but CUDA is not available; use train.device=cpu")
-    return torch.device(name)
 
 
 def seed_everything(seed: int) -> None:
@@ -67,16 +67,20 @@ class Trainer:
 
     ``Trainer(cfg).fit()`` trains and returns a summary (best dev metric, its step, test metrics of the
     best checkpoint, training throughput, paths). ``Trainer.resume(path)`` continues from a resumable checkpoint
-    (``last.safetensors``). Under ``torchrun`` every process runs the same code (DDP).
+    (``last.safetensors``). Under ``torchrun`` every process runs the same code (DDP); the main process holds
+    the run folder and writes its files.
+
+    The trainer holds ``train.out_dir`` from construction until :meth:`fit` returns (or :meth:`close`); a
+    folder another process holds raises :class:`~maskattn.errors.RunFolderError`, and so does a folder that
+    holds a run, unless ``overwrite`` (its run's files are deleted once the folder is held).
     """
 
-    def __init__(self, cfg: RunConfig, *, console: Console | None = None, _checkpoint: Checkpoint | None = None):
+    def __init__(self, cfg: RunConfig, *, console: Console | None = None, overwrite: bool = False,
+                 _checkpoint: Checkpoint | None = None):
         self.cfg = cfg
         loop = cfg.train
-        if loop.metric not in METRICS:
-            raise ValueError(f"unknown train.metric {loop.metric!r}; expected one of {', '.join(METRICS)}")
         if loop.max_steps <= 0 and loop.max_epochs <= 0:
-            raise ValueError("set train.max_steps or train.max_epochs (both are 0: the run would never end)")
+            raise ConfigError("set train.max_steps or train.max_epochs (both are 0: the run would never end)")
         if loop.num_threads:
             torch.set_num_threads(loop.num_threads)
         self.device = resolve_device(loop.device)
@@ -86,14 +90,30 @@ class Trainer:
             torch.cuda.set_device(self.device)
         self.console = console or Console()
         self.out_dir = Path(loop.out_dir)
-        ckpt = _checkpoint
+        self.folder = RunFolder(self.out_dir)
+        try:
+            if self.dist.is_main:
+                self.folder.lock()
+            self._setup(overwrite, _checkpoint)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, overwrite: bool, ckpt: Checkpoint | None) -> None:
+        """Everything of construction after the run folder is held: the task, model, optimiser, the restored
+        checkpoint, then the run folder's files (an overwritten run is deleted only once everything else is
+        built, so a mistake in the new configuration leaves it in place)."""
+        cfg, loop = self.cfg, self.cfg.train
+        replace = ckpt is None and self.dist.is_main
+        if replace and not overwrite:
+            self.folder.refuse_existing_run()
         seed_everything(loop.seed)
         if ckpt is not None and ckpt.model_type != cfg.model.type:
-            raise ValueError(f"checkpoint {ckpt.path} holds a {ckpt.model_type!r} model, the config a "
-                             f"{cfg.model.type!r} model")
+            raise CheckpointError(f"checkpoint {ckpt.path} holds a {ckpt.model_type!r} model, the config a "
+                                  f"{cfg.model.type!r} model")
         self.task: Task = build_task(cfg, self.device, ckpt)
         if loop.metric not in self.task.metrics:
-            raise ValueError(f"train.metric {loop.metric!r} is not computed for model.type {cfg.model.type!r}; "
+            raise ConfigError(f"train.metric {loop.metric!r} is not computed for model.type {cfg.model.type!r}; "
                              f"expected one of {', '.join(self.task.metrics)}")
         self.sampler = self.task.sampler
         self.model = self.task.model.to(self.device)
@@ -109,24 +129,38 @@ class Trainer:
         if loop.amp and self.device.type == "cuda":
             self.amp_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         self.scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
+        if replace and overwrite:
+            self.folder.clear()
         self.logger = MetricsLogger(self.out_dir, enabled=self.dist.is_main,
-                                    resume_step=self.step if ckpt is not None else None)
+                                    resume_step=self.step if ckpt is not None else None, warn=self._warn)
         if self.dist.is_main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            (self.out_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+            atomic_write(self.out_dir / "config.yaml", [yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode()])
+
+    def _warn(self, message: str) -> None:
+        self.console.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False)
+
+    def close(self) -> None:
+        """Release the run folder (:meth:`fit` does it when it returns or raises)."""
+        self.folder.unlock()
 
     # --- construction from checkpoints ------------------------------------------------------------------
 
     @classmethod
     def resume(cls, path: str | Path, *, train_overrides: dict | None = None, console: Console | None = None) -> Trainer:
-        """Continue the run saved in the resumable checkpoint ``path`` with its own configuration; the
-        ``train`` section may be overridden (e.g. a larger ``max_steps``)."""
+        """Continue the run saved in the resumable checkpoint ``path`` with its own configuration, in the folder
+        that holds ``path``; the ``train`` section may be overridden (e.g. a larger ``max_steps``) except
+        ``out_dir`` (copy the folder to branch a run)."""
+        path = Path(path)
+        overrides = dict(train_overrides or {})
+        if "out_dir" in overrides and Path(overrides["out_dir"]) != path.parent:
+            raise ConfigError(f"a resumed run continues in the folder of its checkpoint ({path.parent}); train.out_dir "
+                              "cannot change (copy the folder to continue a copy of the run elsewhere)")
         ckpt = load_checkpoint(path)
         if ckpt.trainer is None:
-            raise ValueError(f"{path} holds weights only (a best/exported checkpoint); resume from the run's "
-                             "last.safetensors")
+            raise CheckpointError(f"{path} holds weights only (a best/exported checkpoint); resume from the run's "
+                                  "last.safetensors")
         config = dict(ckpt.config)
-        config["train"] = {**config["train"], **(train_overrides or {})}
+        config["train"] = {**config["train"], **overrides, "out_dir": str(path.parent)}
         return cls(from_dict(RunConfig, config), console=console, _checkpoint=ckpt)
 
     def _restore(self, ckpt: Checkpoint) -> None:
@@ -140,7 +174,7 @@ class Trainer:
         if self.ema is not None:
             ema_state = {k[len("ema."):]: v for k, v in ckpt.extra_tensors.items() if k.startswith("ema.")}
             if not ema_state:
-                raise ValueError(f"{ckpt.path} was saved without train.ema_decay; resume it with train.ema_decay=0")
+                raise ConfigError(f"{ckpt.path} was saved without train.ema_decay; resume it with train.ema_decay=0")
             self.ema.load_state_dict(ema_state)
 
     # --- checkpoints ------------------------------------------------------------------------------------
@@ -212,12 +246,12 @@ class Trainer:
         return self.task.evaluate(self.eval_model, split)
 
     def _evaluate_and_checkpoint(self) -> bool:
-        """Dev evaluation, best / last checkpoints, schedule and early stopping; True = stop."""
+        """Dev evaluation, its row in the log, best / last checkpoints, schedule and early stopping; True = stop.
+        The row is logged first: a checkpoint is never ahead of the log (module docstring)."""
         loop = self.cfg.train
         metrics = self.evaluate("dev")
-        value = metrics.get(loop.metric)
-        if value is None:
-            raise ValueError(f"train.metric {loop.metric!r} is not computed for this model; available: {sorted(metrics)}")
+        value = metrics[loop.metric]  # the task computes every metric it accepts (checked in __init__)
+        self.logger.log(step=self.step, epoch=self.epoch, split="dev", **metrics, elapsed_s=self._elapsed())
         if self.cfg.optim.schedule == "plateau":
             self.scheduler.step(-value if loop.metric == "loss" else value)
         improved = _better(loop.metric, value, self.best_metric)
@@ -228,7 +262,6 @@ class Trainer:
             self.bad_evals += 1
         if loop.keep_last:
             self.save("last", resumable=True)
-        self.logger.log(step=self.step, epoch=self.epoch, split="dev", **metrics, elapsed_s=self._elapsed())
         barrier(self.dist)
         return bool(loop.patience) and self.bad_evals >= loop.patience
 
@@ -244,64 +277,66 @@ class Trainer:
 
     def fit(self) -> dict:
         """Train until ``max_steps`` / ``max_epochs`` or early stopping; then evaluate the best checkpoint on
-        the test split. Ctrl-C / SIGTERM stop the loop; checkpoints already written stay intact."""
+        the test split. Ctrl-C / SIGTERM stop the loop; checkpoints already written stay intact. However it
+        ends, the run folder is released."""
+        try:
+            try:
+                self._train(self.total_steps())
+            except KeyboardInterrupt:
+                if self.dist.is_main:
+                    last = self.out_dir / "last.safetensors"
+                    where = f"; resume with --resume {last}" if last.exists() else ""
+                    self.console.print(f"[yellow]interrupted at step {self.step}[/yellow]: checkpoints in "
+                                       f"{self.out_dir} are intact{where}")
+                raise
+            return self._finish()
+        finally:
+            cleanup(self.dist)
+            self.close()
+
+    def _train(self, total: int) -> None:
+        """The loop: optimiser steps, train rows every ``log_every`` steps, evaluations and checkpoints, until
+        step ``total`` or early stopping."""
         loop = self.cfg.train
-        total = self.total_steps()
         self._start = time.perf_counter()
         speed_key = f"{self.task.unit}_per_s"
         self._train_units, self._train_seconds = 0, 0.0  # throughput of the training steps alone
         window_loss, window_units, window_start, window_steps = 0.0, 0, time.perf_counter(), 0
         stop = self.step >= total
-        interrupted = False
-        try:
-            with TrainProgress(total, console=self.console, enabled=loop.progress and self.dist.is_main,
-                               start=self.step, unit="tok" if self.task.unit == "tokens" else "ex") as bar:
-                while not stop:
-                    batches = self.sampler.batches(self.epoch)
-                    while self.position < len(batches) and not stop:
-                        step_start = time.perf_counter()
-                        loss, units = self._train_step(batches[self.position])
-                        self._train_seconds += time.perf_counter() - step_start
-                        self._train_units += units
-                        if not math.isfinite(loss):
-                            raise FloatingPointError(f"training loss is {loss} at step {self.step + 1}; lower "
-                                                     "optim.lr or set optim.clip_norm")
-                        self.step += 1
-                        self.position += 1
-                        window_loss += loss
-                        window_units += units
-                        window_steps += 1
-                        if self.step % max(1, loop.log_every) == 0 or self.step == total:
-                            speed = window_units / max(1e-9, time.perf_counter() - window_start)
-                            self.logger.log(step=self.step, epoch=self.epoch, split="train",
-                                            loss=window_loss / window_steps, lr=self.optimizer.param_groups[0]["lr"],
-                                            **{speed_key: round(speed, 1)}, elapsed_s=self._elapsed())
-                            bar.update(self.step, loss=window_loss / window_steps, speed=speed)
-                            window_loss, window_units, window_steps = 0.0, 0, 0
-                            window_start = time.perf_counter()
-                        if self.position == len(batches):
-                            self.epoch, self.position = self.epoch + 1, 0
-                        stop = self.step >= total
-                        end_of_epoch = self.position == 0
-                        if (loop.eval_every and self.step % loop.eval_every == 0) or \
-                                (not loop.eval_every and end_of_epoch) or stop:
-                            stop = self._evaluate_and_checkpoint() or stop
-                        if end_of_epoch:
-                            break
-        except KeyboardInterrupt:
-            interrupted = True
-            if self.dist.is_main:
-                last = self.out_dir / "last.safetensors"
-                where = f"; resume with --resume {last}" if last.exists() else ""
-                self.console.print(f"[yellow]interrupted at step {self.step}[/yellow]: checkpoints in "
-                                   f"{self.out_dir} are intact{where}")
-            raise
-        finally:
-            if interrupted:
-                cleanup(self.dist)
-        summary = self._finish()
-        cleanup(self.dist)
-        return summary
+        with TrainProgress(total, console=self.console, enabled=loop.progress and self.dist.is_main,
+                           start=self.step, unit="tok" if self.task.unit == "tokens" else "ex") as bar:
+            while not stop:
+                batches = self.sampler.batches(self.epoch)
+                while self.position < len(batches) and not stop:
+                    step_start = time.perf_counter()
+                    loss, units = self._train_step(batches[self.position])
+                    self._train_seconds += time.perf_counter() - step_start
+                    self._train_units += units
+                    if not math.isfinite(loss):
+                        raise DivergenceError(f"training loss is {loss} at step {self.step + 1}; lower "
+                                              "optim.lr or set optim.clip_norm")
+                    self.step += 1
+                    self.position += 1
+                    window_loss += loss
+                    window_units += units
+                    window_steps += 1
+                    if self.step % loop.log_every == 0 or self.step == total:
+                        speed = window_units / max(1e-9, time.perf_counter() - window_start)
+                        self.logger.log(step=self.step, epoch=self.epoch, split="train",
+                                        loss=window_loss / window_steps, lr=self.optimizer.param_groups[0]["lr"],
+                                        **{speed_key: round(speed, 1)}, elapsed_s=self._elapsed())
+                        bar.update(self.step, loss=window_loss / window_steps, speed=speed)
+                        window_loss, window_units, window_steps = 0.0, 0, 0
+                        window_start = time.perf_counter()
+                    if self.position == len(batches):
+                        self.epoch, self.position = self.epoch + 1, 0
+                    stop = self.step >= total
+                    end_of_epoch = self.position == 0
+                    if (loop.eval_every and self.step % loop.eval_every == 0) or \
+                            (not loop.eval_every and end_of_epoch) or stop:
+                        stop = self._evaluate_and_checkpoint() or stop
+                    if end_of_epoch:
+                        break
 
     def _finish(self) -> dict:
         """Reload the best checkpoint's weights and evaluate them on the test split."""
@@ -329,21 +364,3 @@ def build_ema(model: nn.Module, decay: float) -> AveragedModel | None:
     if check_probability(decay, "train.ema_decay") == 0.0:
         return None
     return AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(float(decay)), use_buffers=False)
-
-
-def load_weights(model: nn.Module, ckpt: Checkpoint) -> None:
-    """Load a checkpoint's weights strictly; a checkpoint of another model raises ``ValueError``."""
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(ckpt.model_state))
-    unexpected = sorted(set(ckpt.model_state) - set(expected))
-    shapes = [k for k in expected if k in ckpt.model_state and expected[k].shape != ckpt.model_state[k].shape]
-    if missing or unexpected or shapes:
-        detail = "; ".join(part for part in (
-            f"missing {missing[:3]}" if missing else "", f"unexpected {unexpected[:3]}" if unexpected else "",
-            f"shape mismatch {[(k, tuple(ckpt.model_state[k].shape), tuple(expected[k].shape)) for k in shapes[:3]]}"
-            if shapes else "") if part)
-        raise ValueError(f"checkpoint {ckpt.path} does not fit this model (another model or vocabulary?): {detail}")
-    model.load_state_dict(ckpt.model_state)
-
-
-__all__ += ["load_weights"]

@@ -14,9 +14,8 @@ import torch.nn as nn
 
 from .._validation import describe
 from ..attention import AttentionMaps, list_attentions
+from ..inference import LoadedModel, Translator
 from ..layers import SAN_ALIAS
-from ..train.api import LoadedModel
-from ..translation import Translator
 from .sources import MapSource, load_for_maps
 
 __all__ = ["Sublayer", "SentenceMaps", "sentence_maps", "mechanism_names", "find_sublayers", "check_layers"]

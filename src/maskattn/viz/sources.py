@@ -10,10 +10,15 @@ Everything downstream (:mod:`.maps`, :mod:`.panels`, :mod:`.localness`) is the s
   ``data.lowercase``), the checkpoint's vocabulary, the sentence encoder's layers and its source2token pooling;
   a dataset file is read with the checkpoint's reader and cut to ``data.max_len``, as training read it.
 * :class:`TranslationSource` — ``model.type: seq2seq``: the checkpoint's own sentencepiece model through
-  :meth:`maskattn.translation.Translator.encode_source` (subword ids and ``</s>``, exactly the encoder input of
+  :meth:`maskattn.inference.Translator.encode_source` (subword ids and ``</s>``, exactly the encoder input of
   training and translation), subword pieces as labels, and the maps of the Seq2Seq **encoder** self-attention
   (the decoder's self- and cross-attention are not read). A dataset file is raw source text, one sentence per
   line (format ``lines``); empty lines and sentences longer than the model takes are skipped and counted.
+
+Drawing a sentence costs ``heads × n²`` values per sublayer, and the picture is unreadable long before memory
+runs out, so :meth:`MapSource.encode` refuses a sentence of more than ``max_length`` positions
+(:data:`MAX_LENGTH` by default, ``--max-length`` on the command line) before any model work, with an
+:class:`~maskattn.errors.InputError` naming the limit and the length.
 """
 
 from __future__ import annotations
@@ -27,23 +32,37 @@ import torch
 import torch.nn as nn
 
 from .._validation import describe
-from ..data.parallel import read_text_lines
+from ..checkpoint import load_checkpoint
 from ..data.pipeline import sentences_of
-from ..data.readers import READERS, read_lines, tokenize
+from ..data.readers import READERS, read_sentences, tokenize
 from ..data.subword import UNK_ID
+from ..data.text import read_lines
+from ..errors import InputError
+from ..inference import LoadedModel, Translator, load_model, load_translator
 from ..layers import Encoder
 from ..models.classifier import SentenceEncoder
 from ..models.fusion import BASELINES
 from ..models.seq2seq import Seq2Seq
-from ..train.api import LoadedModel, load_model, load_translator
-from ..train.checkpoint import load_checkpoint
-from ..translation import Translator
 
-__all__ = ["CLASSIFIER_FORMATS", "EncodedSentence", "EncodedFile", "MapSource", "ClassifierSource",
-           "TranslationSource", "load_for_maps"]
+__all__ = ["CLASSIFIER_FORMATS", "MAX_LENGTH", "EncodedSentence", "EncodedFile", "MapSource", "ClassifierSource",
+           "TranslationSource", "load_for_maps", "check_length"]
 
 #: Dataset formats of classifier checkpoints: the toolkit's readers, and ``lines`` (one raw sentence per line).
 CLASSIFIER_FORMATS = (*READERS, "lines")
+
+#: The longest sentence (in positions: words, or subwords and ``</s>``) drawn by default, and the longest
+#: ``viz masks --length``.
+MAX_LENGTH = 256
+
+
+def check_length(length: int, max_length: int, what: str) -> int:
+    """``length`` when it is at most ``max_length``, else :class:`InputError` naming both and the option that
+    raises the limit."""
+    if length > max_length:
+        raise InputError(f"{what} has {length} positions but viz draws at most {max_length} (every map is n × n per "
+                         f"head; a longer one is unreadable and can exhaust memory); shorten it, or raise the limit "
+                         f"with --max-length {length}")
+    return length
 
 
 @dataclass(frozen=True)
@@ -80,16 +99,16 @@ class MapSource(ABC):
 
     ``model``: the whole model (put in evaluation mode while maps are read); ``stack``: the
     :class:`~maskattn.Encoder` whose layers are read (``stack.layer_names``, ``stack.attention_sublayers()``);
-    ``pad_id``: the id batches are padded with.
+    ``pad_id``: the id batches are padded with; ``max_length``: the longest sentence :meth:`encode` accepts.
     """
 
-    def __init__(self, model: nn.Module, stack: Encoder, pad_id: int):
-        self.model, self.stack, self.pad_id = model, stack, pad_id
+    def __init__(self, model: nn.Module, stack: Encoder, pad_id: int, max_length: int = MAX_LENGTH):
+        self.model, self.stack, self.pad_id, self.max_length = model, stack, pad_id, max_length
 
     @abstractmethod
     def encode(self, sentence: str) -> EncodedSentence:
         """``sentence`` encoded as the model was trained on; ``ValueError`` when it is empty or longer than
-        the model takes."""
+        the model takes, :class:`InputError` when it has more than ``max_length`` positions."""
 
     @abstractmethod
     def read_file(self, path: str | Path, *, format: str | None = None) -> EncodedFile:
@@ -127,12 +146,12 @@ class MapSource(ABC):
 
 
 class ClassifierSource(MapSource):
-    """A sentence / pair / tagger checkpoint (:func:`maskattn.train.api.load_model`) with a layer-recipe
+    """A sentence / pair / tagger checkpoint (:func:`maskattn.inference.load_model`) with a layer-recipe
     encoder (not a Bi-LSTM / CNN baseline)."""
 
-    def __init__(self, loaded: LoadedModel):
+    def __init__(self, loaded: LoadedModel, max_length: int = MAX_LENGTH):
         if not isinstance(loaded, LoadedModel):
-            raise TypeError(f"loaded must be a LoadedModel from maskattn.train.api.load_model, got {describe(loaded)}")
+            raise TypeError(f"loaded must be a LoadedModel from maskattn.inference.load_model, got {describe(loaded)}")
         recipe = loaded.config.model.encoder
         if isinstance(recipe, str) and recipe.strip() in BASELINES:
             raise ValueError(f"the model's encoder is the context-fusion baseline {recipe.strip()!r}, which has no "
@@ -142,7 +161,7 @@ class ClassifierSource(MapSource):
         if not isinstance(encoder, SentenceEncoder):
             raise ValueError(f"the model ({type(loaded.model).__name__}, model.type {loaded.config.model.type!r}) has "
                              "no sentence encoder to read attention maps from")
-        super().__init__(loaded.model, encoder.fusion.encoder, loaded.vocab.pad_id)
+        super().__init__(loaded.model, encoder.fusion.encoder, loaded.vocab.pad_id, max_length)
         self.loaded, self.encoder = loaded, encoder
 
     def encode(self, sentence: str) -> EncodedSentence:
@@ -150,6 +169,7 @@ class ClassifierSource(MapSource):
         truncated there) or than the positional table's ``model.max_len`` is an error."""
         cfg = self.loaded.config
         tokens = tokenize(_check_sentence_text(sentence), lowercase=cfg.data.lowercase)
+        check_length(len(tokens), self.max_length, "the sentence")
         limits = []
         if cfg.data.max_len:
             limits.append((cfg.data.max_len, "data.max_len: longer inputs were truncated in training"))
@@ -172,7 +192,7 @@ class ClassifierSource(MapSource):
             raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(CLASSIFIER_FORMATS)}")
         lowercase = cfg.data.lowercase
         if fmt == "lines":
-            sentences = read_lines(path, lowercase=lowercase)
+            sentences = read_sentences(path, lowercase=lowercase)
         else:
             sentences = sentences_of(READERS[fmt](path, lowercase=lowercase))
         max_len = cfg.data.max_len
@@ -187,14 +207,14 @@ class ClassifierSource(MapSource):
 
 
 class TranslationSource(MapSource):
-    """A translation checkpoint (:func:`maskattn.train.api.load_translator`): the maps of its Seq2Seq
+    """A translation checkpoint (:func:`maskattn.inference.load_translator`): the maps of its Seq2Seq
     encoder for source sentences encoded by :meth:`Translator.encode_source`."""
 
-    def __init__(self, translator: Translator):
+    def __init__(self, translator: Translator, max_length: int = MAX_LENGTH):
         if not isinstance(translator, Translator) or not isinstance(translator.model, Seq2Seq):
-            raise TypeError("translator must be a Translator of a Seq2Seq model (maskattn.train.api.load_translator), "
+            raise TypeError("translator must be a Translator of a Seq2Seq model (maskattn.inference.load_translator), "
                             f"got {describe(translator)}")
-        super().__init__(translator.model, translator.model.encoder, translator.subword.pad_id)
+        super().__init__(translator.model, translator.model.encoder, translator.subword.pad_id, max_length)
         self.translator = translator
 
     @property
@@ -210,6 +230,7 @@ class TranslationSource(MapSource):
         """Subword ids and ``</s>``, as training and translation feed the encoder, labelled with the subword
         pieces; a sentence translation would truncate (more than ``max_len − 1`` subwords) is an error."""
         ids, truncated = self.translator.encode_source(_check_sentence_text(sentence))
+        check_length(len(ids), self.max_length, "the sentence (in subwords and </s>)")
         pieces = self.translator.subword.tokenize(sentence)  # labels only: a piece per subword id
         if truncated:
             raise ValueError(f"the sentence has {self._too_long(len(pieces))}; shorten it")
@@ -223,7 +244,7 @@ class TranslationSource(MapSource):
             raise ValueError(f"a translation checkpoint reads raw source text, one sentence per line: format must be "
                              f"'lines', got {format!r}")
         kept, skipped = [], {"empty": 0, "over-long": 0}
-        for line in read_text_lines(path):
+        for line in read_lines(path):
             if not line.strip():
                 skipped["empty"] += 1
                 continue
@@ -242,21 +263,21 @@ class TranslationSource(MapSource):
 
 
 def load_for_maps(checkpoint: str | Path | LoadedModel | Translator | MapSource, *,
-                  device: str = "cpu") -> MapSource:
+                  device: str = "cpu", max_length: int = MAX_LENGTH) -> MapSource:
     """The :class:`MapSource` of ``checkpoint``: a checkpoint file (a translation checkpoint, ``model.type:
     seq2seq``, gives a :class:`TranslationSource`, any other a :class:`ClassifierSource`), a loaded model or
-    translator, or a source itself. ``ValueError`` for a model without an attention encoder (a Bi-LSTM / CNN
-    baseline)."""
+    translator, or a source itself (kept as it is). ``ValueError`` for a model without an attention encoder
+    (a Bi-LSTM / CNN baseline); ``max_length``: the longest sentence the source encodes."""
     if isinstance(checkpoint, MapSource):
         return checkpoint
     if isinstance(checkpoint, LoadedModel):
-        return ClassifierSource(checkpoint)
+        return ClassifierSource(checkpoint, max_length)
     if isinstance(checkpoint, Translator):
-        return TranslationSource(checkpoint)
+        return TranslationSource(checkpoint, max_length)
     if not isinstance(checkpoint, (str, Path)):
         raise TypeError("checkpoint must be a checkpoint path, a LoadedModel, a Translator or a MapSource, got "
                         f"{describe(checkpoint)}")
     ckpt = load_checkpoint(checkpoint)
     if ckpt.model_type == "seq2seq":
-        return TranslationSource(load_translator(ckpt, device=device))
-    return ClassifierSource(load_model(ckpt, device=device))
+        return TranslationSource(load_translator(ckpt, device=device), max_length)
+    return ClassifierSource(load_model(ckpt, device=device), max_length)

@@ -1,13 +1,11 @@
 """Evaluation metrics: accuracy, and BIO chunk F1 for tagging (exact span match, CoNLL style); translation's
-BLEU and chrF come from sacreBLEU (:func:`maskattn.translation.corpus_scores`)."""
+BLEU and chrF come from sacreBLEU (:func:`maskattn.inference.corpus_scores`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["accuracy", "bio_spans", "span_f1", "METRICS"]
-
-METRICS = ("accuracy", "f1", "loss", "bleu", "chrf")
+__all__ = ["accuracy", "bio_spans", "span_f1"]
 
 
 def accuracy(predictions: Sequence[int], targets: Sequence[int]) -> float:

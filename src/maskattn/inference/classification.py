@@ -1,4 +1,5 @@
-"""Loss, evaluation and prediction over encoded items, shared by the trainer and the CLI."""
+"""Classifiers and taggers over encoded items: the loss, evaluation and prediction (shared by the trainer and the
+commands), and the longest input a classifier reads."""
 
 from __future__ import annotations
 
@@ -7,10 +8,23 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..data.batching import IGNORE_INDEX, BucketBatchSampler, collate
+from ..data.config import DataConfig
 from ..data.vocab import LabelSet
+from ..models.config import ModelConfig
 from .metrics import accuracy, span_f1
 
-__all__ = ["summed_loss", "evaluate", "predict_ids"]
+__all__ = ["summed_loss", "evaluate", "predict_ids", "input_limit"]
+
+
+def input_limit(data: DataConfig, model: ModelConfig) -> int | None:
+    """The most tokens a classifier of these settings reads from one sentence (``None``: no limit):
+    ``data.max_len`` (training cut its sentences there) and, with positional encodings, ``model.max_len`` (the
+    rows of the positional table). Longer inputs are truncated to it — in training, evaluation and
+    prediction alike."""
+    limits = [data.max_len] if data.max_len else []
+    if model.positional != "none":
+        limits.append(model.max_len)
+    return min(limits, default=None)
 
 
 def summed_loss(logits: torch.Tensor, labels: torch.Tensor, *, label_smoothing: float = 0.0) -> torch.Tensor:

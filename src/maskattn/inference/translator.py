@@ -1,4 +1,4 @@
-"""Translating raw sentences with a trained :class:`~maskattn.models.seq2seq.Seq2Seq` and scoring the output.
+"""Translating raw sentences with a trained :class:`~maskattn.models.seq2seq.Seq2Seq`.
 
 :class:`Translator` = subword model + Seq2Seq: ``translate(lines)`` subword-encodes each line, decodes the
 batch greedily (``beam=1``) or with beam search, and returns detokenised text, one output per input line:
@@ -7,24 +7,20 @@ batch greedily (``beam=1``) or with beam search, and returns detokenised text, o
 * a line longer than the model's ``max_len`` (in subwords, counting ``</s>``) is truncated to fit and
   reported through ``on_truncate`` (the CLI prints a warning on stderr); it never raises an index error;
 * characters the subword model never saw become ``<unk>`` (see :mod:`maskattn.data.subword`).
-
-:func:`corpus_scores` computes sacreBLEU's corpus BLEU and chrF (default settings: 13a tokenisation, mixed
-case, exponential smoothing) with their signatures.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import sacrebleu
 import torch
 import torch.nn as nn
 
-from ._validation import check_positive_int
-from .data.subword import BOS_ID, EOS_ID, PAD_ID, SubwordModel
+from .._validation import check_positive_int
+from ..data.subword import BOS_ID, EOS_ID, PAD_ID, SubwordModel
 from .decoding import beam_search, greedy_decode
 
-__all__ = ["Translator", "corpus_scores"]
+__all__ = ["Translator"]
 
 
 class Translator:
@@ -32,7 +28,7 @@ class Translator:
 
     ``max_len``: the longest source the model takes (sources are cut to ``max_len - 1`` subwords +
     ``</s>``). Outputs have at most ``⌊1.2 · source length + 10⌋`` subwords, capped by the model's positional
-    range (:mod:`maskattn.decoding`). ``length_penalty``: the GNMT α of beam search (0.6 as in Vaswani et
+    range (:mod:`maskattn.inference.decoding`). ``length_penalty``: the GNMT α of beam search (0.6 as in Vaswani et
     al. 2017; 0 ranks by log-probability).
     """
 
@@ -76,9 +72,9 @@ class Translator:
         return out
 
     def translate(self, lines: Sequence[str], *, beam: int = 5, length_penalty: float = 0.6, batch_size: int = 64,
-                  on_truncate: Callable[[list[int]], None] | None = None) -> list[str]:
+                  on_truncate: Callable[[list[int], int], None] | None = None) -> list[str]:
         """One detokenised translation per line (empty lines stay empty). ``on_truncate`` receives the
-        1-based numbers of the lines that were cut to the model's ``max_len``."""
+        1-based numbers of the lines that were cut to the model's ``max_len`` and the subwords kept of them."""
         if isinstance(lines, str):
             raise TypeError("lines must be a sequence of sentences, not one str")
         todo, sources, truncated = [], [], []
@@ -93,20 +89,9 @@ class Translator:
             todo.append(number - 1)
             sources.append(ids)
         if truncated and on_truncate is not None:
-            on_truncate(truncated)
+            on_truncate(truncated, self.max_len - 1)
         outputs = [""] * len(lines)
         hyps = self.translate_ids(sources, beam=beam, length_penalty=length_penalty, batch_size=batch_size)
         for i, hyp in zip(todo, hyps):
             outputs[i] = self.subword.decode(hyp)
         return outputs
-
-
-def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
-    """sacreBLEU corpus BLEU and chrF of ``hypotheses`` against one reference each, with signatures."""
-    if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references; they must be line-aligned")
-    bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
-    b = bleu.corpus_score(list(hypotheses), [list(references)])
-    c = chrf.corpus_score(list(hypotheses), [list(references)])
-    return {"bleu": b.score, "chrf": c.score, "bleu_signature": str(bleu.get_signature()),
-            "chrf_signature": str(chrf.get_signature()), "bleu_detail": str(b), "sentences": len(hypotheses)}

@@ -1,0 +1,154 @@
+"""The checkpoint file format, and reading it: one ``.safetensors`` file per checkpoint.
+
+Layout (the writer is :func:`maskattn.train.checkpoint.save_checkpoint`):
+
+* tensors ``model.<name>`` — the model's ``state_dict``;
+* tensors ``optim.<param>.<key>``, ``rng.*`` and ``ema.*`` — optimiser state, RNG states and the weight
+  average (only in resumable checkpoints, e.g. ``last.safetensors``);
+* string metadata: ``format`` (``maskattn-checkpoint/1``), ``config`` (the full resolved run configuration,
+  JSON), ``vocab`` and ``labels`` (JSON lists), ``model_type``, ``step``, ``extra`` (JSON: what the task needs
+  to feed the model text — for translation the subword model, base64 — and a fingerprint of the training
+  data), ``trainer`` (JSON, resumable checkpoints: epoch, position in the epoch, best metric, scheduler
+  state, optimiser hyper-parameters, the Python / NumPy RNG states) and ``sha256``.
+
+``sha256`` is the checksum of everything else in the file: the safetensors header without the ``sha256``
+entry (as canonical JSON: sorted keys, no spaces) followed by the tensor data. :func:`load_checkpoint`
+recomputes it, streaming the file, before it loads anything, so a flipped bit anywhere in the tensor data,
+the tensor table or the metadata is a :class:`~maskattn.errors.CheckpointError` naming the file. Checkpoints
+written before checksums existed have no ``sha256``: they load with an
+:class:`~maskattn.errors.UnverifiedCheckpointWarning` (once per file and process).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from .errors import CheckpointError, UnverifiedCheckpointWarning
+
+__all__ = ["FORMAT", "CHECKSUM_KEY", "Checkpoint", "load_checkpoint", "load_weights", "content_digest",
+           "read_header"]
+
+FORMAT = "maskattn-checkpoint/1"
+CHECKSUM_KEY = "sha256"  # metadata entry holding the checksum of the rest of the file
+_CHUNK = 1 << 20  # bytes hashed at a time while streaming a file
+_warned_unverified: set[str] = set()
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: model weights, the run config (dict), vocabulary and labels, the step, the
+    task's ``extra`` data (e.g. the subword model), and — for resumable checkpoints — the trainer state and
+    its tensors."""
+
+    path: Path
+    model_state: dict[str, torch.Tensor]
+    config: dict
+    vocab: list[str]
+    labels: list[str]
+    model_type: str
+    step: int
+    trainer: dict | None
+    extra_tensors: dict[str, torch.Tensor]
+    extra: dict = field(default_factory=dict)
+
+
+def content_digest(header: dict, data_chunks: Iterable[bytes | memoryview]) -> str:
+    """sha256 (hex) of a safetensors file's content: its ``header`` (a parsed safetensors header; a
+    ``sha256`` metadata entry is left out) as canonical JSON, then the tensor data, given in chunks."""
+    metadata = {k: v for k, v in header.get("__metadata__", {}).items() if k != CHECKSUM_KEY}
+    canonical = {**header, "__metadata__": metadata}
+    digest = hashlib.sha256(json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode("utf-8"))
+    for chunk in data_chunks:
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_header(path: Path) -> tuple[dict, int]:
+    """The parsed safetensors header of ``path`` and the byte offset where its tensor data starts;
+    ``CheckpointError`` when the file is not a safetensors file."""
+    try:
+        with path.open("rb") as f:
+            prefix = f.read(8)
+            size = int.from_bytes(prefix, "little") if len(prefix) == 8 else -1
+            if not 0 < size <= path.stat().st_size - 8:
+                raise CheckpointError(f"checkpoint {path} is not a readable safetensors file (no valid header; "
+                                      "an empty or truncated file?)")
+            header = json.loads(f.read(size).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"checkpoint {path} is not a readable safetensors file (damaged header: {exc})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"checkpoint {path} is not a readable safetensors file (its header is not a JSON object)")
+    return header, 8 + size
+
+
+def _file_chunks(path: Path, start: int) -> Iterable[bytes]:
+    with path.open("rb") as f:
+        f.seek(start)
+        while chunk := f.read(_CHUNK):
+            yield chunk
+
+
+def _verify(path: Path, header: dict, data_start: int) -> None:
+    """Compare the stored checksum with the file's content (warn once for a checkpoint without one)."""
+    stored = header.get("__metadata__", {}).get(CHECKSUM_KEY)
+    if stored is None:
+        if str(path.resolve()) not in _warned_unverified:
+            _warned_unverified.add(str(path.resolve()))
+            warnings.warn(f"checkpoint {path} has no checksum (written by maskattn before checksums existed): "
+                          "it loads, but damage to it cannot be detected", UnverifiedCheckpointWarning, stacklevel=3)
+        return
+    actual = content_digest(header, _file_chunks(path, data_start))
+    if actual != stored:
+        raise CheckpointError(f"checkpoint {path} is damaged: its content does not match the sha256 checksum "
+                              f"stored when it was written ({stored[:12]}…, now {actual[:12]}…); use another copy "
+                              "(an earlier checkpoint, or best.safetensors / last.safetensors of the run)")
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """Read and verify a checkpoint. A missing file, a file that is not safetensors, not a maskattn
+    checkpoint, or whose content does not match its checksum raises :class:`CheckpointError` naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    header, data_start = read_header(path)
+    metadata = header.get("__metadata__") or {}
+    if metadata.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a maskattn checkpoint (format {metadata.get('format')!r}, "
+                              f"expected {FORMAT!r})")
+    _verify(path, header, data_start)
+    try:
+        tensors = load_file(str(path))
+    except SafetensorError as exc:
+        raise CheckpointError(f"checkpoint {path} is not a readable safetensors file ({exc})") from None
+    model_state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    extra_tensors = {k: v for k, v in tensors.items() if not k.startswith("model.")}
+    trainer = json.loads(metadata["trainer"]) if "trainer" in metadata else None
+    return Checkpoint(path, model_state, json.loads(metadata["config"]), json.loads(metadata["vocab"]),
+                      json.loads(metadata["labels"]), metadata["model_type"], int(metadata["step"]), trainer,
+                      extra_tensors, json.loads(metadata.get("extra", "{}")))
+
+
+def load_weights(model: nn.Module, ckpt: Checkpoint) -> None:
+    """Load a checkpoint's weights strictly; a checkpoint of another model raises :class:`CheckpointError`."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(ckpt.model_state))
+    unexpected = sorted(set(ckpt.model_state) - set(expected))
+    shapes = [k for k in expected if k in ckpt.model_state and expected[k].shape != ckpt.model_state[k].shape]
+    if missing or unexpected or shapes:
+        detail = "; ".join(part for part in (
+            f"missing {missing[:3]}" if missing else "", f"unexpected {unexpected[:3]}" if unexpected else "",
+            f"shape mismatch {[(k, tuple(ckpt.model_state[k].shape), tuple(expected[k].shape)) for k in shapes[:3]]}"
+            if shapes else "") if part)
+        raise CheckpointError(f"checkpoint {ckpt.path} does not fit this model (another model or vocabulary?): "
+                              f"{detail}")
+    model.load_state_dict(ckpt.model_state)

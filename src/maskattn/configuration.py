@@ -1,0 +1,147 @@
+"""Configuration sections as dataclasses: building them from dicts (YAML, ``--set``) and checking every value.
+
+Each section class (:class:`~maskattn.data.DataConfig`, :class:`~maskattn.models.ModelConfig`,
+``OptimConfig``, ``LoopConfig``) declares its allowed values in one place, a ``RULES`` mapping from key to
+:class:`Rule`, and calls :func:`check_section` from ``__post_init__``, so a section cannot be built with a value
+outside its range, whether it comes from a file, a ``--set`` flag or Python. :func:`from_dict` first checks
+the keys and the types (an unknown key fails with the list of valid keys). Every failure is a
+:class:`~maskattn.errors.ConfigError` naming ``section.key``, the allowed values and the value received.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+
+from .errors import ConfigError
+
+__all__ = ["Rule", "at_least", "positive", "in_range", "one_of", "optional", "pair", "check_section", "from_dict"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An allowed set of values: ``accepts(value)`` and its description for messages (``"an int >= 1"``,
+    ``"in [0, 1)"``), which completes "``section.key`` must be …"; ``explain`` replaces that message."""
+
+    accepts: Callable[[object], bool]
+    description: str
+    explain: Callable[[str, object], str] | None = None
+
+    def message(self, name: str, value) -> str:
+        """Why ``value`` is not allowed for the key ``name``."""
+        return self.explain(name, value) if self.explain else f"{name} must be {self.description}, got {value!r}"
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def at_least(low: float, *, integer: bool = True) -> Rule:
+    """An int (or, with ``integer=False``, a finite number) ``>= low``."""
+    kind = _is_int if integer else _is_number
+    return Rule(lambda v: kind(v) and v >= low, f"{'an int' if integer else 'a number'} >= {low:g}")
+
+
+def positive() -> Rule:
+    """A finite number ``> 0``."""
+    return Rule(lambda v: _is_number(v) and v > 0, "a positive number")
+
+
+def in_range(low: float, high: float, *, high_open: bool = True, low_open: bool = False) -> Rule:
+    """A finite number in the interval from ``low`` to ``high`` (closed unless ``*_open``; ``high`` may be
+    ``inf``)."""
+    def accepts(v) -> bool:
+        return _is_number(v) and (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
+    return Rule(accepts, f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}")
+
+
+def one_of(*choices: str) -> Rule:
+    description = f"one of {', '.join(choices)}"
+    return Rule(lambda v: isinstance(v, str) and v in choices, description,
+                lambda name, value: f"unknown {name} {value!r}; expected {description}")
+
+
+def optional(rule: Rule) -> Rule:
+    """``None`` or a value of ``rule`` (a wrong value is explained by ``rule``)."""
+    return Rule(lambda v: v is None or rule.accepts(v), f"null or {rule.description}", rule.message)
+
+
+def pair(rule: Rule, *, ordered: bool = False) -> Rule:
+    """A list of two values of ``rule`` (``ordered``: the first <= the second)."""
+    def accepts(v) -> bool:
+        return isinstance(v, (list, tuple)) and len(v) == 2 and all(rule.accepts(x) for x in v) \
+            and (not ordered or v[0] <= v[1])
+    return Rule(accepts, f"a list of two values, each {rule.description}{' (first <= second)' if ordered else ''}")
+
+
+def check_section(section: object, name: str, rules: Mapping[str, Rule]) -> None:
+    """Raise :class:`ConfigError` for the first field of ``section`` outside its rule."""
+    for key, rule in rules.items():
+        value = getattr(section, key)
+        if not rule.accepts(value):
+            raise ConfigError(rule.message(f"{name}.{key}", value))
+
+
+# --- from dicts ---------------------------------------------------------------------------------------
+
+def _accepts_type(tp, value) -> bool:
+    """Does ``value`` (from YAML) fit the annotation ``tp``?"""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_accepts_type(t, value) for t in typing.get_args(tp))
+    if tp is type(None):
+        return value is None
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is int:
+        return _is_int(value)
+    return isinstance(value, origin or tp)
+
+
+def _number_from_text(tp, value):
+    """YAML 1.1 reads ``1e-6`` (no dot) as a string; for a float-typed key take it as the number it spells."""
+    if isinstance(value, str) and _accepts_type(tp, 0.5) and not _accepts_type(tp, value):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def from_dict(cls, data: dict | None, where: str = ""):
+    """Build dataclass ``cls`` from a dict; unknown keys, wrongly typed values and values outside the section's
+    rules raise :class:`ConfigError` naming the key (and, for unknown keys, listing the valid ones)."""
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ConfigError(f"config section {where or cls.__name__!r} must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    valid = [f.name for f in fields(cls)]
+    unknown = sorted(set(data) - set(valid))
+    if unknown:
+        prefix = f"{where}." if where else ""
+        raise ConfigError(f"unknown config key(s) {', '.join(prefix + k for k in unknown)}; valid keys"
+                          f"{' of ' + where if where else ''}: {', '.join(valid)}")
+    kwargs = {}
+    for key, value in data.items():
+        tp = hints[key]
+        name = f"{where}.{key}" if where else key
+        if dataclasses.is_dataclass(tp):
+            kwargs[key] = from_dict(tp, value, name)
+        else:
+            value = _number_from_text(tp, value)
+            if not _accepts_type(tp, value):
+                raise ConfigError(f"config key {name} must be {_type_name(tp)}, got {value!r}")
+            kwargs[key] = float(value) if tp is float else value
+    return cls(**kwargs)

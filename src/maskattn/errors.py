@@ -1,0 +1,56 @@
+"""The exceptions maskattn raises for mistakes a user can fix: a bad configuration value, a malformed data
+file, an unusable checkpoint, a run folder that is taken, an input a command refuses.
+
+The command line prints these as one line (``error: …``, exit code 2); any other exception is a bug and
+propagates with its traceback. Every class whose cause is a wrong value also derives from ``ValueError``, so
+``except ValueError`` keeps working for code written before this hierarchy existed.
+
+==========================  ==========================================================================
+class                       raised when
+==========================  ==========================================================================
+``MaskattnError``           base class; never raised itself
+``ConfigError``             a configuration key or value is invalid (``--set``, YAML, ``from_dict``)
+``DataError``               a data or input file is missing, malformed or not UTF-8 (names file:line)
+``CheckpointError``         a checkpoint is missing, corrupt, not maskattn's or does not fit the model
+``RunFolderError``          a run folder is held by another process, or holds a run that would be replaced
+``InputError``              an input a command refuses (e.g. a sentence too long to draw)
+``DivergenceError``         the training loss stopped being finite (also a ``FloatingPointError``)
+==========================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+__all__ = ["MaskattnError", "ConfigError", "DataError", "CheckpointError", "RunFolderError", "InputError",
+           "DivergenceError", "UnverifiedCheckpointWarning"]
+
+
+class MaskattnError(Exception):
+    """A mistake the user can fix; the message says what was wrong and what was expected."""
+
+
+class ConfigError(MaskattnError, ValueError):
+    """An invalid configuration key or value (the message names ``section.key`` and the allowed range)."""
+
+
+class DataError(MaskattnError, ValueError):
+    """A data or input file that cannot be read as asked (the message names the file and line)."""
+
+
+class CheckpointError(MaskattnError, ValueError):
+    """A checkpoint file that is missing, damaged, not a maskattn checkpoint, or of another model."""
+
+
+class RunFolderError(MaskattnError):
+    """A run folder another process holds, or one whose finished run a new run would replace."""
+
+
+class InputError(MaskattnError, ValueError):
+    """An input a command refuses (the message names the limit and how to change it)."""
+
+
+class DivergenceError(MaskattnError, FloatingPointError):
+    """The training loss became NaN or infinite."""
+
+
+class UnverifiedCheckpointWarning(UserWarning):
+    """A checkpoint written before checksums existed: its contents load but cannot be verified."""

@@ -1,0 +1,21 @@
+"""The torch device a command or a run asks for by name."""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import ConfigError
+
+__all__ = ["resolve_device"]
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` (CUDA when available, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``; an unknown name, or CUDA
+    on a machine without it, raises :class:`ConfigError`."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
+        raise ConfigError(f"unknown device {name!r}; expected auto, cpu, cuda or cuda:N")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device {name!r} was asked for but CUDA is not available; use cpu")
+    return torch.device(name)

@@ -1,0 +1,54 @@
+"""Labels for raw text from a classifier checkpoint: one output per input line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ..data.batching import encode_examples
+from ..data.examples import PairExample, TextExample
+from ..data.readers import tokenize
+from ..errors import InputError
+from .classification import predict_ids
+from .device import resolve_device
+from .loading import LoadedModel, load_model
+
+__all__ = ["predict"]
+
+
+def predict(path: str | Path | LoadedModel, texts: list[str], *, batch_size: int = 256, device: str = "cpu",
+            on_truncate: Callable[[list[int], int], None] | None = None) -> list:
+    """Labels for raw sentences (whitespace-tokenised as in training), one per text, in order: the label, or a
+    list of tags (one per token) for a tagger. A blank text gives ``""`` (``[]`` for a tagger), so outputs stay
+    aligned with inputs. Pair models take ``"premise ||| hypothesis"`` strings. A text longer than the model
+    reads (:attr:`LoadedModel.input_limit`) is truncated; ``on_truncate`` receives the 1-based numbers of those
+    texts and the limit."""
+    loaded = path if isinstance(path, LoadedModel) else load_model(path, device=device)
+    cfg = loaded.config
+    lowercase, limit = cfg.data.lowercase, loaded.input_limit
+    examples, positions = [], []  # positions: index in texts of each example
+    for i, text in enumerate(texts):
+        if not text.strip():
+            continue
+        if cfg.model.type == "pair":
+            if "|||" not in text:
+                raise InputError(f"input {i + 1}: a pair model needs 'premise ||| hypothesis', got {text[:60]!r}")
+            premise, hypothesis = (tokenize(part, lowercase=lowercase) for part in text.split("|||", 1))
+            if not premise or not hypothesis:
+                raise InputError(f"input {i + 1}: empty {'premise' if not premise else 'hypothesis'}")
+            examples.append(PairExample(premise, hypothesis, "", line=i + 1))
+        else:
+            examples.append(TextExample(tokenize(text, lowercase=lowercase), "", line=i + 1))
+        positions.append(i)
+    truncated = [e.line for e in examples if limit is not None and len(e) > limit]
+    if truncated and on_truncate is not None:
+        on_truncate(truncated, limit)
+    blank = [] if cfg.model.type == "tagger" else ""
+    outputs = [blank] * len(texts)
+    if not examples:
+        return outputs
+    items = encode_examples(examples, loaded.vocab, None, max_len=limit)
+    ids = predict_ids(loaded.model, items, batch_size=batch_size, device=resolve_device(device))
+    for i, p in zip(positions, ids):
+        outputs[i] = loaded.labels.decode(p) if isinstance(p, list) else loaded.labels.itos[p]
+    return outputs
