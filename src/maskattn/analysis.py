@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ._validation import check_key_padding_mask, describe
+from .validation import check_key_padding_mask, describe
 
 __all__ = ["localness", "localness_per_sequence"]
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._validation import check_choice
+from .validation import check_choice
 from .kernels.flex import flex_available
 
 __all__ = ["BACKENDS", "Rule", "BackendPolicy", "POLICIES", "backends_of", "check_backend", "refusal",

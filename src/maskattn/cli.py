@@ -236,13 +236,22 @@ def demo(steps: int = typer.Option(300, min=1, help="training steps of the order
 
 
 @app.command("list")
-def list_mechanisms():
+def list_mechanisms(
+    backends: bool = typer.Option(False, "--backends", help="print the backend policy: each kernel family's backends "
+                                                           "and what backend='auto' runs in each situation"),
+):
     """List the registered attention mechanisms, the models and context-fusion baselines, and the presets."""
-    from . import attention_info, list_attentions
+    from . import attention_info, backend_table, backend_table_rows, list_attentions
     from .models import list_fusions, list_models
     from .train.config import PRESETS_DIR, list_presets
 
     console = Console()
+    if backends:
+        print(backend_table())
+        print()
+        for row in backend_table_rows():
+            print(f"{row['family']}: {row['why']}")
+        return
     table = Table(title="attention mechanisms (recipe names; also 'san' = mha, 'ffn')")
     for column in ("name", "class", "backends", "description"):
         table.add_column(column)
@@ -406,6 +415,12 @@ def viz_localness(
 def bench(
     quick: bool = typer.Option(False, "--quick", help="small preset: lengths 32,64,128,256, batch 4, width 64, 4 heads, "
                                                       "2 repeats (under a minute on 2 CPU cores); other options override it"),
+    preset: str = typer.Option(None, "--preset", "-p", help="named settings behind the docs' tables: quick, mtsa "
+                                                            "(MTSA Fig. 1), man (DMAN vs SAN), csan (banded vs dense), "
+                                                            "gpu (the GPU acceptance run); other options override it"),
+    mode: str = typer.Option(None, "--mode", help="train (forward + backward, default) or inference (forward, no_grad)"),
+    compile: bool = typer.Option(None, "--compile/--eager", help="run the modules through torch.compile(fullgraph=True) "
+                                                                 "(compilation happens in the untimed warm-up)"),
     lengths: str = typer.Option(None, "--lengths", "-n", help="comma-separated sequence lengths (default 64,128,256,512,1024)"),
     batch: int = typer.Option(None, "--batch", "-b", help="batch size (default 8)"),
     width: int = typer.Option(None, "--width", "-d", help="d_model (default 256)"),
@@ -435,14 +450,18 @@ def bench(
     with _user_errors():
         given = {key: value for key, value in dict(batch=batch, width=width, heads=heads, dtype=dtype,
                                                    repeats=repeats, warmup=warmup, device=device,
-                                                   mem_budget_gb=mem_budget_gb).items() if value is not None}
+                                                   mem_budget_gb=mem_budget_gb, mode=mode,
+                                                   compile=compile).items() if value is not None}
         if lengths is not None:
             given["lengths"] = parse_lengths(lengths)
         if mechanisms is not None:
             given["mechanisms"] = parse_names(mechanisms, "mechanisms")
         if backends is not None:
             given["backends"] = parse_names(backends, "backends")
-        settings = BenchSettings.quick(**given) if quick else BenchSettings(**given)
+        if quick and preset not in (None, "quick"):
+            raise ValueError(f"give either --quick or --preset {preset}, not both")
+        preset = "quick" if quick else preset
+        settings = BenchSettings.preset(preset, **given) if preset else BenchSettings(**given)
         result = run_benchmark(settings, log=lambda line: console.print(escape(line), highlight=False))
         paths = write_outputs(result, out)
     for table in render_tables(result):

@@ -36,7 +36,7 @@ import math
 
 import torch
 
-from ._validation import check_nonnegative_int, describe
+from .validation import check_nonnegative_int, describe
 
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -71,7 +71,7 @@ class Mask:
     """
 
     def __init__(self, mask_mod: MaskMod, name: str, *, static: bool = True,
-                 band: tuple[float, float] | None = None):
+                 band: tuple[float, float] | None = None, cache_key=None):
         if not callable(mask_mod):
             raise TypeError(f"mask_mod must be callable (b, h, q_idx, kv_idx) -> bool, got {type(mask_mod).__name__}")
         self.mask_mod = mask_mod
@@ -80,6 +80,9 @@ class Mask:
         #: ``(left, right)`` when the mask is exactly the band ``i − left <= j <= i + right`` on every
         #: head (``inf`` for an open side), else None. Finite bands run on the O(n·band) local path.
         self.band = band
+        #: a hashable key that identifies the predicate (two masks with one key are the same function), so
+        #: its FlexAttention block mask can be reused; None for predicates given as bare functions
+        self.cache_key = cache_key
 
     @property
     def finite_band(self) -> tuple[int, int] | None:
@@ -97,7 +100,7 @@ class Mask:
         mod = self.mask_mod
         band = None if self.band is None else (self.band[0] - offset, self.band[1] + offset)
         return Mask(lambda b, h, q, kv: mod(b, h, q + offset, kv), f"{self.name}@{offset}", static=self.static,
-                    band=band)
+                    band=band, cache_key=_combined("shifted", self, offset))
 
     def __call__(self, b, h, q_idx, kv_idx):
         return self.mask_mod(b, h, q_idx, kv_idx)
@@ -111,6 +114,7 @@ class Mask:
             static=self.static and other.static,
             band=None if self.band is None or other.band is None else (
                 min(self.band[0], other.band[0]), min(self.band[1], other.band[1])),
+            cache_key=_combined("&", self, other),
         )
 
     def __or__(self, other: Mask) -> Mask:
@@ -120,11 +124,13 @@ class Mask:
             lambda b, h, q, kv: a(b, h, q, kv) | c(b, h, q, kv),
             f"({self.name} | {other.name})",
             static=self.static and other.static,
+            cache_key=_combined("|", self, other),
         )
 
     def __invert__(self) -> Mask:
         a = self.mask_mod
-        return Mask(lambda b, h, q, kv: ~a(b, h, q, kv), f"~{self.name}", static=self.static)
+        return Mask(lambda b, h, q, kv: ~a(b, h, q, kv), f"~{self.name}", static=self.static,
+                    cache_key=_combined("~", self))
 
     def __repr__(self) -> str:
         return f"Mask({self.name})"
@@ -133,6 +139,12 @@ class Mask:
                     device: torch.device | str | None = None) -> torch.Tensor:
         """Evaluate the predicate on a grid: a bool tensor of shape ``(batch, heads, q_len, kv_len)``."""
         return materialize(self, q_len, kv_len, batch=batch, heads=heads, device=device)
+
+
+def _combined(op: str, *parts):
+    """The cache key of a mask built from ``parts`` (masks and plain values), or None when a part has none."""
+    keys = [p.cache_key if isinstance(p, Mask) else p for p in parts]
+    return None if any(k is None for k in keys) else (op, *keys)
 
 
 def _as_mask(other, op: str) -> Mask:
@@ -149,29 +161,29 @@ def _check_flag(value, name: str) -> bool:
 
 def full() -> Mask:
     """Every query attends to every key."""
-    return Mask(lambda b, h, q, kv: q == q, "full", band=(math.inf, math.inf))
+    return Mask(lambda b, h, q, kv: q == q, "full", band=(math.inf, math.inf), cache_key="full")
 
 
 def forward(include_diagonal: bool = True) -> Mask:
     """Forward (past-looking) mask: key ``j`` is visible from query ``i`` when ``j < i`` (``j <= i``
     with ``include_diagonal``). DiSA/MTSA's ``M^fw`` is the strict form."""
     if _check_flag(include_diagonal, "include_diagonal"):
-        return Mask(lambda b, h, q, kv: kv <= q, "forward", band=(math.inf, 0))
-    return Mask(lambda b, h, q, kv: kv < q, "forward_strict")
+        return Mask(lambda b, h, q, kv: kv <= q, "forward", band=(math.inf, 0), cache_key="forward")
+    return Mask(lambda b, h, q, kv: kv < q, "forward_strict", cache_key="forward_strict")
 
 
 def backward(include_diagonal: bool = True) -> Mask:
     """Backward (future-looking) mask: key ``j`` is visible from query ``i`` when ``j > i`` (``j >= i``
     with ``include_diagonal``). DiSA/MTSA's ``M^bw`` is the strict form."""
     if _check_flag(include_diagonal, "include_diagonal"):
-        return Mask(lambda b, h, q, kv: kv >= q, "backward", band=(0, math.inf))
-    return Mask(lambda b, h, q, kv: kv > q, "backward_strict")
+        return Mask(lambda b, h, q, kv: kv >= q, "backward", band=(0, math.inf), cache_key="backward")
+    return Mask(lambda b, h, q, kv: kv > q, "backward_strict", cache_key="backward_strict")
 
 
 def causal() -> Mask:
     """Decoder mask: a query sees itself and earlier keys (the same predicate as ``forward()``). For
     queries at absolute positions ``offset …`` (incremental decoding) use ``causal().shifted(offset)``."""
-    return Mask(lambda b, h, q, kv: kv <= q, "causal", band=(math.inf, 0))
+    return Mask(lambda b, h, q, kv: kv <= q, "causal", band=(math.inf, 0), cache_key="forward")
 
 
 def band(left: int, right: int) -> Mask:
@@ -180,13 +192,15 @@ def band(left: int, right: int) -> Mask:
     attention. Finite bands run on the O(n · band) local kernels."""
     check_nonnegative_int(left, "left")
     check_nonnegative_int(right, "right")
-    return Mask(lambda b, h, q, kv: (kv >= q - left) & (kv <= q + right), f"band({left}, {right})", band=(left, right))
+    return Mask(lambda b, h, q, kv: (kv >= q - left) & (kv <= q + right), f"band({left}, {right})", band=(left, right),
+                cache_key=("band", left, right))
 
 
 def window(radius: int) -> Mask:
     """Local window: key ``j`` is visible from query ``i`` when ``|i - j| <= radius`` (``band(radius, radius)``)."""
     check_nonnegative_int(radius, "radius")
-    return Mask(band(radius, radius).mask_mod, f"window({radius})", band=(radius, radius))
+    return Mask(band(radius, radius).mask_mod, f"window({radius})", band=(radius, radius),
+                cache_key=("band", radius, radius))
 
 
 def sequence_window(radius: torch.Tensor) -> Mask:
@@ -195,7 +209,8 @@ def sequence_window(radius: torch.Tensor) -> Mask:
     is a ``(B,)`` float or int tensor."""
     if not isinstance(radius, torch.Tensor) or radius.dim() != 1:
         raise TypeError(f"radius must be a 1-D tensor with one radius per sequence, got {describe(radius)}")
-    return Mask(lambda b, h, q, kv: (q - kv).abs() <= radius[b], "sequence_window", static=False)
+    return Mask(lambda b, h, q, kv: (q - kv).abs() <= radius[b], "sequence_window", static=False,
+                cache_key=("sequence_window", id(radius)))
 
 
 def key_padding(key_padding_mask: torch.Tensor) -> Mask:
@@ -207,7 +222,8 @@ def key_padding(key_padding_mask: torch.Tensor) -> Mask:
     if key_padding_mask.dim() != 2:
         raise ValueError(f"key_padding_mask must have shape (batch, seq_len), got {tuple(key_padding_mask.shape)}")
     keep = ~key_padding_mask
-    return Mask(lambda b, h, q, kv: keep[b, kv], "key_padding", static=False)
+    return Mask(lambda b, h, q, kv: keep[b, kv], "key_padding", static=False,
+                cache_key=("key_padding", id(key_padding_mask)))
 
 
 def per_head(head_masks: Sequence[Mask]) -> Mask:
@@ -229,7 +245,7 @@ def per_head(head_masks: Sequence[Mask]) -> Mask:
     names = ", ".join(m.name for m in head_masks)
     bands = {m.band for m in head_masks}
     return Mask(mask_mod, f"per_head[{names}]", static=all(m.static for m in head_masks),
-                band=bands.pop() if len(bands) == 1 else None)
+                band=bands.pop() if len(bands) == 1 else None, cache_key=_combined("per_head", *head_masks))
 
 
 MASK_NAMES = ("full", "forward", "backward", "forward_strict", "backward_strict", "causal")
@@ -307,7 +323,8 @@ def predicate(mask: Mask | torch.Tensor | None, key_padding_mask: torch.Tensor |
     allowed."""
     if isinstance(mask, torch.Tensor):
         dense = mask.expand(batch, heads, q_len, kv_len)
-        mask = Mask(lambda b, h, q, kv: dense[b, h, q, kv], "dense", static=mask.shape[0] == 1)
+        mask = Mask(lambda b, h, q, kv: dense[b, h, q, kv], "dense", static=mask.shape[0] == 1,
+                    cache_key=("dense", id(mask)) if mask.shape[0] > 1 else None)
     if key_padding_mask is None:
         return mask
     padding = key_padding(key_padding_mask)

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 
 from .. import backends
-from .._validation import check_key_padding_mask, check_positive_int, check_probability, describe
+from ..validation import check_key_padding_mask, check_positive_int, check_probability, describe
 
 __all__ = ["SelfAttention", "AttentionMaps", "AttentionCache", "check_dims", "check_input", "split_heads",
            "merge_heads", "zero_padding", "add_qkv_projections"]

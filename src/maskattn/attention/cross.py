@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .._validation import check_probability
+from ..validation import check_probability
 from ..functional.dot_product import dot_product_attention
 from .base import check_dims, merge_heads, split_heads
 

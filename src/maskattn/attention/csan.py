@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import check_choice
+from ..validation import check_choice
 from ..functional.local import HEAD_EDGES, check_head_window, check_window, local_attention, local_attention_maps
 from .base import AttentionMaps, check_input, merge_heads, zero_padding
 from .multihead import MultiHeadAttention

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 
 from .. import masks as M
-from .._validation import check_choice
+from ..validation import check_choice
 from .base import split_heads
 from .headwise import ACTIVATIONS, HeadwiseFusionGate, HeadwiseLinear, HeadwiseSource2Token
 from .mtsa import TensorizedSelfAttention

@@ -29,7 +29,7 @@ class HeadwiseLinear(nn.Module):
         heads_first = x.transpose(0, 1).reshape(H, B * n, d_in)  # (B, H, n, d_in) -> (H, B·n, d_in)
         y = torch.bmm(heads_first, self.weight) if self.bias is None else \
             torch.baddbmm(self.bias, heads_first, self.weight)  # (H, B·n, d_out)
-        return y.view(H, B, n, -1).transpose(0, 1)  # (B, H, n, d_out), a view
+        return y.view(H, B, n, y.shape[-1]).transpose(0, 1)  # (B, H, n, d_out), a view
 
 
 class HeadwiseSource2Token(nn.Module):

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from .. import backends
 from .. import masks as M
-from .._validation import check_positive_int, describe
+from ..validation import check_positive_int, describe
 from ..functional.dman import dynamic_mask, dynamic_mask_attention, dynamic_mask_weights
 from ..functional.dot_product import attention_weights, dot_product_attention
 from ..functional.local import banded_attention

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 
 from .. import masks as M
-from .._validation import check_choice, check_positive_int
+from ..validation import check_choice, check_positive_int
 from ..functional.tensorized import SCALES, tensorized_attention, tensorized_attention_maps
 from .base import AttentionMaps, SelfAttention, check_input, merge_heads, split_heads, zero_padding
 from .headwise import ACTIVATIONS, HeadwiseFusionGate, HeadwiseLinear, HeadwiseSource2Token

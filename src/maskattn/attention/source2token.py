@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .._validation import check_choice, check_positive_int, check_probability
+from ..validation import check_choice, check_positive_int, check_probability
 from ..kernels.softmax import masked_softmax
 from .base import check_input
 from .headwise import ACTIVATIONS

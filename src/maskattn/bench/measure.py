@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 
 __all__ = ["synchronize", "peak_memory_bytes", "time_call", "count_flops", "machine_info", "measure_point",
-           "matmul_gflops_per_s", "available_bytes", "is_out_of_memory"]
+           "measure_inference", "matmul_gflops_per_s", "available_bytes", "is_out_of_memory"]
 
 
 def synchronize(device: torch.device | str) -> None:
@@ -141,6 +141,21 @@ def measure_point(module: nn.Module, x: torch.Tensor, grad_out: torch.Tensor, *,
         "bwd_ms_median": 1e3 * statistics.median(bwd), "bwd_ms_min": 1e3 * min(bwd), "bwd_ms_max": 1e3 * max(bwd),
         "peak_bytes": int(peak),
     }
+
+
+@torch.no_grad()
+def measure_inference(module: nn.Module, x: torch.Tensor, *, repeats: int, warmup: int,
+                      device: str) -> dict[str, float | int]:
+    """Time ``module(x)`` under ``torch.no_grad()`` and measure the peak memory of one forward: ``warmup``
+    untimed calls, one under the memory measurement, ``repeats`` timed. Times in milliseconds; the backward
+    fields are None."""
+    x = x.detach()
+    for _ in range(warmup):
+        module(x)
+    peak = peak_memory_bytes(lambda: module(x), device)
+    fwd = time_call(lambda: module(x), repeats=repeats, warmup=0, device=device)
+    return {"fwd_ms_median": 1e3 * fwd["median_s"], "fwd_ms_min": 1e3 * fwd["min_s"], "fwd_ms_max": 1e3 * fwd["max_s"],
+            "bwd_ms_median": None, "bwd_ms_min": None, "bwd_ms_max": None, "peak_bytes": int(peak)}
 
 
 def matmul_gflops_per_s(matrices: int, n: int, d: int, *, dtype: torch.dtype, device: str,

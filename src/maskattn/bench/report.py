@@ -70,7 +70,9 @@ def plot(result: BenchResult, path: Path) -> Path:
             labels.append(r["label"])
     rows = _panel_rows(labels_by_mechanism)
     references = [label for m in PLOT_REFERENCES for label in labels_by_mechanism.get(m, [])]
-    panels = (("time_ms", "forward + backward time (ms)"), ("peak_mib", "peak memory (MiB)"))
+    inference = result.settings.get("mode") == "inference"
+    panels = (("time_ms", "forward time (ms)" if inference else "forward + backward time (ms)"),
+              ("peak_mib", "peak memory (MiB)"))
     grid = [(device, title, labels) for device in devices for title, labels in rows] or \
         [(device, "multi-head attention", []) for device in devices]
     fig, axes = plt.subplots(len(grid), len(panels), figsize=(11, 3.6 * len(grid)), squeeze=False)
@@ -84,7 +86,7 @@ def plot(result: BenchResult, path: Path) -> Path:
             points = sorted((r for r in ok if r["device"] == device and r["label"] == label), key=lambda r: r["n"])
             if not points:
                 continue
-            values = {"time_ms": [r["fwd_ms_median"] + r["bwd_ms_median"] for r in points],
+            values = {"time_ms": [r["fwd_ms_median"] + (r["bwd_ms_median"] or 0.0) for r in points],
                       "peak_mib": [r["peak_mib"] for r in points]}
             for ax, (key, _) in zip(row, panels):
                 ax.plot([r["n"] for r in points], [max(v, 1e-6) for v in values[key]], label=label, markersize=4,
@@ -102,8 +104,8 @@ def plot(result: BenchResult, path: Path) -> Path:
         if row[-1].get_legend_handles_labels()[0]:
             row[-1].legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
     s = result.settings
-    fig.suptitle(f"maskattn bench: batch {s['batch']}, width {s['width']}, {s['heads']} heads, {s['dtype']}; "
-                 "multi-head attention in grey")
+    fig.suptitle(f"maskattn bench: batch {s['batch']}, width {s['width']}, {s['heads']} heads, {s['dtype']}, "
+                 f"{s.get('mode', 'train')}{', compiled' if s.get('compile') else ''}; multi-head attention in grey")
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -122,6 +124,8 @@ def write_outputs(result: BenchResult, out_dir: Path | str) -> dict[str, Path]:
 
 
 def _ms(record, phase: str) -> str:
+    if record[f"{phase}_ms_median"] is None:
+        return "–"
     return (f"{record[f'{phase}_ms_median']:.2f} "
             f"[{record[f'{phase}_ms_min']:.2f}-{record[f'{phase}_ms_max']:.2f}]")
 
@@ -132,7 +136,8 @@ def render_tables(result: BenchResult) -> list[Table]:
     for device in dict.fromkeys(r["device"] for r in result.records):
         s = result.settings
         table = Table(title=escape(f"{device}: batch {s['batch']}, width {s['width']}, {s['heads']} heads, "
-                                   f"{s['dtype']}; time = median [min-max] of {s['repeats']}"))
+                                   f"{s['dtype']}, {s.get('mode', 'train')}{', compiled' if s.get('compile') else ''}"
+                                   f"; time = median [min-max] of {s['repeats']}"))
         for column in ("mechanism/backend", "n", "fwd ms", "bwd ms", "peak MiB", "GFLOP", "GFLOP/s",
                        "matmul GFLOP/s", "% matmul", "status"):
             table.add_column(column, justify="left" if column in ("mechanism/backend", "status") else "right")

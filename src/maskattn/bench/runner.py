@@ -11,8 +11,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from .costs import Point, estimate_bytes, family_of, step_flops
-from .measure import available_bytes, count_flops, is_out_of_memory, machine_info, matmul_gflops_per_s, measure_point
+from .costs import Point, estimate_bytes, family_of, forward_flops, step_flops
+from .measure import (available_bytes, count_flops, is_out_of_memory, machine_info, matmul_gflops_per_s,
+                      measure_inference, measure_point)
 from .settings import (
     DTYPES,
     BenchSettings,
@@ -47,12 +48,15 @@ FIELDS: dict[str, str] = {
     "fwd_ms_median": "median forward time (ms), autograd recording",
     "fwd_ms_min": "fastest forward (ms)",
     "fwd_ms_max": "slowest forward (ms)",
-    "bwd_ms_median": "median backward time (ms), forward excluded",
+    "mode": "train (forward + backward) or inference (forward under no_grad)",
+    "compiled": "whether the module ran through torch.compile(fullgraph=True)",
+    "bwd_ms_median": "median backward time (ms), forward excluded (empty in inference mode)",
     "bwd_ms_min": "fastest backward (ms)",
     "bwd_ms_max": "slowest backward (ms)",
-    "peak_mib": "peak memory allocated by one forward+backward (MiB), inputs and parameters excluded",
+    "peak_mib": "peak memory allocated by one forward+backward (inference: forward) (MiB), inputs and parameters "
+                "excluded",
     "est_mib": "the analytic estimate of that peak used for the budget check (MiB)",
-    "gflop": "FLOPs of one forward+backward (GFLOP)",
+    "gflop": "FLOPs of one forward+backward (inference: forward) (GFLOP)",
     "flop_source": "'analytic' (maskattn.bench.costs) or 'FlopCounterMode' (unmodelled module)",
     "achieved_gflops": "gflop / (fwd_ms_median + bwd_ms_median): achieved GFLOP/s",
     "matmul_gflops": "GFLOP/s of the (B·H, n, d_h) x (B·H, d_h, n) bmm on this device and dtype (fastest of 5)",
@@ -104,17 +108,23 @@ def _build(candidate: Candidate, settings: BenchSettings, device: str, dtype: to
     except (ValueError, TypeError) as exc:
         raise ValueError(f"cannot build {candidate.label} with width={settings.width}, heads={settings.heads}: "
                          f"{exc}") from None
-    return module.to(device=device, dtype=dtype).train()
+    module = module.to(device=device, dtype=dtype).train(settings.mode == "train")
+    return torch.compile(module, fullgraph=True) if settings.compile else module
 
 
 def _flops(module: nn.Module, candidate: Candidate, point: Point, x: torch.Tensor, grad_out: torch.Tensor):
     """(FLOPs of one step, source): analytic when modelled, else counted by FlopCounterMode."""
-    flops = step_flops(module, candidate.backend, point)
+    inference = grad_out is None
+    flops = (forward_flops if inference else step_flops)(_eager(module), candidate.backend, point)
     if flops is not None:
         return flops, "analytic"
 
     def step():
-        module(x).backward(grad_out)
+        if inference:
+            with torch.no_grad():
+                module(x)
+        else:
+            module(x).backward(grad_out)
 
     flops = count_flops(step)
     module.zero_grad(set_to_none=True)
@@ -122,11 +132,17 @@ def _flops(module: nn.Module, candidate: Candidate, point: Point, x: torch.Tenso
     return flops, "FlopCounterMode"
 
 
+def _eager(module: nn.Module) -> nn.Module:
+    """The module itself of a ``torch.compile`` wrapper (for the cost model)."""
+    return getattr(module, "_orig_mod", module)
+
+
 def _record(candidate, module, point, device, settings, **values) -> dict:
     record = dict.fromkeys(FIELDS)
     record.update(device=device, mechanism=candidate.name, backend=candidate.backend, label=candidate.label,
-                  kind=candidate.kind, family=family_of(module, candidate.backend), n=point.n, batch=point.batch,
-                  width=point.width, heads=settings.heads, dtype=settings.dtype, reason="")
+                  kind=candidate.kind, family=family_of(_eager(module), candidate.backend), n=point.n,
+                  batch=point.batch, width=point.width, heads=settings.heads, dtype=settings.dtype, reason="",
+                  mode=settings.mode, compiled=settings.compile)
     record.update(values)
     return record
 
@@ -183,18 +199,24 @@ def run_benchmark(settings: BenchSettings, *, log: Callable[[str], None] | None 
 
 def _run_point(candidate, module, point, x, device, settings, budget, matmul, say) -> dict:
     """Measure one (candidate, length) point, or record why it was skipped or failed."""
-    estimate = estimate_bytes(module, candidate.backend, point)
+    estimate = estimate_bytes(_eager(module), candidate.backend, point)
     base = dict(est_mib=estimate / 2**20, matmul_gflops=matmul)
     if estimate > budget:
         reason = f"estimated {estimate / 2**30:.2f} GiB > budget {budget / 2**30:.2f} GiB"
         say(f"skipped {device} {candidate.label} n={point.n}: {reason}")
         return _record(candidate, module, point, device, settings, status="skipped", reason=reason, **base)
-    out_width = getattr(module, "out_dim", point.width)
+    out_width = getattr(_eager(module), "out_dim", point.width)
     generator = torch.Generator(device="cpu").manual_seed(settings.seed)
-    grad_out = torch.randn(point.batch, point.n, out_width, generator=generator).to(device=device, dtype=x.dtype)
+    grad_out = None if settings.mode == "inference" else \
+        torch.randn(point.batch, point.n, out_width, generator=generator).to(device=device, dtype=x.dtype)
+    if settings.compile:  # a fresh compilation per point (in the warm-up): no recompile limit across modules
+        torch._dynamo.reset()
     try:
-        measured = measure_point(module, x, grad_out, repeats=settings.repeats, warmup=settings.warmup,
-                                 device=device)
+        if grad_out is None:
+            measured = measure_inference(module, x, repeats=settings.repeats, warmup=settings.warmup, device=device)
+        else:
+            measured = measure_point(module, x, grad_out, repeats=settings.repeats, warmup=settings.warmup,
+                                     device=device)
         flops, source = _flops(module, candidate, point, x, grad_out)
     except (RuntimeError, ValueError) as exc:
         module.zero_grad(set_to_none=True)
@@ -210,7 +232,7 @@ def _run_point(candidate, module, point, x, device, settings, budget, matmul, sa
         reason = f"{type(exc).__name__}: {first_line}"
         say(f"FAILED {device} {candidate.label} n={point.n}: {reason}")
         return _record(candidate, module, point, device, settings, status="failed", reason=reason, **base)
-    seconds = (measured["fwd_ms_median"] + measured["bwd_ms_median"]) / 1e3
+    seconds = (measured["fwd_ms_median"] + (measured["bwd_ms_median"] or 0.0)) / 1e3
     achieved = flops / seconds / 1e9
     peak = measured.pop("peak_bytes")
     return _record(candidate, module, point, device, settings, status="ok", **base, **measured,

@@ -8,17 +8,20 @@ from dataclasses import dataclass, field, fields
 import torch
 import torch.nn as nn
 
-from .._validation import check_positive_int, describe
+from ..validation import check_positive_int, describe
 from ..attention import attention_info, create_attention, list_attentions
 from .. import backends
 from .baselines import BASELINES, list_baselines
 
-__all__ = ["BenchSettings", "Candidate", "DTYPES", "DEVICES", "QUICK", "PRESETS", "parse_lengths", "parse_names",
+__all__ = ["BenchSettings", "Candidate", "DTYPES", "DEVICES", "MODES", "QUICK", "PRESETS", "parse_lengths",
+           "parse_names",
            "valid_mechanisms", "all_backends", "resolve_devices", "select_candidates"]
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 #: ``auto`` = the CPU, plus CUDA when present.
 DEVICES = ("auto", "cpu", "cuda")
+#: What one point measures: a training step (forward + backward) or inference (forward, no autograd).
+MODES = ("train", "inference")
 #: The ``--quick`` preset: a few lengths, a small model, two timed repeats.
 QUICK = {"lengths": (32, 64, 128, 256), "batch": 4, "width": 64, "heads": 4, "repeats": 2, "warmup": 1}
 
@@ -112,6 +115,10 @@ class BenchSettings:
         mem_budget_gb: skip points whose estimated peak exceeds this (GiB); ``None`` = a fraction
             (:data:`maskattn.bench.runner.MEMORY_FRACTION`) of the memory available on each device.
         seed: seed of the parameters and inputs.
+        mode: ``"train"`` (forward with autograd, then backward; peak memory of both) or ``"inference"``
+            (forward under ``torch.no_grad()`` in evaluation mode; no backward).
+        compile: run every module through ``torch.compile(fullgraph=True)``; the warm-up steps (at least one)
+            compile it, so timings exclude compilation.
     """
 
     lengths: tuple[int, ...] = (64, 128, 256, 512, 1024)
@@ -126,6 +133,8 @@ class BenchSettings:
     device: str = "auto"
     mem_budget_gb: float | None = None
     seed: int = 0
+    mode: str = "train"
+    compile: bool = False
 
     def __post_init__(self):
         if isinstance(self.lengths, (str, int)) or not hasattr(self.lengths, "__iter__"):
@@ -148,6 +157,12 @@ class BenchSettings:
             raise ValueError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}")
         if self.device not in DEVICES:
             raise ValueError(f"unknown device {self.device!r}; expected one of {', '.join(DEVICES)}")
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
+        if not isinstance(self.compile, bool):
+            raise TypeError(f"compile must be a bool, got {describe(self.compile)}")
+        if self.compile and self.warmup < 1:
+            raise ValueError("compile needs warmup >= 1: the first (untimed) step compiles the module")
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("device 'cuda' was requested but torch.cuda.is_available() is False; use 'cpu' or 'auto'")
         budget = self.mem_budget_gb
@@ -216,9 +231,9 @@ def select_candidates(settings: BenchSettings, device: str) -> tuple[list[Candid
         info = attention_info(name)
         wanted = [b for b in info.backends if settings.backends is None or b in settings.backends]
         for backend in wanted:
-            # a training step, without dropout; the mechanisms of the local family attend within a band
-            reason = backends.refusal(backend, device=torch.device(device).type, training=True, dropout=False,
-                                      band=info.family == "local")
+            # without dropout; the mechanisms of the local family attend within a band
+            reason = backends.refusal(backend, device=torch.device(device).type, training=settings.mode == "train",
+                                      dropout=False, band=info.family == "local")
             if reason is not None:
                 notes.append(f"{device}: {name}/{backend} not run: {reason}")
                 continue

@@ -20,12 +20,12 @@ import torch
 import torch.nn.functional as F
 
 from .. import backends
-from .._validation import check_key_padding_mask, check_probability, check_qkv, check_tensor
+from ..validation import check_key_padding_mask, check_probability, check_qkv, check_tensor
 from ..kernels.dman import dynamic_mask_kernel
 from ..kernels.flex import flex_attention_call
 from ..kernels.precision import in_working_precision
 from ..masks import allowed as allowed_pairs, causal as causal_mask, predicate
-from .dot_product import attention_weights
+from .dot_product import attention_weights, empty_output, is_empty
 from .mask_attention import eq4_float64
 
 __all__ = ["relative_distance_index", "dynamic_mask_logits", "dynamic_mask", "dynamic_mask_attention",
@@ -139,6 +139,8 @@ def dynamic_mask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qu
     """
     B, H, n, m, kpm = _validate(q, k, v, query_logit, distance_bias, head_bias, key_padding_mask, q_offset)
     drop = check_probability(dropout_p, "dropout_p") if training else 0.0
+    if is_empty(q, k):
+        return empty_output(q, v, k, query_logit, distance_bias, head_bias)
     chosen = backends.resolve("dman", backend, device=q.device, dropout=drop > 0,
                               training=backends.needs_grad(q, k, v, query_logit, distance_bias, head_bias))
     if chosen == "reference" or (chosen == "sdpa" and torch.compiler.is_compiling()):

@@ -16,13 +16,28 @@ import torch
 import torch.nn.functional as F
 
 from .. import backends
-from .._validation import check_attn_mask, check_key_padding_mask, check_probability, check_qkv
+from ..validation import check_attn_mask, check_key_padding_mask, check_probability, check_qkv
 from ..kernels.flex import flex_attention_call
 from ..kernels.softmax import masked_softmax
 from ..masks import Mask, allowed as allowed_pairs, predicate
 
 __all__ = ["dot_product_attention", "dot_product_attention_reference", "attention_weights", "fused_attention",
-           "zero_empty_rows"]
+           "zero_empty_rows", "is_empty", "empty_output"]
+
+
+def is_empty(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """No query or no key: the kernels have nothing to do (and some would divide by zero)."""
+    return q.numel() == 0 or k.shape[-2] == 0
+
+
+def empty_output(q: torch.Tensor, v: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
+    """The result of attention with no query or no key: zeros ``(B, H, n, d_v)``, still connected to every input
+    so that backward runs (and gives zero gradients)."""
+    out = q.new_zeros(*q.shape[:-1], v.shape[-1])
+    for t in (q, v, *inputs):
+        if t.requires_grad:
+            out = out + t.sum() * 0
+    return out
 
 
 def zero_empty_rows(out: torch.Tensor, has_key: torch.Tensor | None) -> torch.Tensor:
@@ -93,6 +108,8 @@ def dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mas
         ``(B, H, n, d_v)``; a query with no allowed key returns 0.
     """
     mask, kpm = _validate(q, k, v, mask, key_padding_mask, dropout_p)
+    if is_empty(q, k):
+        return empty_output(q, v, k)
     drop = dropout_p if training else 0.0
     chosen = backends.resolve("dot_product", backend, device=q.device, training=backends.needs_grad(q, k, v),
                               dropout=drop > 0)

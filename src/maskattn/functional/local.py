@@ -43,12 +43,12 @@ import torch
 import torch.nn.functional as F
 
 from .. import backends
-from .._validation import check_choice, check_key_padding_mask, check_probability, check_qkv, describe
+from ..validation import check_choice, check_key_padding_mask, check_probability, check_qkv, describe
 from ..kernels.banded import banded_kernel, gather_heads
 from ..kernels.flex import flex_attention_call
 from ..kernels.softmax import masked_softmax
 from ..masks import Mask, band as band_mask
-from .dot_product import fused_attention
+from .dot_product import empty_output, fused_attention, is_empty
 
 HEAD_EDGES = ("truncate", "circular")
 
@@ -174,23 +174,33 @@ def _sdpa(q, k, v, left, right, index, valid, kpm, scale, drop):
 
 
 def _flex(q, k, v, left, right, index, valid, kpm, scale, score_mod):
-    n = q.shape[2]
-    keep = None if kpm is None else ~kpm
+    B, H, n, _ = q.shape
+    A = 1 if index is None else index.shape[1]
+    keep = None if kpm is None else (~kpm).repeat(1, A)  # (B, A·n): key slot kv_idx is position kv_idx mod n
+    truncated = valid is not None  # the area of an edge head stops at the head axis (CSAN 2D, "truncate")
 
     def mask_mod(b, h, q_idx, kv_idx):
         j = kv_idx % n
         rel = j - q_idx
         ok = (rel >= -left) & (rel <= right)
-        if valid is not None:
-            ok = ok & valid[h, kv_idx // n]
-        return ok if keep is None else ok & keep[b, j]
+        if keep is not None:
+            ok = ok & keep[b, kv_idx]
+        if truncated:
+            # key slot a = kv_idx // n holds head h + a − A/2, which exists when kv_idx lies in [(A/2 − h)·n,
+            # (H + A/2 − h)·n); written arithmetically and through torch.where (Inductor's CPU code for a captured
+            # table, or for `&` with this comparison, does not compile in torch 2.13)
+            ok = torch.where((kv_idx >= (A // 2 - h) * n) & (kv_idx < (H + A // 2 - h) * n), ok, False)
+        return ok
 
-    mask = Mask(mask_mod, f"band({left}, {right}) x heads", static=kpm is None)
+    key = ("csan", left, right, H, A, truncated) + (() if kpm is None else (id(kpm),))
+    mask = Mask(mask_mod, f"band({left}, {right}) x heads", static=kpm is None, cache_key=key)
     mod = None if score_mod is None else (lambda s, b, h, q_idx, kv_idx: score_mod(s))
     return flex_attention_call(q, _gathered(k, index), _gathered(v, index), score_mod=mod, mask=mask, scale=scale)
 
 
 def _dispatch(q, k, v, left, right, index, valid, kpm, *, scale, score_mod, dropout_p, training, backend):
+    if is_empty(q, k):
+        return empty_output(q, v, k)
     drop = dropout_p if training else 0.0
     chosen = backends.resolve("local", backend, device=q.device, training=backends.needs_grad(q, k, v),
                               dropout=drop > 0, band=True)
@@ -295,7 +305,7 @@ def local_attention_maps(q: torch.Tensor, k: torch.Tensor, *, window: int = 11, 
     kpm, r, index, valid, scale = _local_args(q, k, k, window, head_window, key_padding_mask, head_edges, scale)
     _, probs = _reference(q, k, k, r, r, index, valid, kpm, scale, None, 0.0)  # (B, H, n, A·n)
     B, H, n, _ = q.shape
-    probs = probs.view(B, H, n, -1, n)  # (B, H, n, A, n)
+    probs = probs.view(B, H, n, 1 if index is None else index.shape[1], n)  # (B, H, n, A, n)
     if index is None:  # 1D: the area of head h is head h
         index = torch.arange(H, device=q.device)[:, None]
     one_hot = F.one_hot(index, H).to(probs.dtype)  # (H, A, H): area slot a of head h is head g

@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 
 from .. import backends
-from .._validation import broadcastable, check_attn_mask, check_probability, check_qkv, describe
+from ..validation import broadcastable, check_attn_mask, check_probability, check_qkv, describe
 from ..kernels.flex import flex_attention_call
 from ..masks import Mask, as_dense, predicate
-from .dot_product import attention_weights, dot_product_attention, fused_attention
+from .dot_product import attention_weights, dot_product_attention, fused_attention, is_empty
 
 __all__ = ["mask_attention", "mask_attention_reference", "mask_attention_weights", "log_weight_bias"]
 
@@ -100,7 +100,7 @@ def mask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask_weigh
     """
     target, mw, attn_mask = _validate(q, k, v, mask_weights, attn_mask)
     check_probability(dropout_p, "dropout_p")
-    if mw is None:
+    if mw is None or is_empty(q, k):
         return dot_product_attention(q, k, v, attn_mask, backend=backend, dropout_p=dropout_p, training=training)
     drop = dropout_p if training else 0.0
     chosen = backends.resolve("mask_attention", backend, device=q.device,

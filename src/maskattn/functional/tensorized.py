@@ -25,14 +25,14 @@ import torch
 import torch.nn.functional as F
 
 from .. import backends
-from .._validation import check_attn_mask, check_choice, check_key_padding_mask, check_probability, check_qkv
+from ..validation import check_attn_mask, check_choice, check_key_padding_mask, check_probability, check_qkv
 from ..kernels.flex import flex_attention_call
 from ..kernels.sigmoid import masked_sigmoid_attention
 from ..kernels.softmax import masked_softmax
 from ..kernels.tensorized import fused_sigmoid_tensorized, reliable_denominator, source2token_weights
 from ..kernels.banded import rows_with_key
 from ..masks import Mask, allowed as allowed_pairs, as_dense, predicate
-from .dot_product import fused_attention
+from .dot_product import empty_output, fused_attention, is_empty
 from .local import banded_attention
 
 SCALES = ("log_sigmoid", "identity")
@@ -89,6 +89,8 @@ def tensorized_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s2t:
         ``(B, H, n, d_v)``. A query with no allowed key returns 0. Finite inputs give finite outputs.
     """
     mask, kpm = _validate(q, k, v, s2t, mask, key_padding_mask, scale, backend, dropout_p)
+    if is_empty(q, k):
+        return empty_output(q, v, k, s2t)
     drop = dropout_p if training else 0.0
     band = mask.finite_band if isinstance(mask, Mask) and q.shape[2] == k.shape[2] else None
     chosen = backends.resolve("tensorized", backend, device=q.device, training=backends.needs_grad(q, k, v, s2t),

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import torch
 
-from .._validation import describe
+from ..validation import describe
 from ..models.seq2seq import Seq2Seq
 
 __all__ = ["greedy_decode", "beam_search", "Hypothesis", "length_penalty_factor"]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn as nn
 
-from .._validation import check_positive_int
+from ..validation import check_positive_int
 from ..data.subword import BOS_ID, EOS_ID, PAD_ID, SubwordModel
 from .decoding import beam_search, greedy_decode
 

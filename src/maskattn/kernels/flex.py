@@ -1,19 +1,36 @@
-"""The FlexAttention call: a ``score_mod`` and a mask (a :class:`~maskattn.masks.Mask` predicate or a dense
-bool tensor) turned into a block mask that skips empty blocks, so a band of width w costs O(n · w).
+"""The FlexAttention call: a ``score_mod`` and a mask (a :class:`~maskattn.masks.Mask` predicate) turned into a
+block mask that skips empty blocks, so a band of width w costs O(n · w).
 
-Compiled on CUDA (training and inference); eager and inference-only on CPU (PyTorch raises "FlexAttention
-does not support backward on CPU")."""
+* Inside ``torch.compile`` (a compiled model): ``flex_attention`` and ``create_block_mask`` are traced into
+  the caller's graph, which compiles them once with its own dynamic shapes.
+* Eager on CUDA: ``flex_attention`` compiled once with dynamic shapes (:func:`_compiled_flex`), so new sequence
+  lengths do not recompile it; block masks of static masks (no batch dependence) are cached per (mask, n, m,
+  device) in a bounded LRU cache (:data:`BLOCK_MASK_CACHE_SIZE`). A mask that depends on the batch (key
+  padding) is built once per ``block_mask_scope()`` — a stack's forward — and shared by its layers.
+* Eager on CPU: the reference ``flex_attention``, inference only (PyTorch: "FlexAttention does not support
+  backward on CPU").
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import warnings
+from collections import OrderedDict
 
 import torch
 
 from ..masks import Mask
 
-__all__ = ["flex_available", "flex_attention_call"]
+__all__ = ["flex_available", "flex_attention_call", "block_mask_scope", "BLOCK_MASK_CACHE_SIZE"]
+
+#: static block masks kept by the eager path (least recently used dropped first)
+BLOCK_MASK_CACHE_SIZE = 64
+_static_block_masks: OrderedDict = OrderedDict()
+#: per forward of a stack (block_mask_scope): the block masks of batch-dependent masks
+_scoped_block_masks: contextvars.ContextVar[dict | None] = contextvars.ContextVar("maskattn_block_masks",
+                                                                                   default=None)
 
 
 @functools.cache
@@ -30,24 +47,64 @@ def flex_available() -> bool:
 def _compiled_flex():
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention, dynamic=False)
+    return torch.compile(flex_attention, dynamic=True)
+
+
+@contextlib.contextmanager
+def block_mask_scope():
+    """Share the block masks of batch-dependent masks (same predicate, same tensors) among every flex call
+    inside the scope — the layers of one forward pass. Nested scopes reuse the outer one."""
+    if _scoped_block_masks.get() is not None:
+        yield
+        return
+    token = _scoped_block_masks.set({})
+    try:
+        yield
+    finally:
+        _scoped_block_masks.reset(token)
+
+
+def _block_mask(mask: Mask, B: int, H: int, n: int, m: int, device: torch.device):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    if torch.compiler.is_compiling():
+        return create_block_mask(mask.mask_mod, None if mask.static else B, H, n, m, device=device)
+    cache = None if mask.cache_key is None else _static_block_masks if mask.static else _scoped_block_masks.get()
+    key = (mask.cache_key, None if mask.static else B, H, n, m, str(device))
+    if cache is not None and key in cache:
+        if mask.static:
+            cache.move_to_end(key)
+        return cache[key][1]
+    block_mask = create_block_mask(mask.mask_mod, None if mask.static else B, H, n, m, device=device)
+    if cache is not None:
+        # the entry holds the mask too: tensors its key names by id stay alive, so no id is reused meanwhile
+        cache[key] = (mask, block_mask)
+        if mask.static and len(cache) > BLOCK_MASK_CACHE_SIZE:
+            cache.popitem(last=False)
+    return block_mask
 
 
 def flex_attention_call(q, k, v, *, score_mod=None, mask: Mask | None = None, scale: float | None = None) -> torch.Tensor:
     """FlexAttention of q ``(B, H, n, d)``, k ``(B, H, m, d)``, v ``(B, H, m, d_v)`` with a ``score_mod`` and
     a :class:`~maskattn.masks.Mask` predicate (True = attend; :func:`maskattn.masks.predicate` builds one
-    from a dense mask and key padding).
-    Under ``torch.no_grad()`` the inputs are detached (flex on CPU refuses inputs that require grad even when
-    autograd is off). A query with no allowed key returns 0 (FlexAttention's own convention)."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from a dense mask and key padding). Under ``torch.no_grad()`` the inputs are detached (flex on CPU refuses
+    inputs that require grad even when autograd is off). A query with no allowed key returns 0
+    (FlexAttention's own convention)."""
+    from torch.nn.attention.flex_attention import flex_attention
 
     if not torch.is_grad_enabled():
         q, k, v = q.detach(), k.detach(), v.detach()
     B, H, n, _ = q.shape
     m = k.shape[-2]
-    block_mask = None
-    if mask is not None:
-        block_mask = create_block_mask(mask.mask_mod, None if mask.static else B, H, n, m, device=q.device)
+    block_mask = None if mask is None else _block_mask(mask, B, H, n, m, q.device)
+    if torch.compiler.is_compiling():
+        if q.device.type == "cpu" and mask is not None and not mask.static:
+            raise ValueError("compiled FlexAttention on the CPU cannot take a mask that depends on the batch (key "
+                             "padding): Inductor has no CPU kernel for it in this PyTorch; use backend='auto' on the "
+                             "CPU (banded / sdpa), or run flex eagerly")
+        # Inductor's flex lowering (CPU, torch 2.13) fails on transposed head views: give it dense layouts
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
     if q.device.type == "cuda":
         return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
     with warnings.catch_warnings():

@@ -25,12 +25,14 @@ FUSED_BLOCK_ELEMENTS = 1 << 18
 
 def source2token_weights(s2t: torch.Tensor, pad: torch.Tensor | None) -> torch.Tensor:
     """``E_jl = exp(S_jl − c_l)`` with ``c_l`` the maximum over non-padding keys; padding keys (``pad``
-    broadcastable to ``s2t``, True = padding) get 0. ``c`` cancels in the ratio, so it carries no gradient."""
-    s_for_max = s2t if pad is None else s2t.masked_fill(pad, float("-inf"))
-    c = s_for_max.detach().amax(dim=-2, keepdim=True)
+    broadcastable to ``s2t``, True = padding) get exactly 0 and no gradient, whatever their score (the score
+    is replaced before the exponential, so a padded key far above ``c`` cannot overflow into ``0 · inf``).
+    ``c`` cancels in the ratio, so it carries no gradient."""
+    if pad is not None:
+        s2t = s2t.masked_fill(pad, float("-inf"))
+    c = s2t.detach().amax(dim=-2, keepdim=True)
     c = torch.where(torch.isfinite(c), c, torch.zeros_like(c))
-    e = torch.exp(s2t - c)
-    return e if pad is None else e.masked_fill(pad, 0.0)
+    return torch.exp(s2t - c)
 
 
 def reliable_denominator(denominator: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from .._validation import check_choice, check_positive_int, check_probability, describe
+from ..validation import check_choice, check_positive_int, check_probability, describe
 from ..attention import AttentionCache, AttentionMaps, CrossAttention, SelfAttention, create_attention
 from ..attention.base import check_input, zero_padding
 from .recipe import LayerRecipe, canonical_name

@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn as nn
 
-from .._validation import check_choice, check_positive_int
+from ..validation import check_choice, check_positive_int
 
 __all__ = ["PositionalEncoding", "POSITIONAL"]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from .._validation import describe
+from ..validation import describe
 from ..attention.registry import list_attentions
 
 __all__ = ["LayerRecipe", "parse_recipe", "recipe_runs", "recipe_string", "SAN_ALIAS", "canonical_name"]

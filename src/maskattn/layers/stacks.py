@@ -14,15 +14,17 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
 import torch.nn as nn
 
-from .._validation import check_choice, check_positive_int, check_probability, describe
+from ..validation import check_choice, check_positive_int, check_probability, describe
 from ..attention import AttentionMaps
 from ..attention.base import zero_padding
 from ..functional.local import check_window
+from ..kernels.flex import block_mask_scope
 from .chain import ChainLayer, EncoderLayer, LayerCache, LayerSettings
 from .positional import POSITIONAL, PositionalEncoding
 from .recipe import LayerRecipe, parse_recipe, recipe_string
@@ -34,6 +36,11 @@ LayerSpec = str | tuple[str, dict] | nn.Module
 
 #: What :meth:`Encoder.attention_maps` returns: per layer, bottom first, ``{"<position>:<name>": maps}``.
 StackMaps = list[dict[str, AttentionMaps]]
+
+
+def _shared_block_masks():
+    """:func:`maskattn.kernels.flex.block_mask_scope` in eager mode (a compiled graph builds its masks itself)."""
+    return contextlib.nullcontext() if torch.compiler.is_compiling() else block_mask_scope()
 
 
 def _layer_maps(layer: nn.Module, x, key_padding_mask, **kwargs) -> tuple[torch.Tensor, dict[str, AttentionMaps]]:
@@ -136,10 +143,11 @@ class Encoder(nn.Module):
         return x if self.final_norm is None else zero_padding(self.final_norm(x), key_padding_mask)
 
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = self._embed(x, key_padding_mask)
-        for layer in self.layers:
-            x = layer(x, key_padding_mask=key_padding_mask)
-        return self._close(x, key_padding_mask)
+        with _shared_block_masks():  # the layers build each padding-dependent FlexAttention block mask once
+            x = self._embed(x, key_padding_mask)
+            for layer in self.layers:
+                x = layer(x, key_padding_mask=key_padding_mask)
+            return self._close(x, key_padding_mask)
 
     def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> StackMaps:
         """The maps of every attention sublayer in one pass of the stack over ``x``: per layer, bottom first,
@@ -178,9 +186,10 @@ class Decoder(nn.Module):
 
     def forward(self, x: torch.Tensor, padding: torch.Tensor | None, memory: torch.Tensor,
                 memory_padding: torch.Tensor | None) -> torch.Tensor:
-        for layer in self.layers:
-            x = layer(x, padding, memory, memory_padding)
-        return self._close(x, padding)
+        with _shared_block_masks():
+            for layer in self.layers:
+                x = layer(x, padding, memory, memory_padding)
+            return self._close(x, padding)
 
     def init_cache(self, memory: torch.Tensor, memory_padding: torch.Tensor | None) -> tuple[LayerCache, ...]:
         return tuple(layer.init_cache(memory, memory_padding) for layer in self.layers)

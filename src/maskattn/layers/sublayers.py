@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .._validation import check_choice, check_positive_int, check_probability
+from ..validation import check_choice, check_positive_int, check_probability
 
 __all__ = ["FeedForward", "Residual", "NORMS", "FFN_ACTIVATIONS"]
 

@@ -8,7 +8,7 @@ import math
 import torch
 import torch.nn as nn
 
-from .._validation import check_probability
+from ..validation import check_probability
 from ..attention import AttentionMaps
 from ..layers import Encoder
 from .embedding import TokenEmbedding

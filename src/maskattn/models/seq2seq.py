@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .._validation import check_choice, check_positive_int, check_probability, describe
+from ..validation import check_choice, check_positive_int, check_probability, describe
 from ..attention.base import check_dims
 from ..attention import AttentionMaps
 from ..layers import (NORMS, POSITIONAL, Decoder, Encoder, LayerCache, LayerRecipe, LayerSettings,

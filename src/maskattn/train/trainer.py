@@ -33,7 +33,7 @@ from rich.markup import escape
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from .._validation import check_probability
+from ..validation import check_probability
 from ..checkpoint import Checkpoint, load_checkpoint, load_weights
 from ..errors import CheckpointError, ConfigError, DivergenceError
 from ..inference import resolve_device

@@ -10,7 +10,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from .._validation import describe
+from ..validation import describe
 from .panels import Heatmap
 
 __all__ = ["draw_grid", "save_grid", "IMAGE_SUFFIXES"]

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from rich.table import Table
 
-from .._validation import describe
+from ..validation import describe
 from ..analysis import localness_per_sequence
 from .maps import describe_layers, find_sublayers
 from .sources import MapSource, load_for_maps

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from .._validation import describe
+from ..validation import describe
 from ..attention import AttentionMaps, list_attentions
 from ..inference import LoadedModel, Translator
 from ..layers import SAN_ALIAS

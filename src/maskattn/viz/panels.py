@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import masks as M
-from .._validation import describe
+from ..validation import describe
 from ..attention import MTSA, ConvSelfAttention, DiSA, DynamicMaskAttention, FastDiSA, StaticMaskAttention
 from ..functional.local import HEAD_EDGES, check_head_window, check_window
 from .maps import SentenceMaps, Sublayer

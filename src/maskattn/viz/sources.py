@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from .._validation import describe
+from ..validation import describe
 from ..checkpoint import load_checkpoint
 from ..data.pipeline import sentences_of
 from ..data.readers import READERS, read_sentences, tokenize
