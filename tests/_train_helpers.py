@@ -63,6 +63,33 @@ def write_conll(tmp_path, n: int = 40):
     return _write_splits(tmp_path, "conll", n, ".txt", sentence)
 
 
+LEXICON = {"the": "das", "cat": "Katze", "dog": "Hund", "small": "klein", "big": "groß", "red": "rot",
+           "house": "Haus", "sees": "sieht", "green": "grün", "tree": "Baum"}
+
+
+def sentence_pairs(n: int, seed: int) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(n):
+        words = rng.choices(list(LEXICON), k=rng.randint(2, 6))
+        pairs.append((" ".join(words).capitalize() + ".", " ".join(LEXICON[w] for w in words).capitalize() + "."))
+    return pairs
+
+
+def write_parallel(tmp_path, n_train: int = 160, n_eval: int = 12):
+    """``train`` / ``val`` / ``test`` . ``en`` / ``de`` under ``tmp_path/para``; train has two empty lines."""
+    folder = tmp_path / "para"
+    folder.mkdir(exist_ok=True)
+    for split, n, seed in (("train", n_train, 0), ("val", n_eval, 1), ("test", n_eval, 2)):
+        pairs = sentence_pairs(n, seed)
+        if split == "train":
+            pairs[3] = ("", "Leer.")
+            pairs[7] = ("   ", "")
+        (folder / f"{split}.en").write_text("".join(src + "\n" for src, _ in pairs), encoding="utf-8")
+        (folder / f"{split}.de").write_text("".join(tgt + "\n" for _, tgt in pairs), encoding="utf-8")
+    return folder
+
+
 def tiny_config(data_dir, out_dir, **sections) -> RunConfig:
     """A small sentence-classification run on ``write_sentiment`` data; ``sections`` update the defaults."""
     base = {

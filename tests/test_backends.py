@@ -125,3 +125,41 @@ def test_dman_sdpa_runs_the_tiled_kernel():
     assert "_DynamicMaskAttentionBackward" in _grad_fn_names(module(torch.randn(2, 9, 16)))
     module.backend = "reference"
     assert "_DynamicMaskAttentionBackward" not in _grad_fn_names(module(torch.randn(2, 9, 16)))
+
+
+def test_dman_training_on_cuda_does_not_choose_flex():
+    """Upstream reports wrong gradients for learnable tensors captured by a compiled score_mod (pytorch/pytorch
+    #158212), which is how DMAN's W, P and U enter the flex path: auto keeps DMAN's training on its own kernel
+    until the GPU test of flex's gradients (tests/test_gpu.py) passes on a real device."""
+    assert backends.resolve("dman", "auto", device="cuda", training=True) == "sdpa"
+    assert backends.resolve("dman", "auto", device="cuda", training=False) == "flex"
+
+
+def test_flex_block_masks_are_cached_and_shared(monkeypatch):
+    """Static masks: one block mask per (mask, n, m, device), reused across calls; masks that depend on the batch
+    (key padding): built once per forward of a stack and shared by its layers."""
+    from torch.nn.attention import flex_attention as flex_module
+    from maskattn.kernels import flex
+
+    built = []
+    original = flex_module.create_block_mask
+    monkeypatch.setattr(flex_module, "create_block_mask", lambda *a, **kw: built.append(a[1:]) or original(*a, **kw))
+    flex._static_block_masks.clear()
+    module = maskattn.create_attention("csan1d", 16, 4, window=3, backend="flex").eval()
+    x = torch.randn(2, 20, 16)
+    with torch.no_grad():
+        module(x)
+        module(x)
+        module(torch.randn(3, 20, 16))  # same n: the static block mask again
+    assert len(built) == 1
+    encoder = maskattn.Encoder.from_recipe(16, 4, "csan1d(window=3) x3", backend="flex").eval()
+    kpm = torch.zeros(2, 20, dtype=torch.bool)
+    kpm[1, 15:] = True
+    built.clear()
+    with torch.no_grad():
+        encoder(x, kpm)
+    assert len(built) == 1  # three layers, one padding-dependent block mask
+    with torch.no_grad():
+        encoder(x, kpm)
+    assert len(built) == 2  # a new forward builds it again (the padding may differ)
+    assert len(flex._static_block_masks) <= flex.BLOCK_MASK_CACHE_SIZE

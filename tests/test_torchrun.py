@@ -15,7 +15,8 @@ import torch
 import yaml
 
 from maskattn.train import load_checkpoint, read_metrics
-from test_translation import translation_config, write_parallel
+from _train_helpers import write_parallel
+from test_translation import translation_config
 
 
 def run(args: list[str], cwd) -> None:

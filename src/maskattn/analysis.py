@@ -46,7 +46,7 @@ def localness_per_sequence(attention: torch.Tensor, window: int,
     w = _check_window(window)
     s = _as_batch(attention)  # (B, n, n)
     B, n, _ = s.shape
-    kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, n, f"attention maps are {n} × {n} "
+    kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, n, lambda: f"attention maps are {n} × {n} "
                                  f"for batch {B}")
     pos = torch.arange(n, device=s.device)
     near = (pos[:, None] - pos[None, :]).abs() <= w  # (n, n)

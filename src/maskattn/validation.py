@@ -56,7 +56,10 @@ def check_attn_mask(mask, name: str, target: tuple[int, int, int, int]) -> torch
     return mask
 
 
-def check_key_padding_mask(kpm, name: str, batch: int, length: int, context: str) -> torch.Tensor | None:
+def check_key_padding_mask(kpm, name: str, batch: int, length: int, context) -> torch.Tensor | None:
+    """``kpm`` checked as a ``(batch, length)`` bool mask (True = padding), or None. ``context`` — what the
+    shape is compared with, for the message — is a string or a function returning one: a function keeps
+    symbolic sizes (under torch.compile) from being turned into text, which would fix them to one value."""
     if kpm is None:
         return None
     if not isinstance(kpm, torch.Tensor):
@@ -65,6 +68,7 @@ def check_key_padding_mask(kpm, name: str, batch: int, length: int, context: str
     if kpm.dtype != torch.bool:
         raise TypeError(f"{name} must have dtype torch.bool (True = padding), got {kpm.dtype}")
     if tuple(kpm.shape) != (batch, length):
+        context = context() if callable(context) else context
         raise ValueError(f"{name} has shape {tuple(kpm.shape)} but {context}; expected ({batch}, {length})")
     return kpm
 

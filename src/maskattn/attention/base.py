@@ -42,7 +42,7 @@ def check_input(x, d_model: int, key_padding_mask, name: str = "x"):
     if not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
     B, n, _ = x.shape
-    kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, n, f"input is {tuple(x.shape)}")
+    kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, n, lambda: f"input is {tuple(x.shape)}")
     if kpm is not None and kpm.device != x.device:
         raise ValueError(f"key_padding_mask is on {kpm.device} but {name} is on {x.device}")
     return kpm

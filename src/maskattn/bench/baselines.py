@@ -8,7 +8,9 @@ Every baseline maps ``x`` ``(B, n, width)`` to ``(B, n, out_dim)`` with ``module
   units per direction, ``out_dim = 2·width``);
 * ``multi_cnn``       — :class:`maskattn.models.fusion.MultiCNN` (Kim 2014: 3/4/5-gram convolutions with
   ``width`` channels each, ``out_dim = 3·width``);
-* ``mtsa_algorithm1`` — :class:`Algorithm1`, MTSA's Algorithm 1 as printed (n×n matrices per head).
+* ``mtsa_algorithm1`` — :class:`Algorithm1`, MTSA's Algorithm 1 as printed (n×n matrices per head);
+* ``sdpa_causal``     — :class:`CausalSDPA`, multi-head attention through ``F.scaled_dot_product_attention``
+  with ``is_causal=True`` (the flash kernel's causal path: the speed a local mechanism must beat).
 
 The naive tensorized form of MTSA (n×n×d_h scores) is not listed here: it is the registered ``mtsa``
 mechanism on its ``reference`` backend.
@@ -27,7 +29,7 @@ import torch.nn.functional as F
 from ..attention import MTSA
 from ..models.fusion import BASELINES as FUSION_BASELINES
 
-__all__ = ["Algorithm1", "TorchMHA", "Baseline", "BASELINES", "list_baselines"]
+__all__ = ["Algorithm1", "TorchMHA", "CausalSDPA", "Baseline", "BASELINES", "list_baselines"]
 
 
 class Algorithm1(nn.Module):
@@ -64,6 +66,25 @@ class TorchMHA(nn.Module):
         return self.attention(x, x, x, need_weights=False)[0]
 
 
+class CausalSDPA(nn.Module):
+    """Multi-head self-attention with ``F.scaled_dot_product_attention(..., is_causal=True)``: the causal flash
+    kernel, which skips the masked half of the score blocks."""
+
+    def __init__(self, d_model: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.in_proj = nn.Linear(d_model, 3 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (B, n, d_model) → (B, n, d_model)."""
+        B, n, d = x.shape
+        q, k, v = (t.view(B, n, self.heads, d // self.heads).transpose(1, 2)  # (B, n, d) -> (B, H, n, d/H)
+                   for t in self.in_proj(x).chunk(3, dim=-1))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out_proj(out.transpose(1, 2).reshape(B, n, d))
+
+
 @dataclass(frozen=True)
 class Baseline:
     """A benchmarked module that is not a registered mechanism: ``build(width, heads)``."""
@@ -79,6 +100,7 @@ BASELINES: dict[str, Baseline] = {
     "multi_cnn": Baseline("Multi-CNN, 3/4/5-gram convolutions, width channels each (out 3·width)",
                           lambda width, heads: FUSION_BASELINES["multi_cnn"](width, channels=width)),
     "mtsa_algorithm1": Baseline("MTSA Algorithm 1 as printed (n×n matrices per head)", Algorithm1),
+    "sdpa_causal": Baseline("multi-head attention through SDPA's causal kernel (is_causal=True)", CausalSDPA),
 }
 
 

@@ -40,8 +40,8 @@ PRESETS: dict[str, dict] = {
              "mechanisms": ("csan1d", "csan2d", "mha"), "backends": ("banded", "sdpa")},
     # the GPU acceptance settings: bf16, d_model 512, 8 heads, batch 8, n = 512 … 16384
     "gpu": {"lengths": (512, 1024, 2048, 4096, 8192, 16384), "batch": 8, "width": 512, "heads": 8, "repeats": 5,
-            "dtype": "bfloat16", "device": "cuda",
-            "mechanisms": ("mha", "mtsa", "dman", "sman", "csan1d", "csan2d", "torch_mha")},
+            "dtype": "bfloat16", "device": "cuda", "backends": ("sdpa", "flex", "banded"),
+            "mechanisms": ("mha", "mtsa", "dman", "sman", "csan1d", "csan2d", "torch_mha", "sdpa_causal")},
 }
 #: Backend name recorded for the baselines (plain PyTorch modules, no backend switch).
 BASELINE_BACKEND = "torch"

@@ -65,7 +65,7 @@ def _check_parameters(query_logit, distance_bias, head_bias, B, H, n, dtype, dev
 def _validate(q, k, v, query_logit, distance_bias, head_bias, key_padding_mask, q_offset):
     B, H, n, m = check_qkv(q, k, v)
     _check_parameters(query_logit, distance_bias, head_bias, B, H, n, q.dtype, q.device)
-    kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, m, f"k has batch {B} and {m} keys")
+    kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, m, lambda: f"k has batch {B} and {m} keys")
     if isinstance(q_offset, bool) or not isinstance(q_offset, int) or q_offset < 0:
         raise ValueError(f"q_offset must be an int >= 0 (absolute position of the first query), got {q_offset!r}")
     return B, H, n, m, kpm
@@ -98,7 +98,7 @@ def dynamic_mask(query_logit: torch.Tensor, distance_bias: torch.Tensor, head_bi
     padded keys (``key_padding_mask`` True) and, with ``causal``, of future keys are 0."""
     z = dynamic_mask_logits(query_logit, distance_bias, head_bias, kv_len=kv_len, q_offset=q_offset)
     B, H, n, m = z.shape
-    kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, m, f"the mask has {m} keys")
+    kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, m, lambda: f"the mask has {m} keys")
     allowed = _allowed(B, H, n, m, q_offset, causal, kpm, z.device)
     mask = torch.sigmoid(z)
     return mask if allowed is None else mask * allowed

@@ -70,7 +70,7 @@ def _validate(q, k, v, mask, key_padding_mask, dropout_p):
         mask = check_attn_mask(mask, "mask", (B, H, n, m))
         if mask.device != q.device:
             raise ValueError(f"mask is on {mask.device} but q is on {q.device}")
-    kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, m, f"k has batch {B} and {m} keys")
+    kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, m, lambda: f"k has batch {B} and {m} keys")
     check_probability(dropout_p, "dropout_p")
     return mask, kpm
 

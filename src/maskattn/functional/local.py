@@ -100,7 +100,7 @@ def check_radius(radius) -> tuple[int, int]:
 
 def _check_inputs(q, k, v, key_padding_mask):
     B, H, n, _ = check_qkv(q, k, v, self_attention=True)
-    kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, n, f"q has batch {B} and {n} positions")
+    kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, n, lambda: f"q has batch {B} and {n} positions")
     if kpm is not None and kpm.device != q.device:
         raise ValueError(f"key_padding_mask is on {kpm.device} but q is on {q.device}")
     return kpm

@@ -62,7 +62,7 @@ def _validate(q, k, v, s2t, mask, key_padding_mask, scale, backend, dropout_p):
         if mask.device != q.device:
             raise ValueError(f"mask is on {mask.device} but q is on {q.device}")
     kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, m,
-                                 f"k has batch {B} and {m} keys")
+                                 lambda: f"k has batch {B} and {m} keys")
     return mask, kpm
 
 

@@ -83,8 +83,11 @@ def _banded_autograd(q, k, v, left, right, index, valid, kpm, scale, score_mod, 
     L = C + width - 1  # keys reachable from one query block
     tail = right + n_pad - n
 
-    q_blocks = (F.pad(q, (0, 0, 0, n_pad - n)) if n_pad > n else q).reshape(B, H, nb, C, d_k)  # (B, H, nb, C, d_k)
-    k_area = gather_heads(F.pad(k, (0, 0, left, tail)), index)  # (B, H, A, n_pad + width - 1, d_k)
+    # contiguous inputs: a pad of 0 rows (n % C == 0) may alias a transposed head view, and a compiled graph
+    # traced at another length would then view it with the wrong strides
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    q_blocks = F.pad(q, (0, 0, 0, n_pad - n)).reshape(B, H, nb, C, d_k)  # (B, H, nb, C, d_k)
+    k_area = gather_heads(F.pad(k, (0, 0, left, tail)), index)  # (B, H, A, n_pad + width − 1, d_k)
     v_area = gather_heads(F.pad(v, (0, 0, left, tail)), index)
     k_band = k_area.unfold(3, L, C)  # (B, H, A, nb, d_k, L) overlapping view
     v_band = v_area.unfold(3, L, C)  # (B, H, A, nb, d_v, L)
@@ -98,7 +101,10 @@ def _banded_autograd(q, k, v, left, right, index, valid, kpm, scale, score_mod, 
     if drop > 0:
         probs = F.dropout(probs, drop, training=True)
     out = torch.matmul(probs, v_band)  # (B, H, nb, C, d_v)
-    return out.view(B, H, n_pad, d_v)[:, :, :n]
+    out = out.view(B, H, n_pad, d_v)
+    if torch.compiler.is_compiling():  # a slice's layout depends on n == n_pad, which would guard the graph on n % C
+        return out.index_select(2, torch.arange(n, device=out.device))
+    return out[:, :, :n]
 
 
 def band_allowed(B, H, n, C, L, left, j0, nbc, A, valid, kpm, device):
@@ -128,7 +134,7 @@ def halo_rows(t: torch.Tensor, a: int, b: int, value=0.0, dim: int = 2) -> torch
     n = t.shape[dim]
     lo, hi = max(a, 0), min(b, n)
     x = t.narrow(dim, lo, hi - lo)
-    if lo == a and hi == b:
+    if lo == a and hi == b and not torch.compiler.is_compiling():  # compiled: no guard on the lengths' relation
         return x
     pad = [0, 0] * (t.dim() - 1 - dim) + [lo - a, b - hi]
     return F.pad(x, pad, value=value)

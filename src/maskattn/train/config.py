@@ -78,7 +78,9 @@ class LoopConfig:
     """The training loop. ``max_steps`` / ``max_epochs``: stop at whichever comes first (0 = no limit
     for that one); ``eval_every``: steps between dev evaluations and checkpoints (0 = once per epoch);
     ``patience``: stop after this many evaluations without a better ``metric`` (0 = never); ``amp``:
-    mixed precision (bfloat16/float16 autocast on CUDA only); ``device``: ``auto``, ``cpu``, ``cuda``.
+    mixed precision — ``false``, ``bf16``, ``fp16`` (CUDA only, with a gradient scaler) or ``true`` (bf16 where
+    the device supports it, else fp16) — parameters stay float32; ``compile``: train through
+    ``torch.compile`` (dynamic shapes; a recompilation storm is reported); ``device``: ``auto``, ``cpu``, ``cuda``.
     ``metric``: ``accuracy``, ``f1`` (taggers), ``loss``; for translation ``bleu``, ``chrf`` (greedy or
     ``eval_beam`` decoding of the dev set) or ``loss`` (dev cross-entropy per target token, much faster).
     ``ema_decay``: evaluate, keep as ``best`` and test an exponential moving average of the weights (Polyak
@@ -95,7 +97,8 @@ class LoopConfig:
     patience: int = 0
     metric: str = "accuracy"
     device: str = "auto"
-    amp: bool = False
+    amp: bool | str = False
+    compile: bool = False
     num_threads: int = 0
     out_dir: str = "runs/run"
     progress: bool = True
@@ -117,6 +120,7 @@ class LoopConfig:
         "metric": one_of(*METRICS),
         "device": Rule(lambda v: isinstance(v, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", v) is not None,
                        "auto, cpu, cuda or cuda:N"),
+        "amp": Rule(lambda v: isinstance(v, bool) or v in ("bf16", "fp16"), "true, false, bf16 or fp16"),
         "num_threads": at_least(0),
         "out_dir": Rule(lambda v: isinstance(v, str) and bool(v.strip()), "a folder name"),
         "log_every": at_least(1),

@@ -37,6 +37,7 @@ from ..validation import check_probability
 from ..checkpoint import Checkpoint, load_checkpoint, load_weights
 from ..errors import CheckpointError, ConfigError, DivergenceError
 from ..inference import resolve_device
+from . import acceleration
 from .checkpoint import capture_rng, optimizer_from_flat, optimizer_to_flat, restore_rng, save_checkpoint
 from .config import RunConfig, from_dict
 from .files import atomic_write
@@ -124,11 +125,16 @@ class Trainer:
         self.ema = build_ema(self.model, loop.ema_decay)
         if ckpt is not None:
             self._restore(ckpt)
-        self.ddp = DistributedDataParallel(self.model) if self.dist.enabled else None
-        self.amp_dtype = None
-        if loop.amp and self.device.type == "cuda":
-            self.amp_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        acceleration.check_trainable_backends(self.model, self.device)
+        self.amp_dtype = acceleration.autocast_dtype(loop.amp, self.device)
         self.scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
+        # what runs the training forward: DDP around the model, compiled when train.compile (docs/training.md)
+        self.ddp = DistributedDataParallel(self.model) if self.dist.enabled else None
+        self.train_module = self.ddp or self.model
+        self.recompiles = None
+        if loop.compile:
+            self.train_module = acceleration.compile_model(self.train_module)
+            self.recompiles = acceleration.RecompileMonitor()
         if replace and overwrite:
             self.folder.clear()
         self.logger = MetricsLogger(self.out_dir, enabled=self.dist.is_main,
@@ -207,7 +213,7 @@ class Trainer:
         world, rank = self.dist.world_size, self.dist.rank
         global_count = self.task.loss_terms(indices)
         local = indices[rank::world]
-        module = self.ddp or self.model
+        module = self.train_module
         module.train()
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
             if local:
@@ -230,6 +236,8 @@ class Trainer:
             self.scheduler.step()
         if self.ema is not None:
             self.ema.update_parameters(self.model)
+        if self.recompiles is not None and (message := self.recompiles.check()):
+            self._warn(message)
         total = all_reduce_sum(loss_sum.detach().float().reshape(1), self.dist)
         return float(total) / global_count, self.task.throughput_units(indices)
 

@@ -1,0 +1,234 @@
+"""The GPU acceptance run: ``scripts/gpu_check.sh OUTDIR`` (``python -m maskattn.bench.gpu_check OUTDIR``).
+
+On one CUDA GPU, in order, each part kept in OUTDIR with its own log:
+
+1. ``pytest -m gpu`` — no host synchronisation on the default paths, flex gradients against the reference,
+   bf16 / fp16 autocast training (``tests/test_gpu.py``);
+2. ``maskattn bench --preset gpu`` — bf16, d_model 512, 8 heads, batch 8, n = 512 … 16384, forward + backward
+   and peak memory, against SDPA multi-head attention, dense masked SDPA and SDPA's causal kernel; the targets
+   of the GPU issue are evaluated from its records;
+3. ``--steps`` training steps of each ``multi30k-*-gpu`` preset with ``train.compile`` (when ``--data`` holds
+   Multi30k): loss, tokens/s, seconds per step, compilation time.
+
+Then ``OUTDIR/gpu.md`` (the report) and ``OUTDIR/gpu.json`` (every figure). Without CUDA it stops at once with
+exit code 2 and says so; ``--smoke`` runs the whole pipeline on the CPU at toy sizes (to test the command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+__all__ = ["main", "bench_targets", "memory_growth"]
+
+PRESETS = ("multi30k-transformer-gpu", "multi30k-man-gpu", "multi30k-csan-gpu", "multi30k-mtsa-encoder-gpu")
+#: the auto backend of each mechanism on CUDA training (maskattn list --backends): the path the targets judge
+TARGET_LABELS = {"mtsa": "mtsa/flex", "dman": "dman/sdpa", "csan1d": "csan1d/flex", "csan2d": "csan2d/flex",
+                 "sman": "sman/flex", "mha": "mha/sdpa"}
+
+
+def _run(command: list[str], log: Path, timeout: float) -> tuple[int, float]:
+    """Run ``command`` with its output in ``log``; (exit code, seconds)."""
+    start = time.perf_counter()
+    with open(log, "w", encoding="utf-8") as out:
+        try:
+            code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            out.write(f"\n[gpu_check] stopped after {timeout:.0f} s\n")
+            code = 124
+    return code, time.perf_counter() - start
+
+
+def _environment() -> dict:
+    info = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
+            "platform": platform.platform()}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info.update(device=torch.cuda.get_device_name(0), memory_gib=round(props.total_memory / 2**30, 1),
+                    capability=f"{props.major}.{props.minor}")
+    return info
+
+
+def _pytest_summary(log: Path) -> dict:
+    text = log.read_text(encoding="utf-8", errors="replace")
+    counts = {key: int(value) for value, key in re.findall(r"(\d+) (passed|failed|skipped|error|errors|xfailed)", text)}
+    failures = re.findall(r"^FAILED (\S+)", text, flags=re.M)
+    return {"counts": counts, "failures": failures}
+
+
+def _time_ms(record: dict) -> float:
+    return record["fwd_ms_median"] + (record["bwd_ms_median"] or 0.0)
+
+
+def bench_targets(records: list[dict]) -> list[dict]:
+    """The GPU issue's targets, judged on ``maskattn bench`` records: MTSA ≤ 1.5× MHA time; DMAN ≤ 1.5× SAN;
+    CSAN 1D / 2D and SMAN ≥ 5× faster than dense masked SDPA at the longest length and faster than SDPA's causal
+    kernel at every length ≥ 8192. One row per (target, n) with the measured ratio and whether it holds."""
+    ok = {(r["label"], r["n"]): r for r in records if r["status"] == "ok"}
+    lengths = sorted({n for _, n in ok})
+    rows = []
+
+    def ratio(a, b, n):
+        if (a, n) in ok and (b, n) in ok:
+            return _time_ms(ok[(a, n)]) / _time_ms(ok[(b, n)])
+        return None
+
+    for n in lengths:
+        for name, base, limit in (("mtsa", "mha/sdpa", 1.5), ("dman", "mha/sdpa", 1.5)):
+            value = ratio(TARGET_LABELS[name], base, n)
+            rows.append({"target": f"{name} time ≤ {limit}× {base}", "n": n, "ratio": value,
+                         "met": None if value is None else value <= limit})
+    longest = lengths[-1] if lengths else None
+    for name in ("csan1d", "csan2d", "sman"):
+        dense = f"{name}/sdpa"
+        if longest is not None:
+            value = ratio(dense, TARGET_LABELS[name], longest)
+            rows.append({"target": f"{name} ≥ 5× faster than dense masked SDPA", "n": longest, "ratio": value,
+                         "met": None if value is None else value >= 5})
+        for n in (n for n in lengths if n >= 8192):
+            value = ratio("sdpa_causal", TARGET_LABELS[name], n)
+            rows.append({"target": f"{name} faster than SDPA causal", "n": n, "ratio": value,
+                         "met": None if value is None else value > 1})
+    return rows
+
+
+def memory_growth(records: list[dict]) -> list[dict]:
+    """Per fused path (the auto backends and the banded kernel): the log-log slope of peak memory against n
+    (1 = linear) between the two longest measured lengths."""
+    rows = []
+    labels = sorted({r["label"] for r in records if r["kind"] == "mechanism"
+                     and (r["label"] in TARGET_LABELS.values() or r["backend"] == "banded")})
+    for label in labels:
+        points = sorted({r["n"]: r["peak_mib"] for r in records if r["label"] == label and r["status"] == "ok"}.items())
+        if len(points) >= 2 and points[-2][1] > 0:
+            (n0, m0), (n1, m1) = points[-2], points[-1]
+            slope = math.log(m1 / m0) / math.log(n1 / n0)
+            rows.append({"path": label, "from_n": n0, "to_n": n1, "slope": slope, "linear": slope <= 1.15})
+    return rows
+
+
+def _training(preset: str, data: Path, out: Path, steps: int, smoke: bool, timeout: float) -> dict:
+    run = out / "train" / preset
+    flags = [f"train.max_steps={steps}", "train.compile=true", f"train.eval_every={steps}", "train.metric=loss",
+             "train.test_beam=1", "train.progress=false", "train.keep_last=false"]
+    if smoke:
+        flags += ["train.device=cpu", "train.compile=false", "model.encoder_layers=1", "model.decoder_layers=1",
+                  "model.d_model=32", "model.num_heads=4", "data.subword_vocab=60", "data.max_tokens=96",
+                  "data.max_len=24", "data.test=null", "train.num_threads=1"]
+    command = [sys.executable, "-m", "maskattn.cli", "train", "--preset", preset, "--data", str(data), "--out",
+               str(run), "--overwrite", *sum((["--set", f] for f in flags), [])]
+    code, seconds = _run(command, out / f"train-{preset}.log", timeout)
+    result = {"preset": preset, "exit_code": code, "wall_s": round(seconds, 1)}
+    metrics = run / "metrics.jsonl"
+    if metrics.exists():
+        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        train = [r for r in rows if r.get("split") == "train"]
+        if train:
+            rates = [r["tokens_per_s"] for r in train if r.get("tokens_per_s")]
+            result.update(final_loss=train[-1]["loss"], steps=train[-1]["step"],
+                          tokens_per_s=rates[-1] if rates else None,
+                          first_step_s=train[0].get("elapsed_s"), elapsed_s=train[-1].get("elapsed_s"))
+    return result
+
+
+def _report(summary: dict) -> str:
+    env = summary["environment"]
+    lines = ["# GPU acceptance run", "",
+             f"Device: {env.get('device', 'none')} ({env.get('memory_gib', '?')} GiB, capability "
+             f"{env.get('capability', '?')}); torch {env['torch']}, CUDA {env['cuda']}; {summary['started']}.",
+             f"Command: `{summary['command']}`", ""]
+    tests = summary.get("tests")
+    if tests:
+        lines += ["## pytest -m gpu", "", f"exit code {tests['exit_code']}, {tests['wall_s']:.0f} s: "
+                  + ", ".join(f"{v} {k}" for k, v in tests["counts"].items()), ""]
+        lines += [f"- FAILED {name}" for name in tests["failures"]] + ([""] if tests["failures"] else [])
+    bench = summary.get("bench")
+    if bench:
+        lines += ["## maskattn bench --preset gpu", "", f"exit code {bench['exit_code']}, {bench['wall_s']:.0f} s; "
+                  "records in bench/bench.json, plot bench/bench.png.", "",
+                  "| target | n | ratio | met |", "|---|---:|---:|---|"]
+        for row in bench["targets"]:
+            value = "–" if row["ratio"] is None else f"{row['ratio']:.2f}"
+            met = "not measured" if row["met"] is None else ("yes" if row["met"] else "**no**")
+            lines.append(f"| {row['target']} | {row['n']} | {value} | {met} |")
+        lines += ["", "| path | peak memory slope (log-log, n from → to) | linear |", "|---|---|---|"]
+        for row in bench["memory"]:
+            lines.append(f"| {row['path']} | {row['slope']:.2f} ({row['from_n']} → {row['to_n']}) | "
+                         f"{'yes' if row['linear'] else '**no**'} |")
+        lines.append("")
+    if summary.get("training"):
+        lines += ["## Training, `train.compile: true`", "",
+                  "| preset | exit | steps | final loss | tokens/s | first step s | total s |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for row in summary["training"]:
+            lines.append(f"| {row['preset']} | {row['exit_code']} | {row.get('steps', '–')} | "
+                         f"{row.get('final_loss', float('nan')):.3f} | {row.get('tokens_per_s') or '–'} | "
+                         f"{row.get('first_step_s', '–')} | {row.get('elapsed_s', '–')} |")
+        lines.append("")
+    for note in summary["notes"]:
+        lines.append(f"- {note}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, help="folder for the logs, bench outputs, gpu.md and gpu.json")
+    parser.add_argument("--data", type=Path, default=Path("../shared/data/multi30k"),
+                        help="the Multi30k folder for the training part (skipped, with a note, when absent)")
+    parser.add_argument("--steps", type=int, default=50, help="training steps per -gpu preset")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: tests, bench, training")
+    parser.add_argument("--smoke", action="store_true", help="run every part on the CPU at toy sizes (tests this "
+                                                             "command; the figures mean nothing)")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available() and not args.smoke:
+        print("gpu_check: no CUDA device (torch.cuda.is_available() is False): the GPU acceptance run needs one "
+              "GPU; run it on a CUDA machine (or use --smoke to test the command on the CPU)", file=sys.stderr)
+        return 2
+    skip = {part.strip() for part in args.skip.split(",") if part.strip()}
+    unknown = skip - {"tests", "bench", "training"}
+    if unknown:
+        parser.error(f"unknown parts in --skip: {sorted(unknown)}; expected tests, bench, training")
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary = {"command": " ".join(["scripts/gpu_check.sh", *(argv if argv is not None else sys.argv[1:])]),
+               "started": time.strftime("%Y-%m-%d %H:%M:%S"), "environment": _environment(), "notes": []}
+    if args.smoke:
+        summary["notes"].append("--smoke: toy sizes on the CPU; these figures test the command, they measure nothing")
+    if "tests" not in skip:
+        code, seconds = _run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider"],
+                             args.out / "tests.log", 600)
+        summary["tests"] = {"exit_code": code, "wall_s": seconds, **_pytest_summary(args.out / "tests.log")}
+    if "bench" not in skip:
+        bench_args = (["--preset", "quick", "--mechanisms", "mha,mtsa,csan1d,sdpa_causal", "--lengths", "16,32",
+                       "--device", "cpu"] if args.smoke else ["--preset", "gpu"])
+        code, seconds = _run([sys.executable, "-m", "maskattn.cli", "bench", *bench_args, "--out",
+                              str(args.out / "bench")], args.out / "bench.log", 900)
+        records = []
+        if (args.out / "bench" / "bench.json").exists():
+            records = json.loads((args.out / "bench" / "bench.json").read_text())["records"]
+        summary["bench"] = {"exit_code": code, "wall_s": seconds, "targets": bench_targets(records),
+                            "memory": memory_growth(records)}
+    if "training" not in skip:
+        if args.data.is_dir():
+            summary["training"] = [_training(preset, args.data, args.out, args.steps, args.smoke, 480)
+                                   for preset in PRESETS]
+        else:
+            summary["notes"].append(f"training skipped: {args.data} is not a folder (pass --data MULTI30K)")
+    (args.out / "gpu.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    (args.out / "gpu.md").write_text(_report(summary), encoding="utf-8")
+    print(f"wrote {args.out / 'gpu.md'} and {args.out / 'gpu.json'}")
+    failed = [part for part in ("tests", "bench") if summary.get(part, {}).get("exit_code", 0) != 0]
+    failed += [row["preset"] for row in summary.get("training", []) if row["exit_code"] != 0]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
