@@ -1,6 +1,7 @@
 """The options that reproduce the authors' code (docs/fidelity.md), each against a float64 transcription of
 that code written here: taoshen58/mtsa ``MTSA_API/mtsa.py`` (``multi_mask_tensorized_self_attn``, also
-taoshen58/DiSAN ``Fast-DiSA/fast_disa.py``, the same function).
+taoshen58/DiSAN ``Fast-DiSA/fast_disa.py``, the same function), LibertFan/MAN
+``translation/fairseq/modules/multihead_attention2.py`` and ``models/man.py`` (``MANEncoderLayer``).
 
 The transcriptions keep the authors' layout — per-head weight stacks ``(H, d_in, d_out)``, masks as 0/1
 multipliers, ``exp`` without a shift, the ``where(Z > 0, Z, 1)`` guard, fairseq's relative-position
@@ -17,6 +18,8 @@ import torch
 import torch.nn.functional as F
 
 import maskattn
+from maskattn.attention.man import FullMaskAttention
+from maskattn.layers import Encoder, MANLayer
 
 ACT = {"linear": lambda t: t, "relu": torch.relu, "elu": F.elu, "sigmoid": torch.sigmoid, "exp": torch.exp}
 
@@ -256,6 +259,200 @@ def test_dense_dropout_masks_differ_between_heads():
     assert torch.equal(project_heads(linear, x, 2, input_dropout=0.5, training=False), torch.ones(1, 2, 50, 8))
 
 
+# ------------------------------------------------------------------------------------------------ MAN, authors
+
+
+def authors_mha2(module, x, kpm, *, re_weight_m, forward_x=None, backward_x=None, head_x=None):
+    """fairseq ``MultiheadAttention2.forward`` (lines 129-259) for self-attention, float64, weights from
+    ``module`` (``in_proj``, ``out_proj``; ``mask_query`` as ``context_x_fc``); batch-first in and out."""
+    B, n, d = x.shape
+    H = module.num_heads
+    q, k, v = F.linear(x, module.in_proj.weight, module.in_proj.bias).chunk(3, -1)
+    q = q * (d // H) ** -0.5
+    q, k, v = (t.reshape(B, n, H, -1).transpose(1, 2) for t in (q, k, v))
+    scores = q @ k.transpose(-1, -2)  # (B, H, n, n)
+    if re_weight_m == 1:  # build_mask, lines 86-127
+        position_x = torch.cat([forward_x, torch.zeros(1, dtype=x.dtype), backward_x])
+        half = (position_x.numel() + 1) // 2
+        indices = (torch.arange(n)[None].repeat(n, 1) + torch.arange(half - n, half).flip(0)[:, None]).view(-1)
+        position = position_x[indices].view(n, n)
+        gamma = position[None].repeat(H, 1, 1) + head_x[:, None, None]
+        context_x = module.mask_query(x)[:, None]  # (B, 1, n, 1)
+        scores = scores + (context_x + gamma[None]).sigmoid().clamp(1e-10).log()
+    scores = scores.masked_fill(kpm[:, None, None, :], float("-inf"))
+    attn = (F.softmax(scores, -1) @ v).transpose(1, 2).reshape(B, n, d)
+    return module.out_proj(attn.relu())
+
+
+def dman_from_authors_tables(module, forward_x, backward_x, head_x):
+    """Load fairseq's ``forward_position_x`` / ``backward_position_x`` / ``head_x`` into a DMAN whose table
+    covers the same distances: ``P[t − s]`` is ``position_x[max_len − (t − s)]``. The entry of distance 0 is
+    set to garbage: with ``self_distance="zero"`` it must not matter."""
+    with torch.no_grad():
+        module.distance_bias.copy_(torch.cat([forward_x, torch.tensor([7.0], dtype=forward_x.dtype), backward_x])
+                                   .flip(0))
+        module.head_bias.copy_(head_x)
+    return module
+
+
+def authors_tables(max_len, heads, seed=2, head_shift=0.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(max_len, generator=g, dtype=torch.float64), torch.randn(max_len, generator=g,
+            dtype=torch.float64), torch.randn(heads, generator=g, dtype=torch.float64) + head_shift)
+
+
+@pytest.mark.parametrize("backend", ["reference", "sdpa", "flex"])
+def test_dman_authors_options_are_multihead_attention2(backend):
+    """``re_weight_m=1``: P[0] ≡ 0, M clamped at 1e-10 before the log, ReLU before ``out_proj``; one head
+    bias far negative so that the clamp is active."""
+    max_len = 12
+    m = randomise(maskattn.DynamicMaskAttention(16, 4, max_distance=max_len, activation="relu", self_distance="zero",
+                                                mask_floor=1e-10, backend=backend)).double().eval()
+    tables = authors_tables(max_len, 4, head_shift=0.0)
+    tables[2][1] = -40.0
+    dman_from_authors_tables(m, *tables)
+    x, kpm = batch(n=9)
+    with torch.no_grad():
+        expected = authors_mha2(m, x, kpm, re_weight_m=1, forward_x=tables[0], backward_x=tables[1],
+                                head_x=tables[2]).masked_fill(kpm[..., None], 0)
+        torch.testing.assert_close(m(x, kpm), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_mask_floor_changes_only_where_m_is_below_it_and_is_tested_to_fail():
+    """The exact log (default) and the clamp differ where M < 1e-10 (head bias -40: by O(1)); with every
+    M above the floor they agree."""
+    max_len = 12
+    tables = authors_tables(max_len, 4)
+    tables[2][1] = -40.0
+    x, kpm = batch(n=9)
+    outs = {}
+    for floor in (None, 1e-10):
+        m = randomise(maskattn.DynamicMaskAttention(16, 4, max_distance=max_len, self_distance="zero",
+                                                    activation="relu", mask_floor=floor)).double().eval()
+        dman_from_authors_tables(m, *tables)
+        with torch.no_grad():
+            outs[floor] = m(x, kpm)
+    assert (outs[None] - outs[1e-10]).abs().max() > 1e-2
+    tables[2][1] = 0.0  # every M far above 1e-10 now
+    same = []
+    for floor in (None, 1e-10):
+        m = randomise(maskattn.DynamicMaskAttention(16, 4, max_distance=max_len, mask_floor=floor)).double().eval()
+        dman_from_authors_tables(m, *tables)
+        with torch.no_grad():
+            same.append(m(x, kpm))
+    torch.testing.assert_close(same[0], same[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fused", [False, True])  # explicit softmax / the fused attention call per tile
+@pytest.mark.parametrize("n, max_distance", [(10, 128), (40, 6)])  # log M built on the skewed view / the table
+def test_mask_floor_gradients_of_the_kernel_equal_autograd(monkeypatch, n, max_distance, fused):
+    """The tiled kernel's own backward (sdpa) against autograd through the float64 reference: no gradient
+    reaches W, P, U through a floored entry."""
+    monkeypatch.setattr(maskattn.kernels.dman, "SDPA_MIN_ELEMENTS", 0 if fused else 1 << 30)
+    torch.manual_seed(3)
+    B, H, d = 2, 4, 8
+    q, k, v = (torch.randn(B, H, n, d, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    a = (torch.randn(B, n, dtype=torch.float64) * 3).requires_grad_()
+    table = (torch.randn(2 * max_distance + 1, dtype=torch.float64) * 3).requires_grad_()
+    # head 1 around the floor (M = 1e-10 at z ≈ -23), head 2 entirely below it: there the weights are the
+    # plain softmax of the scores, so a gradient leaking through the floor would be of order one
+    u = torch.tensor([0.0, -24.0, -60.0, 2.0], dtype=torch.float64, requires_grad=True)
+    kpm = torch.zeros(B, n, dtype=torch.bool)
+    kpm[1, -3:] = True
+    grads = {}
+    for backend in ("reference", "sdpa"):
+        out = maskattn.functional.dynamic_mask_attention(q, k, v, a, table, u, key_padding_mask=kpm, backend=backend,
+                                                         mask_floor=1e-10)
+        grads[backend] = (out, *torch.autograd.grad(out.square().sum(), (q, k, v, a, table, u)))
+    for got, want in zip(grads["sdpa"], grads["reference"]):  # the kernel's float64 round-off (exp2 of ~-60)
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-8)
+    assert grads["sdpa"][-1][2] == 0 and grads["sdpa"][-1][1] != 0  # U of the floored head gets nothing
+    mask = torch.sigmoid(maskattn.functional.dynamic_mask_logits(a, table, u)).detach()
+    assert (mask[:, 1] < 1e-10).any() and (mask[:, 1] > 1e-10).any() and (mask[:, 2] < 1e-10).all()
+
+
+def test_self_distance_zero_ignores_and_freezes_the_stored_entry():
+    m = randomise(maskattn.DynamicMaskAttention(16, 4, max_distance=5, self_distance="zero")).double()
+    x, kpm = batch()
+    out = m(x, kpm)
+    out.square().sum().backward()
+    assert m.distance_bias.grad[5] == 0 and m.distance_bias.grad.abs().sum() > 0
+    with torch.no_grad():
+        m.distance_bias[5] += 3.0
+        torch.testing.assert_close(m(x, kpm), out)
+        torch.testing.assert_close(m.dynamic_mask(x)[0, 0, 2, 2], torch.sigmoid(m.mask_query(x)[0, 2, 0]
+                                                                                + m.head_bias[0]))
+    learned = maskattn.DynamicMaskAttention(16, 4, max_distance=5).double()
+    learned.load_state_dict(m.state_dict())
+    with torch.no_grad():
+        assert (learned(x, kpm) - out).abs().max() > 1e-3  # the entry is used when learned
+
+
+def test_man_san_with_relu_is_the_authors_san_and_without_it_is_mha():
+    san = randomise(FullMaskAttention(16, 4, activation="relu")).double().eval()
+    x, kpm = batch()
+    with torch.no_grad():
+        expected = authors_mha2(san, x, kpm, re_weight_m=0).masked_fill(kpm[..., None], 0)
+        torch.testing.assert_close(san(x, kpm), expected, rtol=1e-10, atol=1e-10)
+        plain = FullMaskAttention(16, 4).double().eval()
+        mha = maskattn.MultiHeadAttention(16, 4).double().eval()
+        plain.load_state_dict(san.state_dict())
+        mha.load_state_dict(san.state_dict())
+        torch.testing.assert_close(plain(x, kpm), mha(x, kpm), rtol=1e-12, atol=1e-12)
+
+
+def test_man_san_decodes_incrementally():
+    san = FullMaskAttention(16, 4, causal=True, activation="relu").eval()
+    x = torch.randn(2, 6, 16)
+    with torch.no_grad():
+        full, cache, steps = san(x), san.init_cache(), []
+        for t in range(6):
+            out, cache = san.step(x[:, t:t + 1], cache)
+            steps.append(out)
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-6, rtol=1e-6)
+
+
+def authors_man_encoder_layer(layer, x, kpm, tables):
+    """``MANEncoderLayer.forward`` (models/man.py lines 510-553) with ``mix=True``, ``normalize_before=True``,
+    eval mode: LN → DMAN → +x, LN → SAN → +x, LN → fc2(relu(fc1)) → +x."""
+    dman, san, ffn = layer.sublayers
+    norms = [r.norm for r in layer.residuals]
+    x = x + authors_mha2(dman, norms[0](x), kpm, re_weight_m=1, forward_x=tables[0], backward_x=tables[1],
+                         head_x=tables[2])
+    x = x + authors_mha2(san, norms[1](x), kpm, re_weight_m=0)
+    return x + ffn.fc2(F.relu(ffn.fc1(norms[2](x))))
+
+
+def test_man_layer_authors_config_is_the_authors_encoder_layer():
+    layer = MANLayer.authors_config("iwslt", d_model=16, num_heads=4, ffn_dim=16,
+                                    dman_options={"activation": "relu", "self_distance": "zero",
+                                                  "mask_floor": 1e-10, "max_distance": 12})
+    layer = randomise(layer).double().eval()
+    tables = authors_tables(12, 4)
+    dman_from_authors_tables(layer.sublayers[0], *tables)
+    x, kpm = batch(n=9)
+    with torch.no_grad():
+        expected = authors_man_encoder_layer(layer, x, kpm, tables).masked_fill(kpm[..., None], 0)
+        torch.testing.assert_close(layer(x, kpm), expected, rtol=1e-10, atol=1e-10)
+    assert layer.order == ("dman", "man_san", "ffn")
+    full = MANLayer.authors_config("iwslt")
+    assert (full.d_model, full.sublayers[0].num_heads, full.sublayers[2].fc1.out_features) == (512, 4, 512)
+    assert full.sublayers[0].max_distance == 1024 and full.residuals[0].dropout.p == 0.3
+
+
+def test_recipes_and_registry_carry_the_options():
+    enc = Encoder.from_recipe(16, 4, "dman(self_distance=zero, mask_floor=1.0e-10, activation=relu)"
+                                     ">man_san(activation=relu)>ffn x2")
+    dman, san, _ = enc.layers[1].sublayers
+    assert (dman.self_distance, dman.mask_floor, dman.activation) == ("zero", 1e-10, "relu")
+    assert isinstance(san, FullMaskAttention) and san.activation == "relu"
+    enc = Encoder.from_recipe(16, 2, "mtsa(v_activation=elu, qk_input=v, s2t_layers=1, dense_dropout=0.3)", ffn=False)
+    mtsa = enc.layers[0].sublayers[0]
+    assert (mtsa.v_activation, mtsa.qk_input, mtsa.source2token.hidden, mtsa.dense_dropout) == ("elu", "v", None, 0.3)
+    fast = maskattn.create_attention("fast_disa", 16, 2, v_activation="relu", dense_dropout=0.2)
+    assert (fast.v_activation, fast.query.input_dropout) == ("relu", 0.2)
+
+
 # ------------------------------------------------------------------------------------------------ bad input
 
 
@@ -274,6 +471,15 @@ def test_dense_dropout_masks_differ_between_heads():
     (lambda: maskattn.FastDiSA(16, 2, v_activation="gelu"), ValueError, ["v_activation", "'gelu'"]),
     (lambda: maskattn.MTSA.authors_config("imdb"), ValueError, ["'imdb'", "'sst'", "'stacked'"]),
     (lambda: maskattn.MTSA.authors_config("stacked"), ValueError, ["'stacked'", "d_model"]),
+    (lambda: maskattn.DynamicMaskAttention(16, 4, self_distance="fixed"), ValueError,
+     ["self_distance", "'fixed'", "'zero'"]),
+    (lambda: maskattn.DynamicMaskAttention(16, 4, mask_floor=0), ValueError, ["mask_floor", "got 0"]),
+    (lambda: maskattn.DynamicMaskAttention(16, 4, mask_floor=1.0), ValueError, ["mask_floor", "(0, 1)"]),
+    (lambda: maskattn.DynamicMaskAttention(16, 4, mask_floor="1e-10"), ValueError, ["mask_floor", "1.0e-10"]),
+    (lambda: MANLayer(16, 4, causal=True, san_options={"activation": "relu"}), ValueError,
+     ["san_options", "causal=True"]),
+    (lambda: MANLayer.authors_config("iwslt14"), ValueError, ["'iwslt14'", "'wmt_base'"]),
+    (lambda: FullMaskAttention(16, 4, activation="gelu"), ValueError, ["activation", "'relu'"]),
 ])
 def test_bad_options_name_the_option_and_value(make, exc, words):
     with pytest.raises(exc) as info:
