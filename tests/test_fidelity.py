@@ -453,6 +453,19 @@ def test_recipes_and_registry_carry_the_options():
     assert (fast.v_activation, fast.query.input_dropout) == ("relu", 0.2)
 
 
+def test_presets_build_the_authors_sst_model():
+    from maskattn.train import load_config, preset_path
+    for name in ("sst5-mtsa-authors", "trec-mtsa-authors"):
+        cfg = load_config(preset_path(name), [])
+        enc = Encoder.from_recipe(cfg.model.d_model, cfg.model.num_heads, cfg.model.encoder, ffn=cfg.model.ffn)
+        mtsa = enc.layers[0].sublayers[0]
+        expected = maskattn.MTSA.authors_config("sst")
+        assert repr(mtsa) == repr(expected)
+        assert {k: v.shape for k, v in mtsa.state_dict().items()} == {k: v.shape for k, v in
+                                                                      expected.state_dict().items()}
+        assert (mtsa.v_activation, mtsa.dense_dropout, cfg.model.dropout) == ("relu", 0.3, 0.3)
+
+
 # ------------------------------------------------------------------------------------------------ bad input
 
 
