@@ -252,7 +252,6 @@ class AuthorsConfig:
     d_model: int | None
     num_heads: int
     options: dict = field(default_factory=dict)
-    source: str = ""
 
 
 #: The options the authors' single-layer MTSA shares across their scripts (``multi_mask_tensorized_self_attn``
@@ -265,17 +264,15 @@ _SINGLE_LAYER = {"strict_masks": True, "fusion_gate": True, "scale": "log_sigmoi
 #: MTSA configurations of the authors' code (taoshen58/mtsa), by script. Widths: their ``hn`` (the module
 #: maps the 300-d GloVe input to ``hn``; maskattn keeps input and output width equal, docs/fidelity.md).
 AUTHORS_CONFIGS: dict[str, AuthorsConfig] = {
+    # Proj_SST_mtsa/src/model/m_mtsa.py lines 33-43: hn = 2 x 300, relu; dropout keep 0.7 (configs.py line 61)
     "sst": AuthorsConfig(600, 2, {**_SINGLE_LAYER, "s2t_activation": "relu", "v_activation": "relu",
-                                  "dense_dropout": 0.3},
-                         "Proj_SST_mtsa/src/model/m_mtsa.py lines 33-43 (hn = 2 x 300, relu, dropout keep 0.7 "
-                         "from configs.py line 61)"),
+                                  "dense_dropout": 0.3}),
+    # Proj_SNLI_mtsa/src/model/m_mtsa.py lines 37-46: hn = 2 x 300, elu; dropout keep 0.65 (configs.py line 40)
     "snli": AuthorsConfig(600, 2, {**_SINGLE_LAYER, "s2t_activation": "elu", "v_activation": "elu",
-                                   "dense_dropout": 0.35},
-                          "Proj_SNLI_mtsa/src/model/m_mtsa.py lines 37-46 (hn = 2 x 300, elu, dropout keep 0.65 "
-                          "from configs.py line 40)"),
+                                   "dense_dropout": 0.35}),
+    # MTSA_API/mtsa.py lines 11-56, the attention of stacking_mtsa with its defaults: head_num=8,
+    # attn_keep_prob=.8, dense_keep_prob=.9, activation relu, dot_activation_name='exp'
     "stacked": AuthorsConfig(None, 8, {"strict_masks": True, "scale": "identity", "qk_input": "x", "qk_bias": False,
                                        "v_bias": False, "s2t_input": "x", "s2t_layers": 1, "out_proj": True,
-                                       "out_activation": "relu", "dropout": 0.2, "dense_dropout": 0.1},
-                             "MTSA_API/mtsa.py lines 11-56 (stacking_mtsa defaults: head_num=8, attn_keep_prob=.8, "
-                             "dense_keep_prob=.9, relu, dot_activation_name='exp')"),
+                                       "out_activation": "relu", "dropout": 0.2, "dense_dropout": 0.1}),
 }
