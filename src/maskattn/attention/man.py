@@ -11,7 +11,7 @@ as the authors' code does for every attention of their layer: LibertFan/MAN
 (:mod:`maskattn.functional.dman`); SMAN's is the band ``|t − s| <= b`` (:func:`maskattn.masks.window`), which
 runs on the library's local kernels; SAN's is all ones (``"man_san"``: plain multi-head attention with ``F``).
 
-Incremental decoding (causal DMAN / SMAN): ``cache = module.init_cache()``, then
+Incremental decoding (causal DMAN / SMAN / SAN): ``cache = module.init_cache()``, then
 ``out, cache = module.step(x_new, cache)``; the step-by-step outputs equal the full-sequence causal
 outputs. ``AttentionCache.reorder(index)`` selects batch rows (beam search).
 """
