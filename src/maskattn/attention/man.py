@@ -1,14 +1,17 @@
-"""Mask Attention Networks (Fan et al., NAACL 2021): DMAN (Eq. 12) and SMAN (Eq. 11, §4.2) modules.
+"""Mask Attention Networks (Fan et al., NAACL 2021): DMAN (Eq. 12), SMAN (Eq. 11, §4.2) and SAN (Eq. 6–7)
+as mask attention modules.
 
-Both are multi-head mask attention (Eq. 5)::
+All three are multi-head mask attention (Eq. 5)::
 
     H^{l+1} = F([A_{M^1}, …, A_{M^I}]) W_H,   A_{M^i} = A_{M^i}(H W_Q^i, H W_K^i, H W_V^i)
 
 with the mask attention function of Eq. 4 and ``F`` the identity (paper) or ReLU (``activation="relu"``,
-as the authors' code does). DMAN's mask is learned (:mod:`maskattn.functional.dman`); SMAN's is the band
-``|t − s| <= b`` (:func:`maskattn.masks.window`), which runs on the library's local kernels.
+as the authors' code does for every attention of their layer: LibertFan/MAN
+``translation/fairseq/modules/multihead_attention2.py`` line 249). DMAN's mask is learned
+(:mod:`maskattn.functional.dman`); SMAN's is the band ``|t − s| <= b`` (:func:`maskattn.masks.window`), which
+runs on the library's local kernels; SAN's is all ones (``"man_san"``: plain multi-head attention with ``F``).
 
-Incremental decoding (causal DMAN / SMAN): ``cache = module.init_cache()``, then
+Incremental decoding (causal DMAN / SMAN / SAN): ``cache = module.init_cache()``, then
 ``out, cache = module.step(x_new, cache)``; the step-by-step outputs equal the full-sequence causal
 outputs. ``AttentionCache.reorder(index)`` selects batch rows (beam search).
 """
@@ -23,18 +26,23 @@ import torch.nn.functional as F
 
 from .. import backends
 from .. import masks as M
-from ..validation import check_positive_int, describe
-from ..functional.dman import dynamic_mask, dynamic_mask_attention, dynamic_mask_weights
+from ..validation import check_choice, check_positive_int, describe
+from ..functional.dman import check_mask_floor, dynamic_mask, dynamic_mask_attention, dynamic_mask_weights
 from ..functional.dot_product import attention_weights, dot_product_attention
 from ..functional.local import banded_attention
 from .base import (AttentionCache, AttentionMaps, SelfAttention, add_qkv_projections, check_input, merge_heads,
                    split_heads, zero_padding)
 from .registry import register_attention
 
-__all__ = ["DynamicMaskAttention", "StaticMaskAttention", "OUTPUT_ACTIVATIONS"]
+__all__ = ["DynamicMaskAttention", "StaticMaskAttention", "FullMaskAttention", "OUTPUT_ACTIVATIONS",
+           "SELF_DISTANCES"]
 
 #: ``F`` of Eq. 5: None (identity, the paper) or "relu" (the authors' code).
 OUTPUT_ACTIVATIONS = (None, "relu")
+
+#: DMAN's ``P[0]`` (distance ``t − s = 0``): "learned" like every other distance (Eq. 12) or "zero", fixed at 0
+#: as the authors' table is built (``multihead_attention2.py`` lines 100–101).
+SELF_DISTANCES = ("learned", "zero")
 
 
 class _MaskAttention(SelfAttention):
@@ -97,46 +105,64 @@ class DynamicMaskAttention(_MaskAttention):
             incremental decoding with :meth:`step`.
         activation: ``F`` of Eq. 5 — ``None`` (identity) or ``"relu"`` (authors' code).
         bias: biases of the Q/K/V and output projections.
+        self_distance: ``"learned"`` (Eq. 12: ``P[0]`` is a parameter like every distance) or ``"zero"``
+            (``P[0] ≡ 0``, as the authors' code; the stored entry ``distance_bias[max_distance]`` is then unused).
+        mask_floor: ``None`` (the exact ``log M``) or ``ε``: ``log max(M, ε)`` — the authors' code clamps ``M``
+            at ``1e-10`` before the log; it differs only where ``M < ε`` (there a key keeps the weight
+            ``ε·exp(score)`` and passes no gradient to ``W``, ``P``, ``U``).
 
-    :meth:`attention_maps` returns ``attention`` and ``mask``, both ``(B, H, n, n)``.
+    :meth:`attention_maps` returns ``attention`` and ``mask`` (the ``M`` used, floored), both ``(B, H, n, n)``.
     """
 
     family = "dman"
 
     def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0, backend: str = "auto",
-                 max_distance: int = 128, causal: bool = False, activation: str | None = None, bias: bool = True):
+                 max_distance: int = 128, causal: bool = False, activation: str | None = None, bias: bool = True,
+                 self_distance: str = "learned", mask_floor: float | None = None):
         super().__init__(d_model, num_heads, dropout=dropout, backend=backend, activation=activation, bias=bias,
                          causal=causal)
         self.max_distance = check_positive_int(max_distance, "max_distance")
+        self.self_distance = check_choice(self_distance, "self_distance", SELF_DISTANCES)
+        self.mask_floor = check_mask_floor(mask_floor)
         self.mask_query = nn.Linear(d_model, 1, bias=False)  # W of Eq. 12
         self.distance_bias = nn.Parameter(torch.zeros(2 * max_distance + 1))  # P[t − s], index D + (t − s)
         self.head_bias = nn.Parameter(torch.zeros(num_heads))  # U[h]
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, num_heads={self.num_heads}, max_distance={self.max_distance}, "
-                f"causal={self.causal}, activation={self.activation}, backend={self.backend!r}")
+                f"causal={self.causal}, activation={self.activation}, self_distance={self.self_distance!r}, "
+                f"mask_floor={self.mask_floor}, backend={self.backend!r}")
 
     def _query_logit(self, x):
         return self.mask_query(x).squeeze(-1)  # (B, n, 1) -> (B, n): x_t W
 
+    def _distance_table(self) -> torch.Tensor:
+        """``P`` as used: with ``self_distance="zero"`` the entry of ``t − s = 0`` is 0 (and gets no gradient)."""
+        if self.self_distance == "learned":
+            return self.distance_bias
+        D = self.max_distance
+        return torch.cat([self.distance_bias[:D], self.distance_bias.new_zeros(1), self.distance_bias[D + 1:]])
+
     def dynamic_mask(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """The mask ``M`` of Eq. 12 for input ``x`` ``(B, n, d)``: ``(B, H, n, n)`` in ``[0, 1]``; entries of
-        padded keys (and future keys when ``causal``) are 0. Differentiable; plot it with ``imshow``."""
+        """The mask ``M`` of Eq. 12 for input ``x`` ``(B, n, d)``: ``(B, H, n, n)`` in ``[0, 1]`` (floored at
+        ``mask_floor``); entries of padded keys (and future keys when ``causal``) are 0. Differentiable; plot it
+        with ``imshow``."""
         kpm = check_input(x, self.d_model, key_padding_mask)
-        return dynamic_mask(self._query_logit(x), self.distance_bias, self.head_bias, causal=self.causal,
-                            key_padding_mask=kpm)
+        return dynamic_mask(self._query_logit(x), self._distance_table(), self.head_bias, causal=self.causal,
+                            key_padding_mask=kpm, mask_floor=self.mask_floor)
 
     def _attend(self, x, q, k, v, key_padding_mask, q_offset):
-        return dynamic_mask_attention(q, k, v, self._query_logit(x), self.distance_bias, self.head_bias,
+        return dynamic_mask_attention(q, k, v, self._query_logit(x), self._distance_table(), self.head_bias,
                                       causal=self.causal, key_padding_mask=key_padding_mask, q_offset=q_offset,
-                                      backend=self.backend, dropout_p=self.dropout, training=self.training)
+                                      backend=self.backend, dropout_p=self.dropout, training=self.training,
+                                      mask_floor=self.mask_floor)
 
     def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
         """``attention``: ``S_M`` of Eq. 4 (B, H, n, n); ``mask``: ``M`` of Eq. 12 (B, H, n, n)."""
         kpm = check_input(x, self.d_model, key_padding_mask)
         q, k, _ = self.project(x)
-        probs, mask = dynamic_mask_weights(q, k, self._query_logit(x), self.distance_bias, self.head_bias,
-                                           causal=self.causal, key_padding_mask=kpm)
+        probs, mask = dynamic_mask_weights(q, k, self._query_logit(x), self._distance_table(), self.head_bias,
+                                           causal=self.causal, key_padding_mask=kpm, mask_floor=self.mask_floor)
         return AttentionMaps(attention=probs, mask=mask)
 
 
@@ -228,3 +254,41 @@ class StaticMaskAttention(_MaskAttention):
         q, k, _ = self.project(x)
         allowed = self._allowed(kpm, x.shape[0], x.shape[1], x.device)
         return AttentionMaps(attention=attention_weights(q, k, allowed), mask=allowed.to(q.dtype))
+
+
+@register_attention("man_san", description="MAN's SAN: the all-ones mask (Eq. 6-7) with Eq. 5's F (activation)")
+class FullMaskAttention(_MaskAttention):
+    """SAN written as MAN's mask attention (Eq. 6–7: ``M`` all ones) inside Eq. 5, so that it takes ``F``:
+    with ``activation=None`` it is :class:`~maskattn.MultiHeadAttention` (same parameters and ``state_dict``
+    keys); with ``activation="relu"`` it is the SAN sublayer of the authors' MAN layer, which is the same
+    class as their DMAN without the mask and so applies the same ReLU (``multihead_attention2.py`` line 249).
+
+    Args:
+        causal: decoder self-attention (queries see keys at positions ``<=`` their own); enables :meth:`step`.
+        dropout, backend, activation, bias: as :class:`DynamicMaskAttention` (backends of plain attention).
+
+    :meth:`attention_maps` returns ``attention`` ``(B, H, n, n)``.
+    """
+
+    family = "dot_product"
+
+    def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0, backend: str = "auto",
+                 causal: bool = False, activation: str | None = None, bias: bool = True):
+        super().__init__(d_model, num_heads, dropout=dropout, backend=backend, activation=activation, bias=bias,
+                         causal=causal)
+
+    def extra_repr(self) -> str:
+        return (f"d_model={self.d_model}, num_heads={self.num_heads}, causal={self.causal}, "
+                f"activation={self.activation}, backend={self.backend!r}")
+
+    def _structure(self, q_offset: int) -> M.Mask | None:
+        return M.causal().shifted(q_offset) if self.causal else None
+
+    def _attend(self, x, q, k, v, key_padding_mask, q_offset):
+        return dot_product_attention(q, k, v, self._structure(q_offset), key_padding_mask=key_padding_mask,
+                                     dropout_p=self.dropout, training=self.training, backend=self.backend)
+
+    def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
+        kpm = check_input(x, self.d_model, key_padding_mask)
+        q, k, _ = self.project(x)
+        return AttentionMaps(attention=attention_weights(q, k, self._structure(0), key_padding_mask=kpm))

@@ -8,21 +8,25 @@ Per head ``c`` (MTSA §3.1–3.2, Eq. 7–13)::
     f_ijl = σ_t(R_ij) + S_jl + M^c_ij,   p = softmax_j f,   H^c_i = Σ_j p_ij ⊙ v_j   (10–12)
     s = W_o [H^1; …; H^h]                                                      (13)
 
-computed by :func:`maskattn.functional.tensorized_attention` without n×n×d tensors.
+computed by :func:`maskattn.functional.tensorized_attention` without n×n×d tensors. The choices of the
+authors' code (taoshen58/mtsa, ``MTSA_API/mtsa.py``) are options, the paper's equations the defaults;
+:data:`AUTHORS_CONFIGS` and :meth:`MTSA.authors_config` set every option of their scripts (docs/fidelity.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from .. import masks as M
-from ..validation import check_choice, check_positive_int
+from ..validation import check_choice, check_positive_int, check_probability, describe
 from ..functional.tensorized import SCALES, tensorized_attention, tensorized_attention_maps
-from .base import AttentionMaps, SelfAttention, check_input, merge_heads, split_heads, zero_padding
-from .headwise import ACTIVATIONS, HeadwiseFusionGate, HeadwiseLinear, HeadwiseSource2Token
+from .base import AttentionMaps, SelfAttention, check_input, merge_heads, zero_padding
+from .headwise import ACTIVATIONS, HeadwiseFusionGate, HeadwiseLinear, HeadwiseSource2Token, project_heads
 from .registry import register_attention
 
 
@@ -33,6 +37,19 @@ def directional_head_masks(num_heads: int, *, include_diagonal: bool = True, nam
                          "pass head_masks=[...] with one mask per head instead")
     half = num_heads // 2
     return [M.forward(include_diagonal)] * half + [M.backward(include_diagonal)] * half
+
+
+def check_activation(value, name: str) -> str | None:
+    """``None`` (no activation) or a name of :data:`~maskattn.attention.headwise.ACTIVATIONS`."""
+    if value is not None and value not in ACTIVATIONS:
+        raise ValueError(f"unknown {name} {value!r}; expected None or one of {', '.join(map(repr, ACTIVATIONS))}")
+    return value
+
+
+def check_flag(value, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {describe(value)}")
+    return value
 
 
 def resolve_head_masks(head_masks, num_heads: int, include_diagonal: bool) -> M.Mask:
@@ -53,17 +70,30 @@ def resolve_head_masks(head_masks, num_heads: int, include_diagonal: bool) -> M.
 class TensorizedSelfAttention(SelfAttention):
     """What MTSA and Fast-DiSA share: per-head masks, the tensorized attention of MTSA Eq. 10–12 on
     ``project(x) = (q, k, v, S)``, an optional fusion gate (``self.fusion_gate``, set by the subclass), the
-    heads concatenated, then :meth:`output`."""
+    heads concatenated, then :meth:`output`. ``v_activation`` (``σ`` on the values) and ``dense_dropout``
+    (dropout on the input of every linear map) are the authors' code's ``apply_act_for_v`` and
+    ``dense_keep_prob``; the subclasses apply them in :meth:`project`."""
 
     family = "tensorized"
 
-    def __init__(self, d_model, num_heads, *, dropout, backend, head_masks, strict_masks, scale):
+    def __init__(self, d_model, num_heads, *, dropout, backend, head_masks, strict_masks, scale, v_activation,
+                 dense_dropout):
         super().__init__(d_model, num_heads, dropout=dropout, backend=backend)
         self.d_head = d_model // num_heads
         self.scale = check_choice(scale, "scale", SCALES)
-        if not isinstance(strict_masks, bool):
-            raise TypeError(f"strict_masks must be a bool, got {strict_masks!r}")
+        check_flag(strict_masks, "strict_masks")
         self.mask = resolve_head_masks(head_masks, num_heads, include_diagonal=not strict_masks)
+        self.v_activation = check_activation(v_activation, "v_activation")
+        self.dense_dropout = check_probability(dense_dropout, "dense_dropout")
+
+    def heads_from_input(self, linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        """A full-width map of the module input, split into heads (B, H, n, ·); ``dense_dropout`` drops its
+        input with one mask per head."""
+        return project_heads(linear, x, self.num_heads, input_dropout=self.dense_dropout, training=self.training)
+
+    def activate_values(self, v: torch.Tensor) -> torch.Tensor:
+        """``σ(v)`` with ``σ = v_activation`` (the authors' ``apply_act_for_v``), else ``v`` (the papers)."""
+        return v if self.v_activation is None else ACTIVATIONS[self.v_activation](v)
 
     def project(self, x: torch.Tensor):
         """Per-head ``q, k`` (B, H, n, d_k), values ``v`` and source2token scores ``S`` (B, H, n, d_h)."""
@@ -112,51 +142,137 @@ class MTSA(TensorizedSelfAttention):
         d_k: per-head query/key width ``d_i`` (default ``d_h``).
         s2t_hidden: hidden width ``d_a`` of the source2token map (default ``d_h``).
         s2t_activation: ``σ_m``, ``"elu"`` (default) or ``"relu"``.
-        s2t_input: compute the source2token score from ``"k"`` (paper, Eq. 9) or ``"v"`` (authors' code).
+        s2t_input: compute the source2token score from ``"k"`` (paper, Eq. 9), ``"v"`` (authors' code) or
+            ``"x"``, the module input (authors' stacked MTSA, ``use_input_for_attn=True``).
+        s2t_layers: ``2``: the map of Eq. 9; ``1``: one linear map ``S = W_s · + b_s`` (authors' stacked
+            MTSA, ``add_layer_for_multi=False``).
         qk_input: compute q/k from ``"x"`` (paper, Eq. 7) or from ``"v"`` per head (authors' code).
+        qk_bias: biases on the q/k maps; ``True`` as maskattn always had them, ``False`` as Eq. 7 and the
+            authors' code (kept on by default so that existing models and checkpoints are unchanged).
+        v_bias: bias on the value map; ``True`` as the authors' single-layer code, ``False`` as Eq. 7 and
+            their stacked MTSA.
+        v_activation: ``None`` (paper, Eq. 7) or ``"elu"`` / ``"relu"``: ``v = σ(W_v x + b_v)`` (the authors'
+            ``apply_act_for_v=True``); q/k from ``v`` and the fusion gate then see the activated values.
         fusion_gate: per-head gate ``g ⊙ v + (1 − g) ⊙ attention`` (authors' code).
         out_proj: apply ``W_o`` (Eq. 13); ``False`` concatenates the heads, as the authors' code.
+        out_activation: ``None`` (paper, Eq. 13) or ``"elu"`` / ``"relu"``: ``s = σ(W_o [H^1; …] + b_o)``
+            (the authors' stacked MTSA, ``output_hn``); needs ``out_proj=True``.
+        dense_dropout: dropout on the input of every linear map of the module, one mask per head for the
+            maps of the module input (the authors' ``dense_keep_prob = 1 − dense_dropout``); 0 by default.
+
+    ``MTSA.authors_config(script)`` builds the module of one of the authors' scripts (:data:`AUTHORS_CONFIGS`).
     """
 
     def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0, backend: str = "auto",
                  head_masks: Sequence[M.Mask | str] | None = None, strict_masks: bool = False,
                  scale: str = "log_sigmoid", d_k: int | None = None, s2t_hidden: int | None = None,
-                 s2t_activation: str = "elu", s2t_input: str = "k", qk_input: str = "x",
-                 fusion_gate: bool = False, out_proj: bool = True):
+                 s2t_activation: str = "elu", s2t_input: str = "k", s2t_layers: int = 2, qk_input: str = "x",
+                 qk_bias: bool = True, v_bias: bool = True, v_activation: str | None = None,
+                 fusion_gate: bool = False, out_proj: bool = True, out_activation: str | None = None,
+                 dense_dropout: float = 0.0):
         super().__init__(d_model, num_heads, dropout=dropout, backend=backend, head_masks=head_masks,
-                         strict_masks=strict_masks, scale=scale)
+                         strict_masks=strict_masks, scale=scale, v_activation=v_activation,
+                         dense_dropout=dense_dropout)
         self.d_k = self.d_head if d_k is None else check_positive_int(d_k, "d_k")
-        self.s2t_input = check_choice(s2t_input, "s2t_input", ("k", "v"))
+        self.s2t_input = check_choice(s2t_input, "s2t_input", ("k", "v", "x"))
         self.qk_input = check_choice(qk_input, "qk_input", ("x", "v"))
         check_choice(s2t_activation, "s2t_activation", tuple(ACTIVATIONS))
+        for name, flag in (("qk_bias", qk_bias), ("v_bias", v_bias), ("fusion_gate", fusion_gate),
+                           ("out_proj", out_proj)):
+            check_flag(flag, name)
+        self.out_activation = check_activation(out_activation, "out_activation")
+        if out_activation is not None and not out_proj:
+            raise ValueError(f"out_activation={out_activation!r} needs out_proj=True (the activation follows W_o, as "
+                             "the authors' output layer), got out_proj=False")
+        if s2t_layers == 1 and (s2t_hidden is not None or s2t_activation != "elu"):
+            raise ValueError(f"s2t_layers=1 is one linear map with no hidden layer, so s2t_hidden={s2t_hidden!r} and "
+                             f"s2t_activation={s2t_activation!r} have nothing to set; leave them at their defaults "
+                             "or use s2t_layers=2")
 
-        self.v_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model, bias=v_bias)
         if self.qk_input == "x":
-            self.q_proj = nn.Linear(d_model, num_heads * self.d_k)
-            self.k_proj = nn.Linear(d_model, num_heads * self.d_k)
+            self.q_proj = nn.Linear(d_model, num_heads * self.d_k, bias=qk_bias)
+            self.k_proj = nn.Linear(d_model, num_heads * self.d_k, bias=qk_bias)
         else:
-            self.q_from_v = HeadwiseLinear(num_heads, self.d_head, self.d_k)
-            self.k_from_v = HeadwiseLinear(num_heads, self.d_head, self.d_k)
-        s2t_in = self.d_k if self.s2t_input == "k" else self.d_head
+            self.q_from_v = HeadwiseLinear(num_heads, self.d_head, self.d_k, bias=qk_bias, input_dropout=dense_dropout)
+            self.k_from_v = HeadwiseLinear(num_heads, self.d_head, self.d_k, bias=qk_bias, input_dropout=dense_dropout)
+        s2t_in = {"k": self.d_k, "v": self.d_head, "x": d_model}[self.s2t_input]
         self.source2token = HeadwiseSource2Token(num_heads, s2t_in, s2t_hidden or self.d_head, self.d_head,
-                                                 activation=s2t_activation)
-        self.fusion_gate = HeadwiseFusionGate(num_heads, self.d_head) if fusion_gate else None
+                                                 activation=s2t_activation, layers=s2t_layers,
+                                                 input_dropout=dense_dropout)
+        self.fusion_gate = HeadwiseFusionGate(num_heads, self.d_head, input_dropout=dense_dropout) if fusion_gate \
+            else None
         self.out_proj = nn.Linear(d_model, d_model) if out_proj else None
         for linear in (self.v_proj, getattr(self, "q_proj", None), getattr(self, "k_proj", None), self.out_proj):
             if linear is not None:
                 nn.init.xavier_uniform_(linear.weight)
-                nn.init.zeros_(linear.bias)
+                if linear.bias is not None:
+                    nn.init.zeros_(linear.bias)
+
+    @classmethod
+    def authors_config(cls, script: str, *, d_model: int | None = None, num_heads: int | None = None,
+                       **overrides) -> MTSA:
+        """The MTSA of one of the authors' scripts (:data:`AUTHORS_CONFIGS`: ``"sst"``, ``"snli"``, ``"stacked"``)
+        with their widths and every option they set; ``d_model`` / ``num_heads`` / ``overrides`` replace them."""
+        config = AUTHORS_CONFIGS.get(script) if isinstance(script, str) else None
+        if config is None:
+            raise ValueError(f"unknown script {script!r}; expected one of {', '.join(map(repr, AUTHORS_CONFIGS))}")
+        d_model = config.d_model if d_model is None else d_model
+        if d_model is None:
+            raise ValueError(f"script {script!r} takes its width from the caller (the authors pass hn); give d_model=")
+        return cls(d_model, config.num_heads if num_heads is None else num_heads, **{**config.options, **overrides})
 
     def output(self, heads: torch.Tensor) -> torch.Tensor:
-        return heads if self.out_proj is None else self.out_proj(heads)  # W_o of Eq. 13
+        if self.out_proj is None:
+            return heads
+        if self.training and self.dense_dropout > 0:
+            heads = F.dropout(heads, self.dense_dropout, True)
+        out = self.out_proj(heads)  # W_o of Eq. 13
+        return out if self.out_activation is None else ACTIVATIONS[self.out_activation](out)
 
     def project(self, x: torch.Tensor):
         """Per-head ``q, k`` (B, H, n, d_k), ``v`` and source2token scores ``S`` (B, H, n, d_h)."""
-        v = split_heads(self.v_proj(x), self.num_heads)  # (B, H, n, d_h)
+        v = self.activate_values(self.heads_from_input(self.v_proj, x))  # (B, H, n, d_h), Eq. 7
         if self.qk_input == "x":
-            q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, n, d_k)
-            k = split_heads(self.k_proj(x), self.num_heads)
+            q, k = self.heads_from_input(self.q_proj, x), self.heads_from_input(self.k_proj, x)  # (B, H, n, d_k)
         else:
             q, k = self.q_from_v(v), self.k_from_v(v)
-        s2t = self.source2token(k if self.s2t_input == "k" else v)
-        return q, k, v, s2t
+        if self.s2t_input == "x":
+            B, n, _ = x.shape
+            source = x.unsqueeze(1).expand(B, self.num_heads, n, self.d_model)  # (B, H, n, d_model), one per head
+        else:
+            source = k if self.s2t_input == "k" else v
+        return q, k, v, self.source2token(source)
+
+
+@dataclass(frozen=True)
+class AuthorsConfig:
+    """An MTSA of the authors' code: width (``None``: the caller's), heads and the options it sets."""
+
+    d_model: int | None
+    num_heads: int
+    options: dict = field(default_factory=dict)
+
+
+#: The options the authors' single-layer MTSA shares across their scripts (``multi_mask_tensorized_self_attn``
+#: with ``use_direction=True, attn_self=False, use_fusion_gate=True, dot_activation_name='sigmoid',
+#: use_input_for_attn=False, add_layer_for_multi=True, apply_act_for_v=True, output_hn=None,
+#: accelerate=False``).
+_SINGLE_LAYER = {"strict_masks": True, "fusion_gate": True, "scale": "log_sigmoid", "qk_input": "v",
+                 "qk_bias": False, "s2t_input": "v", "out_proj": False}
+
+#: MTSA configurations of the authors' code (taoshen58/mtsa), by script. Widths: their ``hn`` (the module
+#: maps the 300-d GloVe input to ``hn``; maskattn keeps input and output width equal, docs/fidelity.md).
+AUTHORS_CONFIGS: dict[str, AuthorsConfig] = {
+    # Proj_SST_mtsa/src/model/m_mtsa.py lines 33-43: hn = 2 x 300, relu; dropout keep 0.7 (configs.py line 61)
+    "sst": AuthorsConfig(600, 2, {**_SINGLE_LAYER, "s2t_activation": "relu", "v_activation": "relu",
+                                  "dense_dropout": 0.3}),
+    # Proj_SNLI_mtsa/src/model/m_mtsa.py lines 37-46: hn = 2 x 300, elu; dropout keep 0.65 (configs.py line 40)
+    "snli": AuthorsConfig(600, 2, {**_SINGLE_LAYER, "s2t_activation": "elu", "v_activation": "elu",
+                                   "dense_dropout": 0.35}),
+    # MTSA_API/mtsa.py lines 11-56, the attention of stacking_mtsa with its defaults: head_num=8,
+    # attn_keep_prob=.8, dense_keep_prob=.9, activation relu, dot_activation_name='exp'
+    "stacked": AuthorsConfig(None, 8, {"strict_masks": True, "scale": "identity", "qk_input": "x", "qk_bias": False,
+                                       "v_bias": False, "s2t_input": "x", "s2t_layers": 1, "out_proj": True,
+                                       "out_activation": "relu", "dropout": 0.2, "dense_dropout": 0.1}),
+}

@@ -12,9 +12,16 @@ bias inside a ``score_mod``; ``reference`` materialises it.
 Distances beyond the table: ``P`` has ``2·max_distance + 1`` entries for ``t − s ∈ [−max_distance,
 max_distance]``; larger ``|t − s|`` use the edge entry (``P[±max_distance]``), so any sequence length is
 valid and never indexes out of bounds.
+
+``mask_floor``: ``None`` (default) takes the exact ``log M``; a number ``ε`` uses ``log max(M, ε)`` — the
+authors' code clamps ``M`` at ``1e-10`` before the log (LibertFan/MAN
+``translation/fairseq/modules/multihead_attention2.py`` line 122), so a key whose ``M`` is below ``ε`` keeps the
+weight ``ε · exp(score)`` and passes no gradient to the mask.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +36,30 @@ from .dot_product import attention_weights, empty_output, is_empty
 from .mask_attention import eq4_float64
 
 __all__ = ["relative_distance_index", "dynamic_mask_logits", "dynamic_mask", "dynamic_mask_attention",
-           "dynamic_mask_weights", "dynamic_mask_attention_reference"]
+           "dynamic_mask_weights", "dynamic_mask_attention_reference", "check_mask_floor"]
+
+
+def check_mask_floor(mask_floor) -> float | None:
+    """``None`` (the exact log of Eq. 12's mask) or a floor ``0 < ε < 1`` for ``M`` before the log."""
+    if mask_floor is None:
+        return None
+    if isinstance(mask_floor, bool) or not isinstance(mask_floor, (int, float)) or not 0 < mask_floor < 1:
+        hint = " (in a recipe write 1.0e-10: YAML reads 1e-10 as a string)" if isinstance(mask_floor, str) else ""
+        raise ValueError(f"mask_floor must be None (exact log M) or a number in (0, 1) such as 1e-10 (the authors' "
+                         f"clamp), got {mask_floor!r}{hint}")
+    return float(mask_floor)
+
+
+def _mask(z: torch.Tensor, mask_floor: float | None) -> torch.Tensor:
+    """``M = sigmoid(z)``, or ``max(M, ε)`` with a ``mask_floor`` ``ε``."""
+    mask = torch.sigmoid(z)
+    return mask if mask_floor is None else mask.clamp(min=mask_floor)
+
+
+def _log_mask(z: torch.Tensor, mask_floor: float | None) -> torch.Tensor:
+    """``log M = logsigmoid(z)``, or ``log max(M, ε)`` with a ``mask_floor`` ``ε``."""
+    log_m = F.logsigmoid(z)
+    return log_m if mask_floor is None else log_m.clamp(min=math.log(mask_floor))
 
 
 def _max_distance(distance_bias: torch.Tensor) -> int:
@@ -93,33 +123,36 @@ def _allowed(B, H, n, m, q_offset, causal, kpm, device) -> torch.Tensor | None:
 
 def dynamic_mask(query_logit: torch.Tensor, distance_bias: torch.Tensor, head_bias: torch.Tensor, *,
                  kv_len: int | None = None, q_offset: int = 0, causal: bool = False,
-                 key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """DMAN's mask of Eq. 12, ``M = sigmoid(a_t + P[t − s] + U_h)``, ``(B, H, n, m)``; entries of
-    padded keys (``key_padding_mask`` True) and, with ``causal``, of future keys are 0."""
+                 key_padding_mask: torch.Tensor | None = None, mask_floor: float | None = None) -> torch.Tensor:
+    """DMAN's mask of Eq. 12, ``M = sigmoid(a_t + P[t − s] + U_h)`` (``max(M, mask_floor)`` with a floor),
+    ``(B, H, n, m)``; entries of padded keys (``key_padding_mask`` True) and, with ``causal``, of future keys
+    are 0."""
     z = dynamic_mask_logits(query_logit, distance_bias, head_bias, kv_len=kv_len, q_offset=q_offset)
     B, H, n, m = z.shape
     kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, m, lambda: f"the mask has {m} keys")
     allowed = _allowed(B, H, n, m, q_offset, causal, kpm, z.device)
-    mask = torch.sigmoid(z)
+    mask = _mask(z, check_mask_floor(mask_floor))
     return mask if allowed is None else mask * allowed
 
 
 def dynamic_mask_weights(q, k, query_logit, distance_bias, head_bias, *, causal=False, key_padding_mask=None,
-                         q_offset=0) -> tuple[torch.Tensor, torch.Tensor]:
+                         q_offset=0, mask_floor=None) -> tuple[torch.Tensor, torch.Tensor]:
     """The attention map ``S_M`` of Eq. 4 with DMAN's mask and the mask ``M`` itself, both ``(B, H, n, m)``,
     in the inputs' dtype (the reference backend; what a person plots)."""
     B, H, n, m, kpm = _validate(q, k, k, query_logit, distance_bias, head_bias, key_padding_mask, q_offset)
+    mask_floor = check_mask_floor(mask_floor)
     z = dynamic_mask_logits(query_logit, distance_bias, head_bias, kv_len=m, q_offset=q_offset)  # (B, H, n, m)
     allowed = _allowed(B, H, n, m, q_offset, causal, kpm, q.device)
-    probs = attention_weights(q, k, allowed, bias=F.logsigmoid(z))
-    mask = torch.sigmoid(z) if allowed is None else torch.sigmoid(z) * allowed
-    return probs, mask
+    probs = attention_weights(q, k, allowed, bias=_log_mask(z, mask_floor))
+    mask = _mask(z, mask_floor)
+    return probs, mask if allowed is None else mask * allowed
 
 
 def dynamic_mask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_logit: torch.Tensor,
                            distance_bias: torch.Tensor, head_bias: torch.Tensor, *, causal: bool = False,
                            key_padding_mask: torch.Tensor | None = None, q_offset: int = 0,
-                           backend: str = "auto", dropout_p: float = 0.0, training: bool = False) -> torch.Tensor:
+                           backend: str = "auto", dropout_p: float = 0.0, training: bool = False,
+                           mask_floor: float | None = None) -> torch.Tensor:
     """DMAN attention: Eq. 4 with the dynamic mask of Eq. 12, without materialising ``M``.
 
     Args:
@@ -133,12 +166,14 @@ def dynamic_mask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qu
         backend: ``"auto"`` | ``"reference"`` | ``"sdpa"`` (the tiled kernel, exact gradients for ``a``, ``P``,
             ``U``) | ``"flex"`` (bias inside ``score_mod``; CPU: inference only).
         dropout_p, training: attention-probability dropout (not available on ``flex``).
+        mask_floor: ``None`` (exact ``log M``) or ``ε``: ``log max(M, ε)`` (the authors' code: ``1e-10``).
 
     Returns:
         ``(B, H, n, d_v)``; rows with no allowed key are 0.
     """
     B, H, n, m, kpm = _validate(q, k, v, query_logit, distance_bias, head_bias, key_padding_mask, q_offset)
     drop = check_probability(dropout_p, "dropout_p") if training else 0.0
+    mask_floor = check_mask_floor(mask_floor)
     if is_empty(q, k):
         return empty_output(q, v, k, query_logit, distance_bias, head_bias)
     chosen = backends.resolve("dman", backend, device=q.device, dropout=drop > 0,
@@ -146,33 +181,34 @@ def dynamic_mask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qu
     if chosen == "reference" or (chosen == "sdpa" and torch.compiler.is_compiling()):
         # under torch.compile the tiled kernel's math runs as plain operations that Inductor traces (§3)
         probs, _ = dynamic_mask_weights(q, k, query_logit, distance_bias, head_bias, causal=causal,
-                                        key_padding_mask=kpm, q_offset=q_offset)
+                                        key_padding_mask=kpm, q_offset=q_offset, mask_floor=mask_floor)
         return torch.matmul(F.dropout(probs, drop, training=True) if drop > 0 else probs, v)
     if chosen == "flex":
-        return _flex(q, k, v, query_logit, distance_bias, head_bias, causal, kpm, q_offset)
+        return _flex(q, k, v, query_logit, distance_bias, head_bias, causal, kpm, q_offset, mask_floor)
     return in_working_precision(dynamic_mask_kernel, q, k, v, query_logit, distance_bias, head_bias, out_dtype=v.dtype,
-                                key_padding_mask=kpm, causal=causal, q_offset=q_offset, dropout_p=drop)
+                                key_padding_mask=kpm, causal=causal, q_offset=q_offset, dropout_p=drop,
+                                mask_floor=mask_floor)
 
 
 def dynamic_mask_attention_reference(q, k, v, query_logit, distance_bias, head_bias, *, causal=False,
-                                     key_padding_mask=None, q_offset=0):
-    """Eq. 12 + Eq. 4 written out in float64: ``M = sigmoid(a_t + P[clip(t − s)] + U_h)`` (0 where not
-    allowed), ``S = M ⊙ exp(scores)`` normalised per row, ``out = S V`` — the test oracle.
-    Returns ``(out, attention, mask)``, all float64."""
+                                     key_padding_mask=None, q_offset=0, mask_floor=None):
+    """Eq. 12 + Eq. 4 written out in float64: ``M = sigmoid(a_t + P[clip(t − s)] + U_h)`` (``max(M, ε)``
+    with a ``mask_floor``; 0 where not allowed), ``S = M ⊙ exp(scores)`` normalised per row, ``out = S V``
+    — the test oracle. Returns ``(out, attention, mask)``, all float64."""
     B, H, n, m, kpm = _validate(q, k, v, query_logit, distance_bias, head_bias, key_padding_mask, q_offset)
     mask = dynamic_mask(query_logit.double(), distance_bias.double(), head_bias.double(), kv_len=m,
-                        q_offset=q_offset, causal=causal, key_padding_mask=kpm)
+                        q_offset=q_offset, causal=causal, key_padding_mask=kpm, mask_floor=mask_floor)
     out, probs = eq4_float64(q, k, v, mask)
     return out, probs, mask
 
 
-def _flex(q, k, v, a, table, u, causal, kpm, q_offset):
+def _flex(q, k, v, a, table, u, causal, kpm, q_offset, mask_floor):
     D = _max_distance(table)
     off = q_offset
 
     def score_mod(score, b, h, q_idx, kv_idx):
         idx = (q_idx + off - kv_idx).clamp(-D, D) + D
-        return score + F.logsigmoid(a[b, q_idx] + table[idx] + u[h])
+        return score + _log_mask(a[b, q_idx] + table[idx] + u[h], mask_floor)
 
     B, H, n, _ = q.shape
     structure = causal_mask().shifted(q_offset) if causal else None

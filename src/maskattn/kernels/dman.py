@@ -89,14 +89,17 @@ def _gather_columns(buf, k_a, w):
                       buf[..., k_a + w - 2:].sum(-1, keepdim=True)], dim=-1)
 
 
-def _log_mask(buf, neg_z, k_a, rows, m, *, negated=False, shift=None):
+def _log_mask(buf, neg_z, k_a, rows, m, *, negated=False, shift=None, ceiling=None):
     """The tile's ``log M = −softplus(−z)`` (``negated``: ``−log M``, plus ``shift`` ``(G, rows, 1)`` where
-    that is free) in the skewed ``(G, rows, m)`` view of ``buf``, from the ``(G, rows, w)`` table of ``−z``.
+    that is free; ``ceiling``: ``−log M`` capped there, the mask floor) in the skewed ``(G, rows, m)`` view of
+    ``buf``, from the ``(G, rows, w)`` table of ``−z``.
     The transcendental runs on the table when it is narrower than the tile (long sequences: at most
     ``2D + 1`` distances per row), else on the view itself (short sequences, where the table covers more
     distances than a row has keys). Returns ``(view, shift_applied)``."""
     if neg_z.shape[-1] <= m:
         values = F.softplus(neg_z)
+        if ceiling is not None:
+            values.clamp_(max=ceiling)
         if not negated:
             values.neg_()
         elif shift is not None:
@@ -104,6 +107,8 @@ def _log_mask(buf, neg_z, k_a, rows, m, *, negated=False, shift=None):
         return _skew_view(_scatter_columns(buf, values, k_a), rows, m), negated and shift is not None
     view = _skew_view(_scatter_columns(buf, neg_z, k_a), rows, m)
     torch.ops.aten.softplus.out(view, 1, 20, out=view)
+    if ceiling is not None:
+        view.clamp_(max=ceiling)
     return (view if negated else view.neg_()), False
 
 
@@ -158,7 +163,7 @@ class _DynamicMaskAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, a, table, u, kpm, causal, q_offset, drop_p, seed):
+    def forward(ctx, q, k, v, a, table, u, kpm, causal, q_offset, drop_p, seed, ceiling):
         B, H, n, d_k = q.shape
         m, d_v = k.shape[2], v.shape[-1]
         BH = B * H
@@ -186,7 +191,7 @@ class _DynamicMaskAttention(torch.autograd.Function):
                     buf = q.new_empty(g1 - g0, c, m + c - 1)
                 neg_z = neg_row_bias[g0:g1, i0:i1, None] + neg_rev_table[ulo:ulo + w]  # (G, c, w): −z
                 fused = gen is None and (g1 - g0) * c * m >= SDPA_MIN_ELEMENTS
-                bias, _ = _log_mask(buf, neg_z, k_a, c, m, negated=not fused)  # (G, c, m) skewed view of buf
+                bias, _ = _log_mask(buf, neg_z, k_a, c, m, negated=not fused, ceiling=ceiling)  # (G, c, m) view
                 q_t = q3[g0:g1, i0:i1]
                 if fused:
                     if allowed is not None:  # -inf where not allowed; empty rows get a finite bias, zeroed below
@@ -216,8 +221,8 @@ class _DynamicMaskAttention(torch.autograd.Function):
         del buf
         ctx.save_for_backward(q, k, v, a, table, u, out, lse if fused_lse else torch.empty(0),
                               kpm if kpm is not None else torch.empty(0))
-        ctx.has_kpm, ctx.causal, ctx.q_offset, ctx.drop_p, ctx.seed, ctx.tiles = (
-            kpm is not None, causal, q_offset, drop_p, seed, (pairs, rows))
+        ctx.has_kpm, ctx.causal, ctx.q_offset, ctx.drop_p, ctx.seed, ctx.tiles, ctx.ceiling = (
+            kpm is not None, causal, q_offset, drop_p, seed, (pairs, rows), ceiling)
         return out
 
     @staticmethod
@@ -263,8 +268,11 @@ class _DynamicMaskAttention(torch.autograd.Function):
                 neg_z = neg_row_bias[g0:g1, i0:i1, None] + neg_rev_table[ulo:ulo + w]  # (G, c, w): −z
                 # −log M + lse (−log M = softplus(−z)) in the skewed view of buf_p
                 lse_t = lse[g0:g1, i0:i1, None] if lse is not None else None
-                p, shifted = _log_mask(buf_p, neg_z, k_a, c, m, negated=True, shift=lse_t)
+                p, shifted = _log_mask(buf_p, neg_z, k_a, c, m, negated=True, shift=lse_t, ceiling=ctx.ceiling)
+                floored = None if ctx.ceiling is None else F.softplus(neg_z) > ctx.ceiling  # M below the floor
                 one_minus_m = neg_z.sigmoid_()  # 1 − M = sigmoid(−z) = d log M / dz
+                if floored is not None:
+                    one_minus_m.masked_fill_(floored, 0.0)  # a floored log M is constant
                 p.baddbmm_(q_t, kt_t, beta=-_LOG2E, alpha=scale * _LOG2E)  # in place: log2e · (scores + log M [− lse])
                 if lse_t is not None and not shifted:
                     p.sub_(lse_t * _LOG2E)
@@ -296,15 +304,17 @@ class _DynamicMaskAttention(torch.autograd.Function):
                 grad_rev_table[ulo:ulo + w] += dz.sum((0, 1))
         grad_row = grad_row.view(B, H, n)
         return (grad_q, grad_k, grad_v, grad_row.sum(1), grad_rev_table.flip(0), grad_row.sum((0, 2)),
-                None, None, None, None, None)
+                None, None, None, None, None, None)
 
 
 def dynamic_mask_kernel(q, k, v, query_logit, distance_bias, head_bias, *, key_padding_mask, causal: bool,
-                        q_offset: int, dropout_p: float) -> torch.Tensor:
+                        q_offset: int, dropout_p: float, mask_floor: float | None = None) -> torch.Tensor:
     """DMAN attention of q ``(B, H, n, d_k)``, k ``(B, H, m, d_k)``, v ``(B, H, m, d_v)`` with the mask
     ``M = sigmoid(a_t + P[clip(t − s)] + U_h)``: ``query_logit`` a ``(B, n)``, ``distance_bias`` P
     ``(2D + 1,)``, ``head_bias`` U ``(H,)``; queries at absolute positions ``q_offset …``; ``causal``
-    hides later keys; ``key_padding_mask`` ``(B, m)`` True = padding. Rows with no allowed key are 0."""
+    hides later keys; ``key_padding_mask`` ``(B, m)`` True = padding. Rows with no allowed key are 0.
+    ``mask_floor`` ``ε``: ``log max(M, ε)`` instead of ``log M`` (no gradient where ``M < ε``)."""
     seed = new_seed() if dropout_p > 0 else 0
+    ceiling = None if mask_floor is None else -math.log(mask_floor)  # the cap on −log M
     return _DynamicMaskAttention.apply(q, k, v, query_logit, distance_bias, head_bias, key_padding_mask, bool(causal),
-                                       int(q_offset), float(dropout_p), seed)
+                                       int(q_offset), float(dropout_p), seed, ceiling)

@@ -22,7 +22,7 @@ from .recipe import LayerRecipe, canonical_name
 from .sublayers import NORMS, FeedForward, Residual
 
 __all__ = ["LayerSettings", "ChainLayer", "LayerCache", "EncoderLayer", "MANLayer", "MAN_SUBLAYERS",
-           "FFN_WIDTH_FACTORS"]
+           "FFN_WIDTH_FACTORS", "AUTHORS_SETUPS"]
 
 #: FFN width as a multiple of ``d_model``: Transformer layers 4 (Vaswani et al. 2017; MAN Eq. 3 "typically
 #: 4 times"), MAN layers 2 (MAN §3.1: "the dimensionality of the inner-layer of the FFN in the MAN layers
@@ -303,12 +303,19 @@ class MANLayer(ChainLayer):
         backend: attention backend for every attention sublayer.
         dman_options / sman_options: extra options, e.g. ``{"max_distance": 64, "activation": "relu"}``
             or ``{"radius": "sqrt"}``.
+        san_options: when given, SAN is MAN's all-ones mask attention (``"man_san"``,
+            :class:`~maskattn.attention.man.FullMaskAttention`) with these options — ``{"activation": "relu"}``
+            is the authors' SAN sublayer (Eq. 5's ``F``); None keeps :class:`~maskattn.MultiHeadAttention`.
+            Not available with ``causal=True`` (a decoder's self-attention is built from mha, dman or sman).
+
+    ``MANLayer.authors_config(setup)`` builds the layer of the authors' translation setups (:data:`AUTHORS_SETUPS`).
     """
 
     def __init__(self, d_model: int, num_heads: int, *, ffn_dim: int | None = None,
                  order: Sequence[str] = ("dman", "san", "ffn"), norm: str = "pre", dropout: float = 0.0,
                  attention_dropout: float = 0.0, activation_dropout: float | None = None, causal: bool = False,
-                 backend: str = "auto", dman_options: dict | None = None, sman_options: dict | None = None):
+                 backend: str = "auto", dman_options: dict | None = None, sman_options: dict | None = None,
+                 san_options: dict | None = None):
         if isinstance(order, str) or not isinstance(order, Sequence) or not order:
             raise ValueError(f"order must be a non-empty sequence of sublayer names from {MAN_SUBLAYERS}, got "
                              f"{order!r}")
@@ -316,8 +323,42 @@ class MANLayer(ChainLayer):
             if kind not in MAN_SUBLAYERS:
                 raise ValueError(f"unknown order element {kind!r} at position {i} of {tuple(order)!r}; expected one "
                                  f"of {', '.join(repr(k) for k in MAN_SUBLAYERS)}")
-        options = {"dman": dict(dman_options or {}), "sman": dict(sman_options or {})}
+        if san_options is not None and causal:
+            raise ValueError(f"san_options={san_options!r} builds SAN as 'man_san', which a causal layer cannot use "
+                             "(causal=True: decoder self-attention is mha, dman or sman); pass san_options=None or "
+                             "causal=False")
+        options = {"dman": dict(dman_options or {}), "sman": dict(sman_options or {}), "san": dict(san_options or {})}
+        names = {"san": "man_san"} if san_options is not None else {}
         settings = LayerSettings(ffn_dim=ffn_dim, dropout=dropout, activation_dropout=activation_dropout,
                                  attention_dropout=attention_dropout, norm=norm, backend=backend)
-        super().__init__(d_model, num_heads, [(kind, options.get(kind, {})) for kind in order], settings, kind="man",
-                         causal=causal)
+        super().__init__(d_model, num_heads, [(names.get(kind, kind), options.get(kind, {})) for kind in order],
+                         settings, kind="man", causal=causal)
+
+    @classmethod
+    def authors_config(cls, setup: str = "iwslt", **overrides) -> MANLayer:
+        """The encoder layer of one of the authors' translation setups (:data:`AUTHORS_SETUPS`: ``"iwslt"``,
+        ``"wmt_base"``, ``"wmt_big"``) with every setting of their architecture and training script;
+        ``overrides`` replace any constructor argument."""
+        if not isinstance(setup, str) or setup not in AUTHORS_SETUPS:
+            raise ValueError(f"unknown setup {setup!r}; expected one of {', '.join(map(repr, AUTHORS_SETUPS))}")
+        return cls(**{**AUTHORS_SETUPS[setup], **overrides})
+
+
+#: The authors' DMAN and SAN (LibertFan/MAN ``translation/fairseq/modules/multihead_attention2.py``): ReLU before
+#: the output projection (line 249), ``P[0] ≡ 0`` (lines 100–101), ``M`` clamped at 1e-10 before the log
+#: (line 122), a distance table as long as ``max_source_positions`` (1024, ``models/man.py`` lines 114–115).
+_AUTHORS_ATTENTION = {"dman_options": {"activation": "relu", "self_distance": "zero", "mask_floor": 1e-10,
+                                       "max_distance": 1024},
+                      "san_options": {"activation": "relu"}}
+
+#: MANLayer settings of the authors' translation setups (``models/man.py``: ``man_iwslt_de_en`` lines 821–839,
+#: ``man_wmt_en_de_base`` 842–855, ``man_wmt_en_de_big`` 858–871; the residual dropout of the first two from
+#: ``translation-scripts/train/train-iwslt.sh`` / ``train-wmt-base.sh``, ``--dropout 0.3`` / ``0.1``).
+AUTHORS_SETUPS: dict[str, dict] = {
+    "iwslt": {"d_model": 512, "num_heads": 4, "ffn_dim": 512, "norm": "pre", "dropout": 0.3, "attention_dropout": 0.1,
+              "activation_dropout": 0.1, **_AUTHORS_ATTENTION},
+    "wmt_base": {"d_model": 512, "num_heads": 8, "ffn_dim": 1024, "norm": "pre", "dropout": 0.1,
+                 "attention_dropout": 0.1, "activation_dropout": 0.1, **_AUTHORS_ATTENTION},
+    "wmt_big": {"d_model": 1024, "num_heads": 16, "ffn_dim": 2048, "norm": "pre", "dropout": 0.3,
+                "attention_dropout": 0.1, "activation_dropout": 0.1, **_AUTHORS_ATTENTION},
+}

@@ -1,0 +1,501 @@
+"""The options that reproduce the authors' code (docs/fidelity.md), each against a float64 transcription of
+that code written here: taoshen58/mtsa ``MTSA_API/mtsa.py`` (``multi_mask_tensorized_self_attn``, also
+taoshen58/DiSAN ``Fast-DiSA/fast_disa.py``, the same function), LibertFan/MAN
+``translation/fairseq/modules/multihead_attention2.py`` and ``models/man.py`` (``MANEncoderLayer``).
+
+The transcriptions keep the authors' layout — per-head weight stacks ``(H, d_in, d_out)``, masks as 0/1
+multipliers, ``exp`` without a shift, the ``where(Z > 0, Z, 1)`` guard, fairseq's relative-position
+indexing — and take their weights from the maskattn module, so an agreement to float64 round-off says that
+the option computes what the authors' code computes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import maskattn
+from maskattn.attention.man import FullMaskAttention
+from maskattn.layers import Encoder, MANLayer
+
+ACT = {"linear": lambda t: t, "relu": torch.relu, "elu": F.elu, "sigmoid": torch.sigmoid, "exp": torch.exp}
+
+
+def randomise(module, std=0.3, seed=0):
+    """Every parameter random (biases too), so a missing or misplaced term changes the output."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * std)
+    return module
+
+
+def batch(B=2, n=7, d=16, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(B, n, d, generator=g, dtype=torch.float64)
+    kpm = torch.zeros(B, n, dtype=torch.bool)
+    kpm[1, n - 3:] = True
+    return x, kpm
+
+
+# ------------------------------------------------------------------------------------------------ MTSA, authors
+
+
+def authors_mask(rep_mask, head_num, attn_self):
+    """``mask_generation`` (mtsa.py lines 269-302): forward heads first, then backward; padding rows and columns."""
+    n = rep_mask.shape[1]
+    row, col = torch.arange(n)[:, None], torch.arange(n)[None, :]  # tf.meshgrid: sl_row[i, j] = i, sl_col = j
+    fw = row >= col if attn_self else row > col
+    bw = col >= row if attn_self else col > row
+    direct = torch.stack([fw] * (head_num // 2) + [bw] * (head_num // 2))  # (H, n, n)
+    pairs = rep_mask[:, None, :] & rep_mask[:, :, None]  # (B, n, n)
+    return (direct[:, None] & pairs[None]).double()  # (H, B, n, n)
+
+
+def authors_tsa(x, rep_mask, w, *, head_num, attn_self=False, use_fusion_gate=True, dot_activation_name="sigmoid",
+                use_input_for_attn=False, add_layer_for_multi=True, activation_func_name="relu",
+                apply_act_for_v=True, output_hn=None, accelerate=False):
+    """``multi_mask_tensorized_self_attn`` (mtsa.py lines 59-243), line by line, float64; ``w`` holds the
+    weights in the authors' layout. Tensors are head-first ``(H, B, n, ·)`` as theirs."""
+    act = ACT[activation_func_name]
+    B, n, d_in = x.shape
+    H = head_num
+    mask_ft = authors_mask(rep_mask, H, attn_self)
+    if not accelerate:
+        tiled = x[None].expand(H, B, n, d_in)  # rep_tensor_tl
+        v = ACT[activation_func_name if apply_act_for_v else "linear"](
+            torch.einsum("hbni,hio->hbno", tiled, w["v_W"]) + w["v_b"][:, None, None])
+        source = tiled if use_input_for_attn else v  # for_attn_score
+        q = torch.einsum("hbni,hio->hbno", source, w["q_W"])  # no bias
+        k = torch.einsum("hbni,hio->hbno", source, w["k_W"])
+    else:  # use_input_for_attn (the only accelerated form the authors use: stacking_mtsa)
+        q, k, v = (t.reshape(B, n, H, -1).permute(2, 0, 1, 3) for t in (x @ w["qkv_W"]).chunk(3, -1))
+        source = None
+        if apply_act_for_v:
+            v = act(v)
+    head_dim = v.shape[-1]
+    e_dot = mask_ft * ACT[dot_activation_name](q @ k.transpose(-1, -2) / math.sqrt(head_dim))
+    if not accelerate:
+        t4m = act(torch.einsum("hbni,hio->hbno", source, w["t4m_W"]) + w["t4m_b"][:, None, None]) \
+            if add_layer_for_multi else source
+        multi = torch.einsum("hbni,hio->hbno", t4m, w["ml_W"]) + w["ml_b"][:, None, None]
+    else:
+        multi = (x @ w["t4m_W"] + w["t4m_b"]).reshape(B, n, H, -1).permute(2, 0, 1, 3)
+        assert not add_layer_for_multi
+    e_multi = torch.exp(multi) * rep_mask[None, :, :, None]
+    z = e_dot @ e_multi
+    z = torch.where(z > 0, z, torch.ones_like(z))
+    attn = e_dot @ (v * e_multi) / z
+    if use_fusion_gate:
+        gate = torch.sigmoid(torch.einsum("hbni,hio->hbno", torch.cat([v, attn], -1), w["gate_W"])
+                             + w["gate_b"][:, None, None])
+        attn = gate * v + (1 - gate) * attn
+    out = attn.permute(1, 2, 0, 3).reshape(B, n, -1)  # combine_head
+    if output_hn is not None:
+        out = act(out @ w["out_W"] + w["out_b"])
+    return out * rep_mask[..., None]
+
+
+def heads_of(linear, H):
+    """An ``nn.Linear`` as the authors' per-head stack: ``(H, d_in, d_h)`` weights, ``(H, 1, d_h)`` biases."""
+    W = linear.weight.T.reshape(linear.in_features, H, -1).transpose(0, 1)
+    return W, (None if linear.bias is None else linear.bias.view(H, 1, -1))
+
+
+def single_layer_weights(m, v_proj):
+    H = m.num_heads
+    v_W, v_b = heads_of(v_proj, H)
+    q_lin, k_lin = (m.q_from_v, m.k_from_v) if hasattr(m, "q_from_v") else (m.query, m.key)
+    assert q_lin.bias is None and k_lin.bias is None  # the authors' q_transform / k_transform have none
+    w = {"v_W": v_W, "v_b": v_b[:, 0], "q_W": q_lin.weight, "k_W": k_lin.weight,
+         "t4m_W": m.source2token.hidden.weight, "t4m_b": m.source2token.hidden.bias[:, 0],
+         "ml_W": m.source2token.score.weight, "ml_b": m.source2token.score.bias[:, 0]}
+    if m.fusion_gate is not None:
+        w["gate_W"] = torch.cat([m.fusion_gate.from_input.weight, m.fusion_gate.from_attention.weight], dim=1)
+        w["gate_b"] = m.fusion_gate.from_attention.bias[:, 0]
+    return w
+
+
+@pytest.mark.parametrize("script, act", [("sst", "relu"), ("snli", "elu")])
+def test_mtsa_authors_config_is_the_authors_single_layer(script, act):
+    m = randomise(maskattn.MTSA.authors_config(script, d_model=16, num_heads=2)).double().eval()
+    x, kpm = batch()
+    with torch.no_grad():
+        expected = authors_tsa(x, ~kpm, single_layer_weights(m, m.v_proj), head_num=2, activation_func_name=act)
+        torch.testing.assert_close(m(x, kpm), expected, rtol=1e-10, atol=1e-10)
+        # the paper-faithful values (no activation on v) are a different function of the same weights
+        linear_v = authors_tsa(x, ~kpm, single_layer_weights(m, m.v_proj), head_num=2, activation_func_name=act,
+                               apply_act_for_v=False)
+        assert (linear_v - expected).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("act", ["elu", "relu"])
+@pytest.mark.parametrize("apply_act_for_v", [False, True])
+def test_v_activation_with_q_k_from_v_applies_once(act, apply_act_for_v):
+    """q/k from v see the activated values, once (the authors' non-accelerated path, line 145; their
+    accelerated path applies the activation twice, lines 166-173, and is not offered); 4 heads."""
+    m = randomise(maskattn.MTSA(16, 4, strict_masks=True, fusion_gate=True, qk_input="v", qk_bias=False,
+                                s2t_input="v", s2t_activation=act, out_proj=False,
+                                v_activation=act if apply_act_for_v else None)).double().eval()
+    x, kpm = batch()
+    with torch.no_grad():
+        expected = authors_tsa(x, ~kpm, single_layer_weights(m, m.v_proj), head_num=4, activation_func_name=act,
+                               apply_act_for_v=apply_act_for_v)
+        torch.testing.assert_close(m(x, kpm), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_mtsa_stacked_config_is_the_authors_stacking_layer():
+    """``stacking_mtsa``'s attention (lines 47-53): q/k/v from one bias-free map of x, exp token2token
+    scores, s2t a single linear map of x, no gate, an output dense layer with ReLU."""
+    m = randomise(maskattn.MTSA.authors_config("stacked", d_model=16, num_heads=4)).double().eval()
+    x, kpm = batch()
+    qkv_W = torch.cat([m.q_proj.weight.T, m.k_proj.weight.T, m.v_proj.weight.T], dim=1)
+    assert m.q_proj.bias is None and m.v_proj.bias is None and m.source2token.hidden is None
+    w = {"qkv_W": qkv_W, "t4m_W": m.source2token.score.weight.transpose(0, 1).reshape(16, 16),
+         "t4m_b": m.source2token.score.bias.reshape(16), "out_W": m.out_proj.weight.T, "out_b": m.out_proj.bias}
+    with torch.no_grad():
+        expected = authors_tsa(x, ~kpm, w, head_num=4, use_fusion_gate=False, dot_activation_name="exp",
+                               use_input_for_attn=True, add_layer_for_multi=False, apply_act_for_v=False,
+                               output_hn=16, accelerate=True)
+        torch.testing.assert_close(m(x, kpm), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_s2t_input_x_with_two_layers_is_a_full_width_first_map():
+    """The non-accelerated ``use_input_for_attn=True`` path: S from the tiled input through the per-head MLP."""
+    m = randomise(maskattn.MTSA(16, 2, strict_masks=True, fusion_gate=True, qk_input="x", qk_bias=False,
+                                s2t_input="x", s2t_activation="relu", out_proj=False)).double().eval()
+    x, kpm = batch()
+    v_W, v_b = heads_of(m.v_proj, 2)
+    w = {"v_W": v_W, "v_b": v_b[:, 0], "q_W": heads_of(m.q_proj, 2)[0], "k_W": heads_of(m.k_proj, 2)[0],
+         "t4m_W": m.source2token.hidden.weight, "t4m_b": m.source2token.hidden.bias[:, 0],
+         "ml_W": m.source2token.score.weight, "ml_b": m.source2token.score.bias[:, 0],
+         "gate_W": torch.cat([m.fusion_gate.from_input.weight, m.fusion_gate.from_attention.weight], dim=1),
+         "gate_b": m.fusion_gate.from_attention.bias[:, 0]}
+    with torch.no_grad():
+        expected = authors_tsa(x, ~kpm, w, head_num=2, use_input_for_attn=True, apply_act_for_v=False)
+        torch.testing.assert_close(m(x, kpm), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_fast_disa_authors_config_is_the_authors_function():
+    """``fast_directional_self_attention`` with its defaults and the README's sigmoid scale."""
+    m = randomise(maskattn.FastDiSA.authors_config(16, 2)).double().eval()
+    x, kpm = batch()
+    with torch.no_grad():
+        expected = authors_tsa(x, ~kpm, single_layer_weights(m, m.head_proj), head_num=2)
+        torch.testing.assert_close(m(x, kpm), expected, rtol=1e-10, atol=1e-10)
+    paper = maskattn.FastDiSA(16, 2, strict_masks=True, fusion_gate=True, s2t_activation="relu").double().eval()
+    paper.load_state_dict(m.state_dict())  # the same weights, values without the activation (Algorithm 1)
+    with torch.no_grad():
+        assert (paper(x, kpm) - expected).abs().max() > 1e-2
+
+
+def test_backends_agree_with_the_new_options():
+    x, kpm = batch(n=9)
+    for m in (maskattn.MTSA.authors_config("sst", d_model=16), maskattn.MTSA.authors_config("stacked", d_model=16),
+              maskattn.FastDiSA.authors_config(16)):
+        m = randomise(m).double().eval()
+        outs = {}
+        for backend in ("reference", "sdpa", "flex"):
+            m.backend = backend
+            with torch.no_grad():
+                outs[backend] = m(x, kpm)
+        torch.testing.assert_close(outs["sdpa"], outs["reference"], rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(outs["flex"], outs["reference"], rtol=1e-9, atol=1e-9)
+
+
+def fake_dropout(input, p=0.5, training=True, inplace=False):
+    """A deterministic stand-in: every dropped input is doubled, so an oracle can place it."""
+    return input * 2.0 if training and p > 0 else input
+
+
+def test_dense_dropout_drops_the_input_of_every_linear_map(monkeypatch):
+    """``dense_keep_prob`` reaches v, q, k, both source2token maps and the gate (lines 138-201, 222-226)."""
+    m = randomise(maskattn.MTSA.authors_config("sst", d_model=16)).double().train()
+    x, kpm = batch()
+    doubled = {key: (2 * t if key.endswith("_W") else t) for key, t in single_layer_weights(m, m.v_proj).items()}
+    expected = authors_tsa(x, ~kpm, doubled, head_num=2)
+    monkeypatch.setattr(F, "dropout", fake_dropout)
+    with torch.no_grad():
+        torch.testing.assert_close(m(x, kpm), expected, rtol=1e-10, atol=1e-10)
+        m.eval()
+        assert not torch.allclose(m(x, kpm), expected)  # eval: no dropout anywhere
+
+
+def test_dense_dropout_output_layer(monkeypatch):
+    """The output layer (``out_activation``, the authors' ``output_hn``) drops its input too."""
+    from maskattn.functional import tensorized_attention_reference
+    m = randomise(maskattn.MTSA(16, 4, out_activation="relu", dense_dropout=0.1)).double().eval()
+    x, kpm = batch()
+    with torch.no_grad():  # the heads without dropout, then σ(W_o · 2 heads + b_o)
+        attended = tensorized_attention_reference(*m.project(x), m.mask, key_padding_mask=kpm)
+        merged = attended.transpose(1, 2).reshape(2, 7, 16)
+        expected = torch.relu((2 * merged) @ m.out_proj.weight.T + m.out_proj.bias).masked_fill(kpm[..., None], 0)
+    m.train()
+    calls = []
+
+    def only_output(input, p=0.5, training=True, inplace=False):
+        calls.append(tuple(input.shape))
+        return input * 2.0 if input.dim() == 3 and training and p > 0 else input  # (B, n, d): the output layer's
+
+    monkeypatch.setattr(F, "dropout", only_output)
+    with torch.no_grad():
+        torch.testing.assert_close(m(x, kpm), expected, rtol=1e-10, atol=1e-10)
+    assert (2, 4, 7, 16) in calls  # the maps of x: one (B, H, n, d_model) mask per head
+
+
+def test_dense_dropout_masks_differ_between_heads():
+    """The authors tile the input per head "to make the dropout different for each head" (line 134)."""
+    from maskattn.attention.headwise import project_heads
+    linear = torch.nn.Linear(8, 16, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.cat([torch.eye(8), torch.eye(8)]))  # both heads read x unchanged
+    x = torch.ones(1, 50, 8)
+    heads = project_heads(linear, x, 2, input_dropout=0.5, training=True)  # (1, 2, 50, 8)
+    assert set(heads.unique().tolist()) <= {0.0, 2.0}
+    assert not torch.equal(heads[:, 0], heads[:, 1])
+    assert torch.equal(project_heads(linear, x, 2, input_dropout=0.5, training=False), torch.ones(1, 2, 50, 8))
+
+
+# ------------------------------------------------------------------------------------------------ MAN, authors
+
+
+def authors_mha2(module, x, kpm, *, re_weight_m, forward_x=None, backward_x=None, head_x=None):
+    """fairseq ``MultiheadAttention2.forward`` (lines 129-259) for self-attention, float64, weights from
+    ``module`` (``in_proj``, ``out_proj``; ``mask_query`` as ``context_x_fc``); batch-first in and out."""
+    B, n, d = x.shape
+    H = module.num_heads
+    q, k, v = F.linear(x, module.in_proj.weight, module.in_proj.bias).chunk(3, -1)
+    q = q * (d // H) ** -0.5
+    q, k, v = (t.reshape(B, n, H, -1).transpose(1, 2) for t in (q, k, v))
+    scores = q @ k.transpose(-1, -2)  # (B, H, n, n)
+    if re_weight_m == 1:  # build_mask, lines 86-127
+        position_x = torch.cat([forward_x, torch.zeros(1, dtype=x.dtype), backward_x])
+        half = (position_x.numel() + 1) // 2
+        indices = (torch.arange(n)[None].repeat(n, 1) + torch.arange(half - n, half).flip(0)[:, None]).view(-1)
+        position = position_x[indices].view(n, n)
+        gamma = position[None].repeat(H, 1, 1) + head_x[:, None, None]
+        context_x = module.mask_query(x)[:, None]  # (B, 1, n, 1)
+        scores = scores + (context_x + gamma[None]).sigmoid().clamp(1e-10).log()
+    scores = scores.masked_fill(kpm[:, None, None, :], float("-inf"))
+    attn = (F.softmax(scores, -1) @ v).transpose(1, 2).reshape(B, n, d)
+    return module.out_proj(attn.relu())
+
+
+def dman_from_authors_tables(module, forward_x, backward_x, head_x):
+    """Load fairseq's ``forward_position_x`` / ``backward_position_x`` / ``head_x`` into a DMAN whose table
+    covers the same distances: ``P[t − s]`` is ``position_x[max_len − (t − s)]``. The entry of distance 0 is
+    set to garbage: with ``self_distance="zero"`` it must not matter."""
+    with torch.no_grad():
+        module.distance_bias.copy_(torch.cat([forward_x, torch.tensor([7.0], dtype=forward_x.dtype), backward_x])
+                                   .flip(0))
+        module.head_bias.copy_(head_x)
+    return module
+
+
+def authors_tables(max_len, heads, seed=2, head_shift=0.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(max_len, generator=g, dtype=torch.float64), torch.randn(max_len, generator=g,
+            dtype=torch.float64), torch.randn(heads, generator=g, dtype=torch.float64) + head_shift)
+
+
+@pytest.mark.parametrize("backend", ["reference", "sdpa", "flex"])
+def test_dman_authors_options_are_multihead_attention2(backend):
+    """``re_weight_m=1``: P[0] ≡ 0, M clamped at 1e-10 before the log, ReLU before ``out_proj``; one head
+    bias far negative so that the clamp is active."""
+    max_len = 12
+    m = randomise(maskattn.DynamicMaskAttention(16, 4, max_distance=max_len, activation="relu", self_distance="zero",
+                                                mask_floor=1e-10, backend=backend)).double().eval()
+    tables = authors_tables(max_len, 4, head_shift=0.0)
+    tables[2][1] = -40.0
+    dman_from_authors_tables(m, *tables)
+    x, kpm = batch(n=9)
+    with torch.no_grad():
+        expected = authors_mha2(m, x, kpm, re_weight_m=1, forward_x=tables[0], backward_x=tables[1],
+                                head_x=tables[2]).masked_fill(kpm[..., None], 0)
+        torch.testing.assert_close(m(x, kpm), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_mask_floor_changes_only_where_m_is_below_it_and_is_tested_to_fail():
+    """The exact log (default) and the clamp differ where M < 1e-10 (head bias -40: by O(1)); with every
+    M above the floor they agree."""
+    max_len = 12
+    tables = authors_tables(max_len, 4)
+    tables[2][1] = -40.0
+    x, kpm = batch(n=9)
+    outs = {}
+    for floor in (None, 1e-10):
+        m = randomise(maskattn.DynamicMaskAttention(16, 4, max_distance=max_len, self_distance="zero",
+                                                    activation="relu", mask_floor=floor)).double().eval()
+        dman_from_authors_tables(m, *tables)
+        with torch.no_grad():
+            outs[floor] = m(x, kpm)
+    assert (outs[None] - outs[1e-10]).abs().max() > 1e-2
+    tables[2][1] = 0.0  # every M far above 1e-10 now
+    same = []
+    for floor in (None, 1e-10):
+        m = randomise(maskattn.DynamicMaskAttention(16, 4, max_distance=max_len, mask_floor=floor)).double().eval()
+        dman_from_authors_tables(m, *tables)
+        with torch.no_grad():
+            same.append(m(x, kpm))
+    torch.testing.assert_close(same[0], same[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fused", [False, True])  # explicit softmax / the fused attention call per tile
+@pytest.mark.parametrize("n, max_distance", [(10, 128), (40, 6)])  # log M built on the skewed view / the table
+def test_mask_floor_gradients_of_the_kernel_equal_autograd(monkeypatch, n, max_distance, fused):
+    """The tiled kernel's own backward (sdpa) against autograd through the float64 reference: no gradient
+    reaches W, P, U through a floored entry."""
+    monkeypatch.setattr(maskattn.kernels.dman, "SDPA_MIN_ELEMENTS", 0 if fused else 1 << 30)
+    torch.manual_seed(3)
+    B, H, d = 2, 4, 8
+    q, k, v = (torch.randn(B, H, n, d, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    a = (torch.randn(B, n, dtype=torch.float64) * 3).requires_grad_()
+    table = (torch.randn(2 * max_distance + 1, dtype=torch.float64) * 3).requires_grad_()
+    # head 1 around the floor (M = 1e-10 at z ≈ -23), head 2 entirely below it: there the weights are the
+    # plain softmax of the scores, so a gradient leaking through the floor would be of order one
+    u = torch.tensor([0.0, -24.0, -60.0, 2.0], dtype=torch.float64, requires_grad=True)
+    kpm = torch.zeros(B, n, dtype=torch.bool)
+    kpm[1, -3:] = True
+    grads = {}
+    for backend in ("reference", "sdpa"):
+        out = maskattn.functional.dynamic_mask_attention(q, k, v, a, table, u, key_padding_mask=kpm, backend=backend,
+                                                         mask_floor=1e-10)
+        grads[backend] = (out, *torch.autograd.grad(out.square().sum(), (q, k, v, a, table, u)))
+    for got, want in zip(grads["sdpa"], grads["reference"]):  # the kernel's float64 round-off (exp2 of ~-60)
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-8)
+    assert grads["sdpa"][-1][2] == 0 and grads["sdpa"][-1][1] != 0  # U of the floored head gets nothing
+    mask = torch.sigmoid(maskattn.functional.dynamic_mask_logits(a, table, u)).detach()
+    assert (mask[:, 1] < 1e-10).any() and (mask[:, 1] > 1e-10).any() and (mask[:, 2] < 1e-10).all()
+
+
+def test_self_distance_zero_ignores_and_freezes_the_stored_entry():
+    m = randomise(maskattn.DynamicMaskAttention(16, 4, max_distance=5, self_distance="zero")).double()
+    x, kpm = batch()
+    out = m(x, kpm)
+    out.square().sum().backward()
+    assert m.distance_bias.grad[5] == 0 and m.distance_bias.grad.abs().sum() > 0
+    with torch.no_grad():
+        m.distance_bias[5] += 3.0
+        torch.testing.assert_close(m(x, kpm), out)
+        torch.testing.assert_close(m.dynamic_mask(x)[0, 0, 2, 2], torch.sigmoid(m.mask_query(x)[0, 2, 0]
+                                                                                + m.head_bias[0]))
+    learned = maskattn.DynamicMaskAttention(16, 4, max_distance=5).double()
+    learned.load_state_dict(m.state_dict())
+    with torch.no_grad():
+        assert (learned(x, kpm) - out).abs().max() > 1e-3  # the entry is used when learned
+
+
+def test_man_san_with_relu_is_the_authors_san_and_without_it_is_mha():
+    san = randomise(FullMaskAttention(16, 4, activation="relu")).double().eval()
+    x, kpm = batch()
+    with torch.no_grad():
+        expected = authors_mha2(san, x, kpm, re_weight_m=0).masked_fill(kpm[..., None], 0)
+        torch.testing.assert_close(san(x, kpm), expected, rtol=1e-10, atol=1e-10)
+        plain = FullMaskAttention(16, 4).double().eval()
+        mha = maskattn.MultiHeadAttention(16, 4).double().eval()
+        plain.load_state_dict(san.state_dict())
+        mha.load_state_dict(san.state_dict())
+        torch.testing.assert_close(plain(x, kpm), mha(x, kpm), rtol=1e-12, atol=1e-12)
+
+
+def test_man_san_decodes_incrementally():
+    san = FullMaskAttention(16, 4, causal=True, activation="relu").eval()
+    x = torch.randn(2, 6, 16)
+    with torch.no_grad():
+        full, cache, steps = san(x), san.init_cache(), []
+        for t in range(6):
+            out, cache = san.step(x[:, t:t + 1], cache)
+            steps.append(out)
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-6, rtol=1e-6)
+
+
+def authors_man_encoder_layer(layer, x, kpm, tables):
+    """``MANEncoderLayer.forward`` (models/man.py lines 510-553) with ``mix=True``, ``normalize_before=True``,
+    eval mode: LN → DMAN → +x, LN → SAN → +x, LN → fc2(relu(fc1)) → +x."""
+    dman, san, ffn = layer.sublayers
+    norms = [r.norm for r in layer.residuals]
+    x = x + authors_mha2(dman, norms[0](x), kpm, re_weight_m=1, forward_x=tables[0], backward_x=tables[1],
+                         head_x=tables[2])
+    x = x + authors_mha2(san, norms[1](x), kpm, re_weight_m=0)
+    return x + ffn.fc2(F.relu(ffn.fc1(norms[2](x))))
+
+
+def test_man_layer_authors_config_is_the_authors_encoder_layer():
+    layer = MANLayer.authors_config("iwslt", d_model=16, num_heads=4, ffn_dim=16,
+                                    dman_options={"activation": "relu", "self_distance": "zero",
+                                                  "mask_floor": 1e-10, "max_distance": 12})
+    layer = randomise(layer).double().eval()
+    tables = authors_tables(12, 4)
+    dman_from_authors_tables(layer.sublayers[0], *tables)
+    x, kpm = batch(n=9)
+    with torch.no_grad():
+        expected = authors_man_encoder_layer(layer, x, kpm, tables).masked_fill(kpm[..., None], 0)
+        torch.testing.assert_close(layer(x, kpm), expected, rtol=1e-10, atol=1e-10)
+    assert layer.order == ("dman", "man_san", "ffn")
+    full = MANLayer.authors_config("iwslt")
+    assert (full.d_model, full.sublayers[0].num_heads, full.sublayers[2].fc1.out_features) == (512, 4, 512)
+    assert full.sublayers[0].max_distance == 1024 and full.residuals[0].dropout.p == 0.3
+
+
+def test_recipes_and_registry_carry_the_options():
+    enc = Encoder.from_recipe(16, 4, "dman(self_distance=zero, mask_floor=1.0e-10, activation=relu)"
+                                     ">man_san(activation=relu)>ffn x2")
+    dman, san, _ = enc.layers[1].sublayers
+    assert (dman.self_distance, dman.mask_floor, dman.activation) == ("zero", 1e-10, "relu")
+    assert isinstance(san, FullMaskAttention) and san.activation == "relu"
+    enc = Encoder.from_recipe(16, 2, "mtsa(v_activation=elu, qk_input=v, s2t_layers=1, dense_dropout=0.3)", ffn=False)
+    mtsa = enc.layers[0].sublayers[0]
+    assert (mtsa.v_activation, mtsa.qk_input, mtsa.source2token.hidden, mtsa.dense_dropout) == ("elu", "v", None, 0.3)
+    fast = maskattn.create_attention("fast_disa", 16, 2, v_activation="relu", dense_dropout=0.2)
+    assert (fast.v_activation, fast.query.input_dropout) == ("relu", 0.2)
+
+
+def test_presets_build_the_authors_sst_model():
+    from maskattn.train import load_config, preset_path
+    for name in ("sst5-mtsa-authors", "trec-mtsa-authors"):
+        cfg = load_config(preset_path(name), [])
+        enc = Encoder.from_recipe(cfg.model.d_model, cfg.model.num_heads, cfg.model.encoder, ffn=cfg.model.ffn)
+        mtsa = enc.layers[0].sublayers[0]
+        expected = maskattn.MTSA.authors_config("sst")
+        assert repr(mtsa) == repr(expected)
+        assert {k: v.shape for k, v in mtsa.state_dict().items()} == {k: v.shape for k, v in
+                                                                      expected.state_dict().items()}
+        assert (mtsa.v_activation, mtsa.dense_dropout, cfg.model.dropout) == ("relu", 0.3, 0.3)
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize("make, exc, words", [
+    (lambda: maskattn.MTSA(16, 2, out_activation="relu", out_proj=False), ValueError,
+     ["out_activation='relu'", "out_proj=False"]),
+    (lambda: maskattn.MTSA(16, 2, s2t_layers=1, s2t_hidden=8), ValueError, ["s2t_layers=1", "s2t_hidden=8"]),
+    (lambda: maskattn.MTSA(16, 2, s2t_layers=1, s2t_activation="relu"), ValueError,
+     ["s2t_layers=1", "s2t_activation='relu'"]),
+    (lambda: maskattn.MTSA(16, 2, s2t_layers=3), ValueError, ["s2t_layers", "3"]),
+    (lambda: maskattn.MTSA(16, 2, v_activation="tanh"), ValueError, ["v_activation", "'tanh'", "'elu'"]),
+    (lambda: maskattn.MTSA(16, 2, out_activation="gelu"), ValueError, ["out_activation", "'gelu'"]),
+    (lambda: maskattn.MTSA(16, 2, s2t_input="q"), ValueError, ["s2t_input", "'q'", "'x'"]),
+    (lambda: maskattn.MTSA(16, 2, qk_bias=0), TypeError, ["qk_bias", "bool"]),
+    (lambda: maskattn.MTSA(16, 2, dense_dropout=1.0), ValueError, ["dense_dropout"]),
+    (lambda: maskattn.FastDiSA(16, 2, v_activation="gelu"), ValueError, ["v_activation", "'gelu'"]),
+    (lambda: maskattn.MTSA.authors_config("imdb"), ValueError, ["'imdb'", "'sst'", "'stacked'"]),
+    (lambda: maskattn.MTSA.authors_config("stacked"), ValueError, ["'stacked'", "d_model"]),
+    (lambda: maskattn.DynamicMaskAttention(16, 4, self_distance="fixed"), ValueError,
+     ["self_distance", "'fixed'", "'zero'"]),
+    (lambda: maskattn.DynamicMaskAttention(16, 4, mask_floor=0), ValueError, ["mask_floor", "got 0"]),
+    (lambda: maskattn.DynamicMaskAttention(16, 4, mask_floor=1.0), ValueError, ["mask_floor", "(0, 1)"]),
+    (lambda: maskattn.DynamicMaskAttention(16, 4, mask_floor="1e-10"), ValueError, ["mask_floor", "1.0e-10"]),
+    (lambda: MANLayer(16, 4, causal=True, san_options={"activation": "relu"}), ValueError,
+     ["san_options", "causal=True"]),
+    (lambda: MANLayer.authors_config("iwslt14"), ValueError, ["'iwslt14'", "'wmt_base'"]),
+    (lambda: FullMaskAttention(16, 4, activation="gelu"), ValueError, ["activation", "'relu'"]),
+])
+def test_bad_options_name_the_option_and_value(make, exc, words):
+    with pytest.raises(exc) as info:
+        make()
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
