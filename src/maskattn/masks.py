@@ -36,7 +36,7 @@ import math
 
 import torch
 
-from .validation import check_nonnegative_int, describe
+from .validation import check_bool, check_nonnegative_int, describe
 
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -153,12 +153,6 @@ def _as_mask(other, op: str) -> Mask:
     return other
 
 
-def _check_flag(value, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {value!r}")
-    return value
-
-
 def full() -> Mask:
     """Every query attends to every key."""
     return Mask(lambda b, h, q, kv: q == q, "full", band=(math.inf, math.inf), cache_key="full")
@@ -167,7 +161,7 @@ def full() -> Mask:
 def forward(include_diagonal: bool = True) -> Mask:
     """Forward (past-looking) mask: key ``j`` is visible from query ``i`` when ``j < i`` (``j <= i``
     with ``include_diagonal``). DiSA/MTSA's ``M^fw`` is the strict form."""
-    if _check_flag(include_diagonal, "include_diagonal"):
+    if check_bool(include_diagonal, "include_diagonal"):
         return Mask(lambda b, h, q, kv: kv <= q, "forward", band=(math.inf, 0), cache_key="forward")
     return Mask(lambda b, h, q, kv: kv < q, "forward_strict", cache_key="forward_strict")
 
@@ -175,7 +169,7 @@ def forward(include_diagonal: bool = True) -> Mask:
 def backward(include_diagonal: bool = True) -> Mask:
     """Backward (future-looking) mask: key ``j`` is visible from query ``i`` when ``j > i`` (``j >= i``
     with ``include_diagonal``). DiSA/MTSA's ``M^bw`` is the strict form."""
-    if _check_flag(include_diagonal, "include_diagonal"):
+    if check_bool(include_diagonal, "include_diagonal"):
         return Mask(lambda b, h, q, kv: kv >= q, "backward", band=(0, math.inf), cache_key="backward")
     return Mask(lambda b, h, q, kv: kv > q, "backward_strict", cache_key="backward_strict")
 

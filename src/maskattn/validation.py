@@ -87,20 +87,27 @@ def check_probability(p, name: str) -> float:
     return float(p)
 
 
-def check_nonnegative_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int >= 0, got {describe(value)}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
+def check_bool(value, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {describe(value)}")
     return value
+
+
+def check_int_at_least(value, name: str, minimum: int) -> int:
+    """An int (not a bool) ``>= minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int >= {minimum}, got {describe(value)}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_nonnegative_int(value, name: str) -> int:
+    return check_int_at_least(value, name, 0)
 
 
 def check_positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {describe(value)}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return value
+    return check_int_at_least(value, name, 1)
 
 
 def check_qkv(q, k, v, *, self_attention: bool = False, **extra: torch.Tensor) -> tuple[int, int, int, int]:

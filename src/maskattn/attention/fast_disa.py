@@ -22,9 +22,9 @@ import torch
 import torch.nn as nn
 
 from .. import masks as M
-from ..validation import check_choice
+from ..validation import check_bool, check_choice
 from .headwise import ACTIVATIONS, HeadwiseFusionGate, HeadwiseLinear, HeadwiseSource2Token
-from .mtsa import TensorizedSelfAttention, check_flag
+from .mtsa import TensorizedSelfAttention
 from .registry import register_attention
 
 
@@ -54,7 +54,7 @@ class FastDiSA(TensorizedSelfAttention):
                          strict_masks=strict_masks, scale=scale, v_activation=v_activation,
                          dense_dropout=dense_dropout)
         check_choice(s2t_activation, "s2t_activation", tuple(ACTIVATIONS))
-        check_flag(fusion_gate, "fusion_gate")
+        check_bool(fusion_gate, "fusion_gate")
         self.head_proj = nn.Linear(d_model, d_model)  # the W^m_l of all heads, stacked
         nn.init.xavier_uniform_(self.head_proj.weight)
         nn.init.zeros_(self.head_proj.bias)

@@ -23,7 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import masks as M
-from ..validation import check_choice, check_positive_int, check_probability, describe
+from ..validation import check_bool, check_choice, check_positive_int, check_probability, describe
 from ..functional.tensorized import SCALES, tensorized_attention, tensorized_attention_maps
 from .base import AttentionMaps, SelfAttention, check_input, merge_heads, zero_padding
 from .headwise import ACTIVATIONS, HeadwiseFusionGate, HeadwiseLinear, HeadwiseSource2Token, project_heads
@@ -43,12 +43,6 @@ def check_activation(value, name: str) -> str | None:
     """``None`` (no activation) or a name of :data:`~maskattn.attention.headwise.ACTIVATIONS`."""
     if value is not None and value not in ACTIVATIONS:
         raise ValueError(f"unknown {name} {value!r}; expected None or one of {', '.join(map(repr, ACTIVATIONS))}")
-    return value
-
-
-def check_flag(value, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {describe(value)}")
     return value
 
 
@@ -81,7 +75,7 @@ class TensorizedSelfAttention(SelfAttention):
         super().__init__(d_model, num_heads, dropout=dropout, backend=backend)
         self.d_head = d_model // num_heads
         self.scale = check_choice(scale, "scale", SCALES)
-        check_flag(strict_masks, "strict_masks")
+        check_bool(strict_masks, "strict_masks")
         self.mask = resolve_head_masks(head_masks, num_heads, include_diagonal=not strict_masks)
         self.v_activation = check_activation(v_activation, "v_activation")
         self.dense_dropout = check_probability(dense_dropout, "dense_dropout")
@@ -179,7 +173,7 @@ class MTSA(TensorizedSelfAttention):
         check_choice(s2t_activation, "s2t_activation", tuple(ACTIVATIONS))
         for name, flag in (("qk_bias", qk_bias), ("v_bias", v_bias), ("fusion_gate", fusion_gate),
                            ("out_proj", out_proj)):
-            check_flag(flag, name)
+            check_bool(flag, name)
         self.out_activation = check_activation(out_activation, "out_activation")
         if out_activation is not None and not out_proj:
             raise ValueError(f"out_activation={out_activation!r} needs out_proj=True (the activation follows W_o, as "

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..validation import check_choice, describe
 
-def describe(value) -> str:
-    return f"{type(value).__name__} {value!r}"
+__all__ = ["check_known", "check_int", "check_odd", "check_float", "check_choice", "describe"]
 
 
 def check_known(options: Mapping, valid: Mapping, mechanism: str) -> None:
@@ -37,9 +37,3 @@ def check_float(value, name: str, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a float ({what}), got {describe(value)}")
     return float(value)
-
-
-def check_choice(value, name: str, choices) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"unknown {name} {value!r}; expected one of {', '.join(repr(c) for c in choices)}")
-    return value

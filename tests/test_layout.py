@@ -1,0 +1,65 @@
+"""The layout shows the architecture (docs/design.md §7): every package imports only from packages below it,
+and no module imports a private (underscore) name or module of another package."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "maskattn"
+
+#: bottom first; a package may import from the packages of lower rank only (equal rank: unrelated)
+RANKS = {
+    "validation": 0, "errors": 0,
+    "masks": 1, "configuration": 1,
+    "kernels": 2, "data": 2, "checkpoint": 2,
+    "backends": 3,
+    "functional": 4,
+    "attention": 5,
+    "layers": 6, "analysis": 6, "hf": 6,
+    "models": 7,
+    "inference": 8, "bench": 8,
+    "train": 9,
+    "viz": 10, "demo": 10,
+    "cli": 11, "__init__": 11,
+}
+
+
+def _imports():
+    """(importing package, imported package, imported name, file) for every relative import in the package."""
+    for path in SRC.rglob("*.py"):
+        rel = path.relative_to(SRC)
+        package = rel.parts[0] if len(rel.parts) > 1 else rel.stem
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and node.level):
+                continue
+            here = list(rel.parts[:-1])
+            base = here[:len(here) - (node.level - 1)] if node.level > 1 else here
+            target = base + (node.module.split(".") if node.module else [])
+            for alias in node.names:
+                imported = target[0] if target else alias.name
+                module_path = target[1:] + ([] if target else [])
+                yield package, imported, alias.name, module_path, rel
+
+
+def test_every_package_has_a_rank():
+    packages = {p.stem if p.is_file() else p.name for p in SRC.iterdir()
+                if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists()))}
+    assert packages <= set(RANKS), sorted(packages - set(RANKS))
+
+
+@pytest.mark.parametrize("package", sorted(RANKS))
+def test_imports_point_down(package):
+    wrong = sorted({f"{rel}: imports {imported}" for importer, imported, _, _, rel in _imports()
+                    if importer == package and imported != package and imported in RANKS
+                    and RANKS[imported] >= RANKS[package]})
+    assert not wrong, wrong
+
+
+def test_no_private_name_or_module_crosses_a_package():
+    private = sorted({f"{rel}: {'.'.join([imported, *path])}.{name}" for importer, imported, name, path, rel in _imports()
+                      if importer != imported and (name.startswith("_") or imported.startswith("_")
+                                                   or any(part.startswith("_") for part in path))})
+    assert not private, private
