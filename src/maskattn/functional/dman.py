@@ -112,7 +112,8 @@ def dynamic_mask_logits(query_logit: torch.Tensor, distance_bias: torch.Tensor, 
     kv_len = n if kv_len is None else kv_len
     idx = relative_distance_index(n, kv_len, _max_distance(distance_bias), q_offset=q_offset,
                                   device=query_logit.device)
-    return (distance_bias[idx][None, None] + query_logit[:, None, :, None]) + head_bias[None, :, None, None]
+    # the per-row terms first, (B, H, n, 1), then the distances (n, m): no (B, 1, n, m) intermediate
+    return (query_logit[:, None, :, None] + head_bias[None, :, None, None]) + distance_bias[idx]
 
 
 def _allowed(B, H, n, m, q_offset, causal, kpm, device) -> torch.Tensor | None:
