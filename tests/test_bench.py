@@ -165,7 +165,7 @@ def test_bad_options_are_clear_errors(tmp_path, args, message):
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
-    (dict(batch=2.5), TypeError, "batch must be an int, got float 2.5"),
+    (dict(batch=2.5), TypeError, "batch must be an int >= 1, got float 2.5"),
     (dict(lengths=(8, 0)), ValueError, "each length must be >= 1, got 0"),
     (dict(lengths=(8.0,)), TypeError, "each length must be an int"),
     (dict(lengths="64"), TypeError, "lengths must be a sequence of positive ints"),

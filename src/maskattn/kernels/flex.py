@@ -33,14 +33,21 @@ _scoped_block_masks: contextvars.ContextVar[dict | None] = contextvars.ContextVa
                                                                                    default=None)
 
 
-@functools.cache
-def flex_available() -> bool:
-    """Whether ``torch.nn.attention.flex_attention`` can be imported in this PyTorch."""
+def _probe_flex() -> bool:
     try:
         from torch.nn.attention import flex_attention  # noqa: F401
     except Exception:  # pragma: no cover - depends on the installed torch
         return False
     return True
+
+
+_FLEX_AVAILABLE = _probe_flex()
+
+
+def flex_available() -> bool:
+    """Whether ``torch.nn.attention.flex_attention`` can be imported in this PyTorch (probed once, at import;
+    a plain constant, so a compiled graph traces it without a cache wrapper)."""
+    return _FLEX_AVAILABLE
 
 
 @functools.cache
