@@ -149,6 +149,22 @@ def test_load_splits_cv_and_dev_holdout(tmp_path):
         load_splits(DataConfig(dir=None))
 
 
+def test_dev_holdout_last_takes_the_end_of_the_train_file_in_order(tmp_path):
+    lines = "".join(f"{'pos' if i % 2 else 'neg'}\tsentence number {i}\n" for i in range(50))
+    write(tmp_path, "all.tsv", lines)
+    cfg = DataConfig(dir=str(tmp_path), train="all.tsv", test=None, dev_fraction=0.2, dev_holdout="last")
+    splits = load_splits(cfg)
+    number = lambda examples: [int(e.tokens[-1]) for e in examples]
+    assert number(splits.train) == list(range(40)) and number(splits.dev) == list(range(40, 50))
+    random = load_splits(DataConfig(dir=str(tmp_path), train="all.tsv", test=None, dev_fraction=0.2))
+    assert len(random.dev) == 10 and number(random.dev) != list(range(40, 50))  # the default: a seeded sample
+    with pytest.raises(ValueError, match="unknown data.dev_holdout 'first'; expected one of random, last"):
+        DataConfig(dev_holdout="first")
+    with pytest.raises(ValueError, match="data.dev_holdout 'last' takes the end of the train file, but with "
+                                         "data.cv_folds"):
+        DataConfig(cv_folds=10, dev_holdout="last")
+
+
 def test_glove_vectors(tmp_path):
     vocab = Vocabulary.build([["the", "cat", "zebra"]])
     path = write(tmp_path, "glove.txt", "the 0.1 0.2 0.3\ncat 1 2 3\nunused 9 9 9\n")

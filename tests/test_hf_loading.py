@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import socket
@@ -11,8 +10,6 @@ import pytest
 import torch
 
 pytest.importorskip("transformers")
-
-import huggingface_hub.constants  # noqa: E402
 
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import AutoModelForSequenceClassification  # noqa: E402
@@ -24,6 +21,7 @@ from _hf_helpers import (  # noqa: E402
     converted,
     hidden,
     max_diff_at_tokens,
+    offline,
     save_with_tokenizer,
     tiny_config,
     tiny_model,
@@ -31,25 +29,6 @@ from _hf_helpers import (  # noqa: E402
 
 CONVERSIONS = ({"mechanism": "dman", "layers": [0], "max_distance": 8}, {"mechanism": "mtsa", "layers": [1]},
                {"mechanism": "csan2d", "layers": [2], "window": 3})
-
-
-@contextlib.contextmanager
-def offline():
-    """The hub client is offline (HF_HUB_OFFLINE=1) and every connection attempt fails and is recorded in
-    the yielded list, which must be empty at the end — even if the caller swallowed the error."""
-    attempts = []
-
-    def refuse(*args, **kwargs):
-        attempts.append(args)
-        raise OSError(f"network access attempted: {args!r}")
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_HUB_OFFLINE", "1")
-        patch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read once, at import
-        patch.setattr(socket.socket, "connect", refuse)
-        patch.setattr(socket, "create_connection", refuse)
-        yield attempts
-    assert attempts == []
 
 
 @pytest.fixture

@@ -146,6 +146,33 @@ def test_schedules():
         build_optimizer(OptimConfig(name="lion"), model)
 
 
+def test_linear_schedule_and_weight_decay_groups():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.LayerNorm(3))
+    cfg = OptimConfig(name="adamw", lr=1.0, schedule="linear", warmup_steps=3, weight_decay=0.1)
+    opt = build_optimizer(cfg, model)
+    sched = build_scheduler(cfg, opt, total_steps=8)
+    lrs = []
+    for _ in range(8):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    # up to lr at the last warm-up step (3rd), then down by equal steps, the last step still training
+    assert lrs == pytest.approx([1 / 3, 2 / 3, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6])
+    assert opt.param_groups[0]["lr"] == 0.0
+    no_warmup = build_scheduler(OptimConfig(lr=1.0, schedule="linear"), build_optimizer(cfg, model), total_steps=4)
+    assert no_warmup.get_last_lr()[0] == 1.0
+    # weight_decay_on: all (the default) is one group of every parameter; matrices leaves vectors undecayed
+    assert [len(g["params"]) for g in opt.param_groups] == [4] and opt.param_groups[0]["weight_decay"] == 0.1
+    opt = build_optimizer(OptimConfig(name="adamw", weight_decay=0.1, weight_decay_on="matrices"), model)
+    assert [(g["weight_decay"], [tuple(p.shape) for p in g["params"]]) for g in opt.param_groups] == \
+        [(0.1, [(3, 2)]), (0.0, [(3,), (3,), (3,)])]
+    with pytest.raises(ValueError, match="optim.schedule 'linear' decays towards 0 at the run's last step, which "
+                                         "must not come before the end of optim.warmup_steps 3; the run has 2 steps"):
+        build_scheduler(cfg, opt, total_steps=2)
+    with pytest.raises(ValueError, match="optim.layer_decay 0.9 needs a model with numbered layers"):
+        build_optimizer(OptimConfig(layer_decay=0.9), model)
+
+
 def test_config_errors_and_presets(tmp_path):
     with pytest.raises(ValueError, match="unknown config key.*model.heads; valid keys of model: type, encoder"):
         load_config(None, ["model.heads=4"])

@@ -1,7 +1,8 @@
 """Encoding examples to ids, length-bucketed batches and padding.
 
 Batches hold ``tokens`` ``(B, n)`` ids and ``padding_mask`` ``(B, n)`` bool with ``True`` = padding (the
-PyTorch ``key_padding_mask`` convention). The order of batches is a pure function of ``(seed, epoch)``,
+PyTorch ``key_padding_mask`` convention); items encoded by a pretrained tokenizer as a sentence pair also
+carry ``token_types`` ``(B, n)`` (segment ids, padded with 0). The order of batches is a pure function of ``(seed, epoch)``,
 so an interrupted run resumes on exactly the batches it would have seen.
 """
 
@@ -73,6 +74,8 @@ def collate(items: Sequence[dict], pad_id: int = Vocabulary.pad_id) -> Batch:
     else:
         tokens, mask = _pad([it["tokens"] for it in items], pad_id)
         inputs = {"tokens": tokens, "padding_mask": mask}
+        if "token_types" in items[0]:
+            inputs["token_types"], _ = _pad([it["token_types"] for it in items], 0)
     if "label" not in items[0]:
         return Batch(inputs, None, len(items))
     if isinstance(items[0]["label"], list):  # per-token tags

@@ -9,6 +9,7 @@ from ..configuration import Rule, at_least, check_section, in_range, one_of, opt
 from ..errors import ConfigError
 from .parallel import OVERLONG
 from .readers import READERS
+from .splits import HOLDOUTS
 from .subword import SUBWORD_TYPES
 from .tasks import SOURCES
 
@@ -30,6 +31,10 @@ class DataConfig:
     ``subword_vocab`` pieces) is trained on both sides of the train split; training batches hold at most
     ``max_tokens`` padded tokens; ``max_len`` (default: ``model.max_len``) bounds a side in subwords and
     ``overlong`` says what happens to longer training pairs (``filter`` or ``truncate``).
+
+    Without a ``dev`` file, ``dev_fraction`` of the train split is held out as the dev split: ``dev_holdout``
+    ``random`` (a sample seeded by ``split_seed``) or ``last`` (the end of the train file, in file order: e.g.
+    the first 80 % of a file for training and the last 20 % for model selection).
     """
 
     source: str = "files"
@@ -41,6 +46,7 @@ class DataConfig:
     cv_folds: int = 0
     fold: int = 0
     dev_fraction: float = 0.1
+    dev_holdout: str = "random"
     split_seed: int = 0
     lowercase: bool = False
     skip_empty: bool = False
@@ -69,6 +75,7 @@ class DataConfig:
         "cv_folds": Rule(lambda v: at_least(0).accepts(v) and v != 1, "0 (no cross-validation) or an int >= 2"),
         "fold": at_least(0),
         "dev_fraction": in_range(0, 1, low_open=True),
+        "dev_holdout": one_of(*HOLDOUTS),
         "split_seed": at_least(0),
         "min_freq": at_least(1),
         "max_vocab": optional(at_least(1)),
@@ -88,3 +95,6 @@ class DataConfig:
         if self.cv_folds and self.fold >= self.cv_folds:
             raise ConfigError(f"data.fold must be in [0, {self.cv_folds}) with data.cv_folds={self.cv_folds}, "
                               f"got {self.fold}")
+        if self.cv_folds and self.dev_holdout == "last":
+            raise ConfigError("data.dev_holdout 'last' takes the end of the train file, but with data.cv_folds the "
+                              "training folds are a shuffled sample; use data.dev_holdout=random")

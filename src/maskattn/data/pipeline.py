@@ -1,5 +1,6 @@
 """From a :class:`DataConfig` to encoded splits: load and check the splits, build (or check) the
-vocabulary and label set, load pretrained vectors, encode to ids."""
+vocabulary and label set, load pretrained vectors, encode to ids — or, for a pretrained encoder, encode with
+its own tokenizer (:func:`prepare_pretrained_data`)."""
 
 from __future__ import annotations
 
@@ -9,20 +10,22 @@ import torch
 
 from .batching import encode_examples
 from .examples import PairExample
+from .pretrained import encode_with_tokenizer
 from .splits import Splits, labels_of
 from .tasks import load_splits
 from .vectors import load_glove
 from .vocab import LabelSet, Vocabulary
 
-__all__ = ["PreparedData", "prepare_data", "sentences_of"]
+__all__ = ["PreparedData", "prepare_data", "prepare_pretrained_data", "sentences_of"]
 
 
 @dataclass
 class PreparedData:
-    """Splits as examples and as encoded items, with the vocabulary, labels and optional vectors."""
+    """Splits as examples and as encoded items, with the vocabulary (``None`` when a pretrained model's
+    tokenizer encoded them), labels and optional vectors."""
 
     splits: Splits
-    vocab: Vocabulary
+    vocab: Vocabulary | None
     labels: LabelSet
     train: list[dict]
     dev: list[dict]
@@ -50,11 +53,7 @@ def prepare_data(cfg, *, vocab: Vocabulary | None = None, labels: LabelSet | Non
                          f"the one built from the train data ({len(built)} tokens); resume with the same data and "
                          "data.min_freq / data.max_vocab")
     vocab = vocab or built
-    train_labels = LabelSet(labels_of(splits.train))
-    if labels is not None and labels != train_labels:
-        raise ValueError(f"incompatible labels: the checkpoint has {labels.itos}, the train data has "
-                         f"{train_labels.itos}")
-    labels = labels or train_labels
+    labels = _label_set(splits, labels)
     vectors = None
     if cfg.vectors:
         if embed_dim is None:
@@ -62,3 +61,22 @@ def prepare_data(cfg, *, vocab: Vocabulary | None = None, labels: LabelSet | Non
         vectors, _ = load_glove(cfg.vectors, vocab, embed_dim)
     encode = (lambda examples: encode_examples(examples, vocab, labels, max_len=max_len or cfg.max_len))
     return PreparedData(splits, vocab, labels, encode(splits.train), encode(splits.dev), encode(splits.test), vectors)
+
+
+def _label_set(splits: Splits, labels: LabelSet | None) -> LabelSet:
+    """The train split's labels; with ``labels`` (a resumed run's) they must be the same."""
+    train_labels = LabelSet(labels_of(splits.train))
+    if labels is not None and labels != train_labels:
+        raise ValueError(f"incompatible labels: the checkpoint has {labels.itos}, the train data has "
+                         f"{train_labels.itos}")
+    return labels or train_labels
+
+
+def prepare_pretrained_data(cfg, tokenizer, *, max_len: int, labels: LabelSet | None = None) -> PreparedData:
+    """Load ``cfg``'s splits and encode them with a pretrained model's ``tokenizer`` (:mod:`.pretrained`), at
+    most ``max_len`` tokens per sequence; ``labels``: a resumed run's label set, which the data must give
+    again. There is no vocabulary to build."""
+    splits = load_splits(cfg)
+    labels = _label_set(splits, labels)
+    encode = (lambda examples: encode_with_tokenizer(examples, tokenizer, labels, max_len=max_len).items)
+    return PreparedData(splits, None, labels, encode(splits.train), encode(splits.dev), encode(splits.test))

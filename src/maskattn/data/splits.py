@@ -1,5 +1,6 @@
 """Train / dev / test splits: k-fold cross-validation for datasets without a test split (SUBJ, CR, MPQA:
-10-fold, as MTSA §4.3), a held-out dev fraction, and the label-set agreement check between splits."""
+10-fold, as MTSA §4.3), a held-out dev fraction (a seeded random sample, or the end of the file), and the
+label-set agreement check between splits."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import torch
 
 from .examples import Example, TaggedExample
 
-__all__ = ["Splits", "kfold_indices", "kfold", "holdout", "labels_of", "check_label_sets"]
+__all__ = ["Splits", "kfold_indices", "kfold", "holdout", "HOLDOUTS", "labels_of", "check_label_sets"]
+
+HOLDOUTS = ("random", "last")  # how holdout() picks the dev examples
 
 
 @dataclass
@@ -47,12 +50,19 @@ def kfold(examples: Sequence[Example], folds: int, fold: int, *, seed: int = 0) 
     return [examples[i] for i in train], [examples[i] for i in test]
 
 
-def holdout(examples: Sequence[Example], fraction: float, *, seed: int = 0) -> tuple[list, list]:
-    """Hold out ``fraction`` of ``examples`` (seeded) as a dev set: returns (rest, held_out)."""
+def holdout(examples: Sequence[Example], fraction: float, *, seed: int = 0, mode: str = "random") -> tuple[list, list]:
+    """Hold out ``fraction`` of ``examples`` as a dev set: returns (rest, held_out). ``mode`` ``random``: a
+    seeded random sample (the rest in permuted order); ``last``: the last examples, both parts in their
+    original order (``seed`` unused) — examples grouped in the file, such as SNLI's three hypotheses per
+    premise, then stay on one side of the cut."""
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"dev_fraction must be in (0, 1), got {fraction!r}")
-    order = _permutation(len(examples), seed)
+    if mode not in HOLDOUTS:
+        raise ValueError(f"unknown data.dev_holdout {mode!r}; expected one of {', '.join(HOLDOUTS)}")
     cut = max(1, int(round(len(examples) * fraction)))
+    if mode == "last":
+        return list(examples[:len(examples) - cut]), list(examples[len(examples) - cut:])
+    order = _permutation(len(examples), seed)
     return [examples[i] for i in order[cut:]], [examples[i] for i in order[:cut]]
 
 

@@ -3,7 +3,8 @@
 Sources: ``files`` (the readers in :mod:`.readers` on ``dir/train`` etc.), ``hf`` (Hugging Face
 ``datasets``) and ``order`` (the synthetic task). Without a test file, ``cv_folds`` > 1 selects fold
 ``fold`` of k-fold cross-validation as the test split (SUBJ, CR, MPQA); without a dev file,
-``dev_fraction`` of the train split is held out for model selection.
+``dev_fraction`` of the train split is held out for model selection — a seeded random sample, or with
+``dev_holdout: last`` the end of the train file.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def load_splits(cfg) -> Splits:
         splits.train, splits.test = kfold(splits.train, cfg.cv_folds, cfg.fold, seed=cfg.split_seed)
         names["test"] = f"fold {cfg.fold} of {cfg.cv_folds} of {names.get('train', 'train')}"
     if not splits.dev:
-        splits.train, splits.dev = holdout(splits.train, cfg.dev_fraction, seed=cfg.split_seed)
-        names["dev"] = f"{cfg.dev_fraction:g} of {names.get('train', 'train')}"
+        splits.train, splits.dev = holdout(splits.train, cfg.dev_fraction, seed=cfg.split_seed, mode=cfg.dev_holdout)
+        names["dev"] = f"{'the last ' if cfg.dev_holdout == 'last' else ''}{cfg.dev_fraction:g} of " \
+                       f"{names.get('train', 'train')}"
     check_label_sets(splits, names)
     return splits

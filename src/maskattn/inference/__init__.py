@@ -15,11 +15,11 @@ Inputs longer than a model reads are truncated and reported through ``on_truncat
 This package reads checkpoints through :mod:`maskattn.checkpoint` and never imports :mod:`maskattn.train`.
 """
 
-from .classification import evaluate, input_limit, predict_ids, summed_loss
+from .classification import evaluate, input_limit, predict_ids, pretrained_input_limit, summed_loss
 from .decoding import Hypothesis, beam_search, greedy_decode, length_penalty_factor
 from .device import resolve_device
 from .evaluation import evaluate_file, evaluate_translation
-from .loading import LoadedModel, ModelSettings, load_model, load_translator, subword_from_checkpoint
+from .loading import LoadedModel, ModelSettings, check_tokenizer, load_model, load_translator, subword_from_checkpoint
 from .metrics import accuracy, bio_spans, span_f1
 from .prediction import predict
 from .scoring import corpus_scores
@@ -29,5 +29,5 @@ __all__ = [
     "load_model", "LoadedModel", "ModelSettings", "predict", "evaluate_file",
     "load_translator", "Translator", "evaluate_translation", "corpus_scores", "subword_from_checkpoint",
     "greedy_decode", "beam_search", "Hypothesis", "length_penalty_factor",
-    "evaluate", "predict_ids", "summed_loss", "input_limit", "resolve_device", "accuracy", "bio_spans", "span_f1",
+    "evaluate", "predict_ids", "summed_loss", "input_limit", "pretrained_input_limit", "check_tokenizer", "resolve_device", "accuracy", "bio_spans", "span_f1",
 ]

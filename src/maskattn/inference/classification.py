@@ -10,10 +10,11 @@ import torch.nn.functional as F
 from ..data.batching import IGNORE_INDEX, BucketBatchSampler, collate
 from ..data.config import DataConfig
 from ..data.vocab import LabelSet
+from ..errors import ConfigError
 from ..models.config import ModelConfig
 from .metrics import accuracy, span_f1
 
-__all__ = ["summed_loss", "evaluate", "predict_ids", "input_limit"]
+__all__ = ["summed_loss", "evaluate", "predict_ids", "input_limit", "pretrained_input_limit"]
 
 
 def input_limit(data: DataConfig, model: ModelConfig) -> int | None:
@@ -25,6 +26,18 @@ def input_limit(data: DataConfig, model: ModelConfig) -> int | None:
     if model.positional != "none":
         limits.append(model.max_len)
     return min(limits, default=None)
+
+
+def pretrained_input_limit(data: DataConfig, max_tokens: int) -> int:
+    """The most tokens (of its own tokenizer, special tokens included) a classifier on a pretrained encoder reads
+    from one input: ``data.max_len``, or by default all that the encoder reads (``max_tokens``, its position
+    table); a ``data.max_len`` beyond that is an error."""
+    if data.max_len is None:
+        return max_tokens
+    if data.max_len > max_tokens:
+        raise ConfigError(f"data.max_len {data.max_len} exceeds the {max_tokens} tokens the pretrained encoder "
+                          f"reads (model.pretrained); expected data.max_len <= {max_tokens}")
+    return data.max_len
 
 
 def summed_loss(logits: torch.Tensor, labels: torch.Tensor, *, label_smoothing: float = 0.0) -> torch.Tensor:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ..data.batching import encode_examples
 from ..data.parallel import read_parallel
 from ..data.readers import READERS
 from ..errors import DataError, InputError
@@ -29,11 +28,9 @@ def evaluate_file(path: str | Path, data_file: str | Path, *, format: str | None
     if fmt not in READERS:
         raise InputError(f"unknown format {fmt!r}; expected one of {', '.join(READERS)}")
     examples = READERS[fmt](data_file, labels=loaded.labels.itos, lowercase=loaded.config.data.lowercase)
-    limit = loaded.input_limit
-    truncated = [e.line for e in examples if limit is not None and len(e) > limit]
+    items, truncated = loaded.encode(examples, loaded.labels)
     if truncated and on_truncate is not None:
-        on_truncate(truncated, limit)
-    items = encode_examples(examples, loaded.vocab, loaded.labels, max_len=limit)
+        on_truncate([examples[i].line for i in truncated], loaded.input_limit)
     return evaluate(loaded.model, items, loaded.labels, batch_size=batch_size, device=resolve_device(device))
 
 

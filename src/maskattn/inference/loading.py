@@ -1,10 +1,12 @@
-"""Rebuilding a trained model from its checkpoint alone: a classifier (:func:`load_model`) or a translator
+"""Rebuilding a trained model from its checkpoint: a classifier (:func:`load_model`) or a translator
 (:func:`load_translator`), each from the checkpoint's own configuration, vocabulary (or subword model) and
-weights."""
+weights. A classifier on a pretrained encoder (``model.pretrained``) is rebuilt from that model folder and its
+tokenizer, with the recorded conversions replayed, before the checkpoint's weights are loaded."""
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,17 +14,22 @@ import torch.nn as nn
 
 from ..checkpoint import Checkpoint, load_checkpoint, load_weights
 from ..configuration import from_dict
+from ..data.batching import encode_examples
 from ..data.config import DataConfig
+from ..data.examples import Example
+from ..data.pretrained import encode_with_tokenizer, tokenizer_fingerprint
 from ..data.subword import SubwordModel
 from ..data.vocab import LabelSet, Vocabulary
 from ..errors import CheckpointError, ConfigError
 from ..models.config import ModelConfig
 from ..models.factory import build_model
-from .classification import input_limit
+from ..models.pretrained import build_pretrained
+from .classification import input_limit, pretrained_input_limit
 from .device import resolve_device
 from .translator import Translator
 
-__all__ = ["ModelSettings", "LoadedModel", "load_model", "load_translator", "subword_from_checkpoint"]
+__all__ = ["ModelSettings", "LoadedModel", "load_model", "load_translator", "subword_from_checkpoint",
+           "check_tokenizer"]
 
 
 @dataclass(frozen=True)
@@ -37,18 +44,32 @@ class ModelSettings:
 @dataclass
 class LoadedModel:
     """A classifier (sentence, pair or tagger model) rebuilt from a checkpoint, with what is needed to feed it
-    text."""
+    text: its vocabulary, or the tokenizer of its pretrained encoder (then ``vocab`` is None)."""
 
     model: nn.Module
     config: ModelSettings
-    vocab: Vocabulary
+    vocab: Vocabulary | None
     labels: LabelSet
     step: int
+    tokenizer: object = None
 
     @property
     def input_limit(self) -> int | None:
-        """The most tokens of a sentence the model reads (:func:`~.classification.input_limit`)."""
+        """The most tokens of a sentence the model reads (:func:`~.classification.input_limit`; for a pretrained
+        encoder :func:`~.classification.pretrained_input_limit`, in its tokenizer's tokens)."""
+        if self.tokenizer is not None:
+            return pretrained_input_limit(self.config.data, self.model.max_tokens)
         return input_limit(self.config.data, self.config.model)
+
+    def encode(self, examples: Sequence[Example], labels: LabelSet | None = None) -> tuple[list[dict], list[int]]:
+        """The model's input items for ``examples`` (with ``labels``: their label ids too), cut to
+        :attr:`input_limit`, and the positions in ``examples`` of those that were cut."""
+        limit = self.input_limit
+        if self.tokenizer is not None:
+            encoded = encode_with_tokenizer(examples, self.tokenizer, labels, max_len=limit)
+            return encoded.items, encoded.truncated
+        truncated = [i for i, e in enumerate(examples) if limit is not None and len(e) > limit]
+        return encode_examples(examples, self.vocab, labels, max_len=limit), truncated
 
 
 def _read(path: str | Path | Checkpoint) -> Checkpoint:
@@ -74,10 +95,25 @@ def load_model(path: str | Path | Checkpoint, *, device: str = "cpu") -> LoadedM
         raise CheckpointError(f"checkpoint {ckpt.path} holds a translation (seq2seq) model; use `maskattn translate` "
                               "or `maskattn eval --src FILE --ref FILE` (Python: load_translator)")
     settings = _settings(ckpt)
-    vocab, labels = Vocabulary(ckpt.vocab), LabelSet(ckpt.labels)
-    model = build_model(settings.model, len(vocab), len(labels), pad_id=Vocabulary.pad_id)
+    labels = LabelSet(ckpt.labels)
+    if settings.model.pretrained is not None:
+        model, tokenizer = build_pretrained(settings.model, len(labels), replay=True)
+        check_tokenizer(ckpt, tokenizer)
+        vocab = None
+    else:
+        vocab, tokenizer = Vocabulary(ckpt.vocab), None
+        model = build_model(settings.model, len(vocab), len(labels), pad_id=Vocabulary.pad_id)
     load_weights(model, ckpt)
-    return LoadedModel(model.to(resolve_device(device)).eval(), settings, vocab, labels, ckpt.step)
+    return LoadedModel(model.to(resolve_device(device)).eval(), settings, vocab, labels, ckpt.step, tokenizer)
+
+
+def check_tokenizer(ckpt: Checkpoint, tokenizer) -> None:
+    """The tokenizer of the checkpoint's ``model.pretrained`` folder must be the one it was trained with (its
+    fingerprint, :func:`~maskattn.data.pretrained.tokenizer_fingerprint`), else :class:`CheckpointError`."""
+    if ckpt.extra.get("tokenizer_sha256") != tokenizer_fingerprint(tokenizer):
+        raise CheckpointError(f"checkpoint {ckpt.path} was trained with another tokenizer than the one in "
+                              f"model.pretrained {ckpt.config['model']['pretrained']!r} now; use the model folder "
+                              "it was trained with")
 
 
 def subword_from_checkpoint(ckpt: Checkpoint) -> SubwordModel:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ..data.batching import encode_examples
 from ..data.examples import PairExample, TextExample
 from ..data.readers import tokenize
 from ..errors import InputError
@@ -25,7 +24,7 @@ def predict(path: str | Path | LoadedModel, texts: list[str], *, batch_size: int
     texts and the limit."""
     loaded = path if isinstance(path, LoadedModel) else load_model(path, device=device)
     cfg = loaded.config
-    lowercase, limit = cfg.data.lowercase, loaded.input_limit
+    lowercase = cfg.data.lowercase
     examples, positions = [], []  # positions: index in texts of each example
     for i, text in enumerate(texts):
         if not text.strip():
@@ -40,14 +39,13 @@ def predict(path: str | Path | LoadedModel, texts: list[str], *, batch_size: int
         else:
             examples.append(TextExample(tokenize(text, lowercase=lowercase), "", line=i + 1))
         positions.append(i)
-    truncated = [e.line for e in examples if limit is not None and len(e) > limit]
-    if truncated and on_truncate is not None:
-        on_truncate(truncated, limit)
     blank = [] if cfg.model.type == "tagger" else ""
     outputs = [blank] * len(texts)
     if not examples:
         return outputs
-    items = encode_examples(examples, loaded.vocab, None, max_len=limit)
+    items, truncated = loaded.encode(examples)
+    if truncated and on_truncate is not None:
+        on_truncate([examples[i].line for i in truncated], loaded.input_limit)
     ids = predict_ids(loaded.model, items, batch_size=batch_size, device=resolve_device(device))
     for i, p in zip(positions, ids):
         outputs[i] = loaded.labels.decode(p) if isinstance(p, list) else loaded.labels.itos[p]

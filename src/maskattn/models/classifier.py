@@ -8,6 +8,7 @@ import math
 import torch
 import torch.nn as nn
 
+from ..errors import ConfigError
 from ..validation import check_probability
 from ..attention import AttentionMaps
 from ..layers import Encoder
@@ -37,7 +38,10 @@ class SentenceEncoder(nn.Module):
                                     pretrained=pretrained, freeze=cfg.freeze_embeddings, scale=embedding_scale(cfg),
                                     init=cfg.embed_init)
         self.fusion = build_fusion(cfg, cfg.d_model)
-        self.pool = Pool(self.fusion.out_dim, cfg.pool) if pool else None  # taggers use the tokens only
+        if pool and cfg.pooling == "cls":
+            raise ConfigError("model.pool 'cls' takes the first token, the [CLS] token of a pretrained encoder "
+                              "(model.pretrained); maskattn's own encoders have none: use source2token, mean or max")
+        self.pool = Pool(self.fusion.out_dim, cfg.pooling) if pool else None  # taggers use the tokens only
         self.out_dim = self.fusion.out_dim
 
     def tokens(self, ids: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ..configuration import Rule, at_least, check_section, in_range, one_of, optional, positive
+from ..errors import ConfigError
 
-__all__ = ["ModelConfig", "MODEL_TYPES"]
+__all__ = ["ModelConfig", "MODEL_TYPES", "PRETRAINED_TYPES", "PRETRAINED_KEYS"]
 
 MODEL_TYPES = ("sentence", "pair", "tagger", "seq2seq")
+PRETRAINED_TYPES = ("sentence", "pair")  # the model types a pretrained encoder serves (models/pretrained.py)
+#: the keys a model with ``pretrained`` reads; every other key describes maskattn's own embeddings and encoder
+PRETRAINED_KEYS = ("type", "pretrained", "convert", "pool", "mlp_hidden", "mlp_layers", "activation", "dropout")
 
 
 def _is_recipe(value) -> bool:
@@ -19,6 +24,16 @@ def _is_recipe(value) -> bool:
 
 
 _RECIPE = Rule(_is_recipe, "a layer recipe or baseline name (text), or a non-empty list of recipe groups (texts)")
+
+
+def _is_conversions(value) -> bool:
+    def conversion(v) -> bool:
+        return isinstance(v, dict) and isinstance(v.get("mechanism"), str)
+    return conversion(value) or (isinstance(value, list) and bool(value) and all(conversion(v) for v in value))
+
+
+_CONVERSIONS = Rule(_is_conversions, "a mapping {mechanism: NAME, layers: [...], ...options} or a non-empty list "
+                                     "of such mappings (maskattn.hf.convert's arguments)")
 
 
 @dataclass
@@ -39,6 +54,18 @@ class ModelConfig:
     ``ffn_dim``, ``dropout``, ``attention_dropout``, ``norm``, ``positional``, ``max_len`` (longest source
     or target in subwords), ``backend``, ``share_embeddings`` (one embedding matrix for source and target;
     they share the joint subword vocabulary) and ``tie_output`` (output projection = target embeddings).
+
+    ``pretrained``: a local Hugging Face model folder, or a name from
+    :data:`maskattn.models.pretrained.PRETRAINED_PACKAGES` (``all-MiniLM-L6-v2``), whose encoder and tokenizer
+    replace maskattn's embeddings and encoder (``sentence`` and ``pair`` models;
+    :class:`~maskattn.models.pretrained.PretrainedClassifier`). ``convert``: one
+    ``{mechanism, layers, **options}`` mapping or a list of them, passed in order to
+    :func:`maskattn.hf.convert`. With ``pretrained`` only :data:`PRETRAINED_KEYS` apply; any other key set to
+    a value other than its default is an error (it would be ignored).
+
+    ``pool``: ``source2token``, ``mean``, ``max`` or ``cls`` (the first token, a pretrained encoder's [CLS]);
+    ``None`` (the default) is ``mean`` for a pretrained encoder (what sentence-transformers such as
+    all-MiniLM-L6-v2 were trained with) and ``source2token`` for maskattn's own encoders (MTSA §4.3).
     """
 
     type: str = "sentence"
@@ -55,7 +82,7 @@ class ModelConfig:
     attention_dropout: float = 0.0
     backend: str = "auto"
     encoder_options: dict = field(default_factory=dict)
-    pool: str = "source2token"
+    pool: str | None = None
     mlp_hidden: int | None = None
     mlp_layers: int = 1
     activation: str = "relu"
@@ -69,6 +96,8 @@ class ModelConfig:
     decoder_layers: int | None = None
     share_embeddings: bool = False
     tie_output: bool = True
+    pretrained: str | None = None
+    convert: dict | list | None = None
 
     # choices listed by the modules that use them (model.norm, positional, pool, activation, backend, preset)
     # are checked when the model is built
@@ -90,7 +119,31 @@ class ModelConfig:
         "embed_init": positive(),
         "encoder_layers": optional(at_least(1)),
         "decoder_layers": optional(at_least(1)),
+        "pretrained": optional(Rule(lambda v: isinstance(v, str) and bool(v.strip()), "a model folder or name")),
+        "convert": optional(_CONVERSIONS),
     }
 
     def __post_init__(self):
         check_section(self, "model", self.RULES)
+        if self.pretrained is None:
+            if self.convert is not None:
+                raise ConfigError("model.convert converts layers of a pretrained encoder; set model.pretrained (a "
+                                  "model folder or name) too, or remove model.convert")
+            return
+        if self.type not in PRETRAINED_TYPES:
+            raise ConfigError(f"model.type {self.type!r} cannot use model.pretrained; expected one of "
+                              f"{', '.join(PRETRAINED_TYPES)}")
+        ignored = [f.name for f in dataclasses.fields(self) if f.name not in PRETRAINED_KEYS
+                   and getattr(self, f.name) != (f.default if f.default_factory is dataclasses.MISSING
+                                                 else f.default_factory())]
+        if ignored:
+            raise ConfigError(f"model.{ignored[0]} has no effect with model.pretrained (the pretrained encoder brings "
+                              f"its own embeddings, layers and sizes); remove it. With model.pretrained the model "
+                              f"keys are: {', '.join(PRETRAINED_KEYS)}")
+
+    @property
+    def pooling(self) -> str:
+        """``pool``, or its default for this encoder (class docstring)."""
+        if self.pool is not None:
+            return self.pool
+        return "mean" if self.pretrained is not None else "source2token"

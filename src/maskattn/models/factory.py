@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..errors import ConfigError
 from .classifier import SentenceClassifier
 from .config import MODEL_TYPES, ModelConfig
 from .pair import PairClassifier
@@ -48,6 +49,9 @@ def build_model(cfg: ModelConfig, vocab_size: int, num_classes: int, *, pad_id: 
     ``(vocab_size, embed_dim)`` embedding matrix (classifiers only)."""
     if cfg.type not in MODELS:
         raise ValueError(f"unknown model.type {cfg.type!r}; expected one of {', '.join(MODELS)}")
+    if cfg.pretrained is not None:
+        raise ConfigError(f"model.pretrained {cfg.pretrained!r}: a pretrained encoder brings its own tokenizer and "
+                          "vocabulary; build it with maskattn.models.build_pretrained(cfg, num_classes)")
     if cfg.type == "seq2seq":
         if pretrained is not None:
             raise ValueError("pretrained vectors (data.vectors) are not supported for seq2seq models")

@@ -1,4 +1,4 @@
-"""Sentence pooling (multi-dim source2token, mean, max) and the MLP classifier head."""
+"""Sentence pooling (multi-dim source2token, mean, max, first token) and the MLP classifier head."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from ..attention import Source2Token
 
 __all__ = ["Pool", "MLP", "POOLS"]
 
-POOLS = ("source2token", "mean", "max")
+POOLS = ("source2token", "mean", "max", "cls")
 
 
 class Pool(nn.Module):
-    """``(B, n, d)`` + padding mask → ``(B, d)``: multi-dim source2token attention (MTSA Eq. 9 pooling,
-    the default), or the mean / max over non-padding tokens."""
+    """``(B, n, d)`` + padding mask → ``(B, d)``: multi-dim source2token attention (MTSA Eq. 9 pooling),
+    the mean / max over non-padding tokens, or (``cls``) the first token — the ``[CLS]`` / ``<s>`` of a
+    pretrained encoder's input."""
 
     def __init__(self, d_model: int, kind: str = "source2token", *, dropout: float = 0.0):
         super().__init__()
@@ -26,6 +27,8 @@ class Pool(nn.Module):
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         if self.attention is not None:
             return self.attention(x, key_padding_mask=key_padding_mask)
+        if self.kind == "cls":
+            return x[:, 0]  # (B, n, d) -> (B, d)
         if key_padding_mask is None:
             return x.mean(1) if self.kind == "mean" else x.amax(1)
         keep = (~key_padding_mask).unsqueeze(-1)  # (B, n, 1)

@@ -18,7 +18,7 @@ from ..data.config import DataConfig
 from ..data.text import read_text
 from ..errors import ConfigError
 from ..models.config import ModelConfig
-from .optim import OPTIMIZERS, SCHEDULES
+from .optim import DECAY_TARGETS, OPTIMIZERS, SCHEDULES
 
 __all__ = ["OptimConfig", "LoopConfig", "RunConfig", "from_dict", "load_config", "apply_overrides",
            "PRESETS_DIR", "list_presets", "preset_path", "METRICS"]
@@ -31,8 +31,12 @@ PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"  # shipped inside 
 @dataclass
 class OptimConfig:
     """Optimiser and schedule. ``name``: ``adam``, ``adamw``, ``adadelta`` (MTSA: lr 0.5), ``sgd``;
-    ``weight_decay``: L2 penalty (coupled for adam/adadelta/sgd, decoupled for adamw); ``schedule``:
-    ``constant``, ``warmup`` (linear warm-up then constant), ``inverse_sqrt`` (warm-up then 1/√step),
+    ``weight_decay``: L2 penalty (coupled for adam/adadelta/sgd, decoupled for adamw), applied to every
+    parameter (``weight_decay_on: all``) or to weight matrices only (``matrices``: no biases, LayerNorm gains
+    or other vectors); ``layer_decay`` ``d``: layer-wise learning rates for a pretrained encoder, ``lr · d^k``
+    for the layer ``k`` below the classifier head (1 = off); ``schedule``:
+    ``constant``, ``warmup`` (linear warm-up then constant), ``linear`` (linear warm-up, then linear decay to 0
+    at the run's last step), ``inverse_sqrt`` (warm-up then 1/√step),
     ``plateau`` (× ``plateau_factor`` after ``plateau_patience`` evaluations without improvement);
     ``clip_norm``: gradient-norm clipping (0 = off); ``label_smoothing``: ε of the label-smoothed
     cross-entropy training loss (``None``: 0.1 for translation, 0 for classification)."""
@@ -40,6 +44,8 @@ class OptimConfig:
     name: str = "adam"
     lr: float = 1e-3
     weight_decay: float = 0.0
+    weight_decay_on: str = "all"
+    layer_decay: float = 1.0
     betas: list = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1e-8
     momentum: float = 0.0
@@ -56,6 +62,8 @@ class OptimConfig:
         "name": one_of(*OPTIMIZERS),
         "lr": at_least(0, integer=False),
         "weight_decay": at_least(0, integer=False),
+        "weight_decay_on": one_of(*DECAY_TARGETS),
+        "layer_decay": in_range(0, 1, low_open=True, high_open=False),
         "betas": pair(in_range(0, 1)),
         "eps": positive(),
         "momentum": at_least(0, integer=False),

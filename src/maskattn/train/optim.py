@@ -1,5 +1,7 @@
-"""Optimisers (Adam, AdamW, Adadelta, SGD) and learning-rate schedules (constant, warm-up,
-inverse square root, reduce-on-plateau), built from an :class:`~maskattn.train.config.OptimConfig`."""
+"""Optimisers (Adam, AdamW, Adadelta, SGD) with their parameter groups (weight decay on weight matrices only,
+layer-wise learning rates for fine-tuning) and learning-rate schedules (constant, warm-up, linear warm-up then
+linear decay, inverse square root, reduce-on-plateau), built from an
+:class:`~maskattn.train.config.OptimConfig`."""
 
 from __future__ import annotations
 
@@ -9,15 +11,55 @@ import torch
 import torch.nn as nn
 from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau
 
-__all__ = ["build_optimizer", "build_scheduler", "OPTIMIZERS", "SCHEDULES"]
+from ..errors import ConfigError
+
+__all__ = ["build_optimizer", "build_scheduler", "parameter_groups", "OPTIMIZERS", "SCHEDULES", "DECAY_TARGETS"]
 
 OPTIMIZERS = ("adam", "adamw", "adadelta", "sgd")
-SCHEDULES = ("constant", "warmup", "inverse_sqrt", "plateau")
+SCHEDULES = ("constant", "warmup", "linear", "inverse_sqrt", "plateau")
+DECAY_TARGETS = ("all", "matrices")  # optim.weight_decay_on
+
+
+def _decays(name: str, param: nn.Parameter) -> bool:
+    """Does ``weight_decay_on: matrices`` decay this parameter? Weight matrices (and embedding tables) yes;
+    biases, LayerNorm gains and other vectors no."""
+    return param.ndim >= 2 and not name.endswith("bias")
+
+
+def parameter_groups(cfg, model: nn.Module) -> list[dict]:
+    """The optimiser's parameter groups. ``optim.layer_decay`` ``d`` < 1: the model's layers
+    (``model.layer_groups()``, bottom first; pretrained encoders) get the learning rate ``lr · d^k`` at ``k``
+    layers below the top group (the head keeps ``lr``); ``optim.weight_decay_on: matrices`` puts the
+    parameters :func:`_decays` refuses into groups without weight decay. The top group comes first, so
+    ``param_groups[0]["lr"]`` is the learning rate of the head (what the metrics log shows). With neither
+    option: one group of every trainable parameter."""
+    if cfg.layer_decay != 1.0:
+        if not hasattr(model, "layer_groups"):
+            raise ConfigError(f"optim.layer_decay {cfg.layer_decay:g} needs a model with numbered layers, a "
+                              f"pretrained encoder (model.pretrained); {type(model).__name__} has none: set "
+                              "optim.layer_decay=1")
+        layers = model.layer_groups()
+    else:
+        layers = [[p for p in model.parameters() if p.requires_grad]]
+    names = {id(p): name for name, p in model.named_parameters()}
+    groups = []
+    for depth in reversed(range(len(layers))):
+        lr = cfg.lr * cfg.layer_decay ** (len(layers) - 1 - depth)
+        params = layers[depth]
+        if cfg.weight_decay_on == "matrices":
+            parts = [[p for p in params if _decays(names[id(p)], p)], [p for p in params if not _decays(names[id(p)], p)]]
+        else:
+            parts = [params, []]
+        for part, decay in zip(parts, (cfg.weight_decay, 0.0)):
+            if part:
+                groups.append({"params": part, "lr": lr, "weight_decay": decay})
+    return groups
 
 
 def build_optimizer(cfg, model: nn.Module) -> torch.optim.Optimizer:
-    """The optimiser over the model's trainable parameters; ``weight_decay`` is the L2 factor γ."""
-    params = [p for p in model.parameters() if p.requires_grad]
+    """The optimiser over the model's trainable parameters, in :func:`parameter_groups`; ``weight_decay`` is
+    the L2 factor γ (decoupled for ``adamw``)."""
+    params = parameter_groups(cfg, model)
     if cfg.name == "adam":
         return torch.optim.Adam(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
     if cfg.name == "adamw":
@@ -29,24 +71,37 @@ def build_optimizer(cfg, model: nn.Module) -> torch.optim.Optimizer:
     raise ValueError(f"unknown optim.name {cfg.name!r}; expected one of {', '.join(OPTIMIZERS)}")
 
 
-def _lr_factor(schedule: str, warmup: int):
+def _lr_factor(schedule: str, warmup: int, total: int | None):
     """Multiplier of the base learning rate at optimiser step ``step`` (0-based)."""
     def warmup_then_constant(step: int) -> float:
         return min(1.0, (step + 1) / warmup) if warmup else 1.0
+
+    def warmup_then_linear(step: int) -> float:  # 1 at the last warm-up step, 1 / (total − peak) at the last step
+        peak = max(warmup - 1, 0)
+        if step < peak:
+            return (step + 1) / warmup
+        return max(0.0, (total - step) / (total - peak))
 
     def inverse_sqrt(step: int) -> float:
         s, w = step + 1, max(1, warmup)
         return min(s / w, math.sqrt(w / s)) if warmup else 1.0 / math.sqrt(s)
 
-    return {"warmup": warmup_then_constant, "inverse_sqrt": inverse_sqrt, "constant": lambda step: 1.0}[schedule]
+    return {"warmup": warmup_then_constant, "linear": warmup_then_linear, "inverse_sqrt": inverse_sqrt,
+            "constant": lambda step: 1.0}[schedule]
 
 
-def build_scheduler(cfg, optimizer: torch.optim.Optimizer):
-    """A step-wise ``LambdaLR`` (constant / warmup / inverse_sqrt; call ``step()`` after every optimiser
-    step) or an evaluation-wise ``ReduceLROnPlateau`` (call ``step(dev_metric)`` after every evaluation)."""
+def build_scheduler(cfg, optimizer: torch.optim.Optimizer, total_steps: int | None = None):
+    """A step-wise ``LambdaLR`` (constant / warmup / linear / inverse_sqrt; call ``step()`` after every
+    optimiser step) or an evaluation-wise ``ReduceLROnPlateau`` (call ``step(dev_metric)`` after every
+    evaluation). ``linear`` (the usual fine-tuning schedule) rises linearly to ``lr`` at the last of
+    ``warmup_steps`` steps, then decays linearly to reach 0 just after the last of the run's ``total_steps``
+    (which it needs), so every step trains."""
     if cfg.schedule not in SCHEDULES:
         raise ValueError(f"unknown optim.schedule {cfg.schedule!r}; expected one of {', '.join(SCHEDULES)}")
     if cfg.schedule == "plateau":
         return ReduceLROnPlateau(optimizer, mode="max", factor=cfg.plateau_factor, patience=cfg.plateau_patience,
                                  min_lr=cfg.min_lr)
-    return LambdaLR(optimizer, _lr_factor(cfg.schedule, cfg.warmup_steps))
+    if cfg.schedule == "linear" and (total_steps is None or total_steps < cfg.warmup_steps):
+        raise ConfigError(f"optim.schedule 'linear' decays towards 0 at the run's last step, which must not come "
+                          f"before the end of optim.warmup_steps {cfg.warmup_steps}; the run has {total_steps} steps")
+    return LambdaLR(optimizer, _lr_factor(cfg.schedule, cfg.warmup_steps, total_steps))

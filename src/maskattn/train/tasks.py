@@ -6,6 +6,8 @@ evaluates a split, and says what a checkpoint must carry to feed the model text 
 
 * :class:`ClassificationTask` — sentence / pair classifiers and taggers (``model.type`` ``sentence``,
   ``pair``, ``tagger``): example batches of ``train.batch_size``, cross-entropy, accuracy / F1.
+* :class:`PretrainedClassificationTask` — the same on a pretrained Hugging Face encoder (``model.pretrained``),
+  the text encoded by that model's tokenizer.
 * :class:`TranslationTask` — ``model.type: seq2seq`` on parallel text: joint subword model, batches of at
   most ``data.max_tokens`` tokens, label-smoothed cross-entropy per target token, dev loss / perplexity and
   sacreBLEU BLEU / chrF of greedy or beam decoding.
@@ -26,15 +28,18 @@ from ..checkpoint import Checkpoint
 from ..data.batching import IGNORE_INDEX, BucketBatchSampler, collate
 from ..data.parallel import (ParallelText, TokenBatchSampler, collate_pairs, encode_pairs, parallel_paths,
                              read_parallel)
-from ..data.pipeline import PreparedData, prepare_data
+from ..data.pipeline import PreparedData, prepare_data, prepare_pretrained_data
+from ..data.pretrained import tokenizer_fingerprint
 from ..data.subword import PAD_ID, SUBWORD_TYPES, SubwordModel
 from ..data.vocab import LabelSet, Vocabulary
-from ..errors import CheckpointError
-from ..inference import Translator, corpus_scores, evaluate, input_limit, subword_from_checkpoint, summed_loss
+from ..errors import CheckpointError, ConfigError
+from ..inference import (Translator, check_tokenizer, corpus_scores, evaluate, input_limit, pretrained_input_limit,
+                         subword_from_checkpoint, summed_loss)
 from ..models.factory import build_model
+from ..models.pretrained import PretrainedClassifier, encoder_max_tokens, load_pretrained_encoder
 from .config import RunConfig
 
-__all__ = ["Task", "ClassificationTask", "TranslationTask", "build_task"]
+__all__ = ["Task", "ClassificationTask", "PretrainedClassificationTask", "TranslationTask", "build_task"]
 
 TRANSLATION_LABEL_SMOOTHING = 0.1  # default ε for translation (Vaswani et al. 2017 §5.4)
 
@@ -119,6 +124,38 @@ class ClassificationTask:
 
     def data_summary(self) -> dict:
         return {}
+
+
+class PretrainedClassificationTask(ClassificationTask):
+    """Sentence / pair classification on a pretrained encoder (``model.pretrained``, with ``model.convert``):
+    the files are read as for :class:`ClassificationTask` and encoded by the encoder's own tokenizer (a pair as
+    the tokenizer's sentence pair, :mod:`maskattn.data.pretrained`); sequences are cut to ``data.max_len``
+    tokens, or to what the encoder reads. A checkpoint carries no vocabulary but the tokenizer's fingerprint:
+    resuming (or loading) it rebuilds the encoder from the same folder, replays the conversions and checks that
+    the folder's tokenizer is the one it was trained with."""
+
+    def __init__(self, cfg: RunConfig, device: torch.device, checkpoint: Checkpoint | None = None):
+        self.metrics = ("accuracy", "loss")
+        if cfg.data.format not in ("tsv", "trec", "trec_fine", "nli"):
+            raise ConfigError(f"data.format {cfg.data.format!r} cannot feed a pretrained encoder (model.pretrained); "
+                              "expected tsv, trec, trec_fine (sentences) or nli (pairs)")
+        if (cfg.data.format == "nli") != (cfg.model.type == "pair"):
+            raise ConfigError(f"model.type {cfg.model.type!r} does not match data.format {cfg.data.format!r}: "
+                              "sentence pairs (nli) need model.type=pair, single sentences model.type=sentence")
+        self.cfg, self.device = cfg, device
+        self.label_smoothing = _label_smoothing(cfg, 0.0)
+        encoder, self.tokenizer = load_pretrained_encoder(cfg.model, replay=checkpoint is not None)
+        if checkpoint is not None:
+            check_tokenizer(checkpoint, self.tokenizer)
+        max_len = pretrained_input_limit(cfg.data, encoder_max_tokens(encoder, self.tokenizer))
+        labels = LabelSet(checkpoint.labels) if checkpoint else None
+        self.data: PreparedData = prepare_pretrained_data(cfg.data, self.tokenizer, max_len=max_len, labels=labels)
+        self.sampler = BucketBatchSampler(self.data.train, cfg.train.batch_size, seed=cfg.train.seed)
+        self.model = PretrainedClassifier.from_config(encoder, self.tokenizer, cfg.model, len(self.data.labels))
+
+    def checkpoint_fields(self) -> dict:
+        return {"vocab": [], "labels": self.data.labels.itos,
+                "extra": {"tokenizer_sha256": tokenizer_fingerprint(self.tokenizer)}}
 
 
 def _fingerprint(paths: list[Path]) -> str:
@@ -241,6 +278,10 @@ class TranslationTask:
 
 
 def build_task(cfg: RunConfig, device: torch.device, checkpoint: Checkpoint | None = None) -> Task:
-    """The task of ``cfg.model.type``: translation for ``seq2seq``, classification otherwise."""
-    cls = TranslationTask if cfg.model.type == "seq2seq" else ClassificationTask
-    return cls(cfg, device, checkpoint)
+    """The task of ``cfg.model``: translation for ``seq2seq``, classification on a pretrained encoder with
+    ``model.pretrained``, classification otherwise."""
+    if cfg.model.type == "seq2seq":
+        return TranslationTask(cfg, device, checkpoint)
+    if cfg.model.pretrained is not None:
+        return PretrainedClassificationTask(cfg, device, checkpoint)
+    return ClassificationTask(cfg, device, checkpoint)

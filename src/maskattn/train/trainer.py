@@ -119,7 +119,7 @@ class Trainer:
         self.sampler = self.task.sampler
         self.model = self.task.model.to(self.device)
         self.optimizer = build_optimizer(cfg.optim, self.model)
-        self.scheduler = build_scheduler(cfg.optim, self.optimizer)
+        self.scheduler = build_scheduler(cfg.optim, self.optimizer, self.total_steps())
         self.step, self.epoch, self.position = 0, 0, 0
         self.best_metric, self.best_step, self.bad_evals = None, None, 0
         self.ema = build_ema(self.model, loop.ema_decay)
