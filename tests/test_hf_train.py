@@ -347,3 +347,24 @@ def test_the_trec_preset_fine_tunes_the_installed_minilm_offline(tmp_path):
     assert summary["steps"] == 2 and 0.0 <= summary["test"]["accuracy"] <= 1.0
     assert trainer.task.data.train[0]["tokens"][0] == trainer.task.tokenizer.cls_token_id
     assert len(loaded.model.encoder.encoder.layer) == 6 and loaded.input_limit == 64
+
+
+def test_the_fine_tuning_step_benchmark_times_every_variant(tmp_path, bert, capsys, monkeypatch):
+    from maskattn.bench import finetune
+
+    def lower_layer(spec):  # the tiny BERT has 2 layers: "layers 0-2" becomes layer 0
+        return None if spec is None else {**spec, "layers": [0] if spec["layers"] == [0, 1, 2] else spec["layers"]}
+
+    two_layers = {name: lower_layer(spec) for name, spec in finetune.VARIANTS.items()}
+    monkeypatch.setattr(finetune, "VARIANTS", two_layers)
+    with offline():
+        assert finetune.main(["--pretrained", str(bert), "--batch", "2", "--lengths", "5,9", "--repeats", "1",
+                              "--warmup", "0", "--out", str(tmp_path)]) == 0
+    records = json.loads((tmp_path / "finetune.json").read_text())["records"]
+    assert [(r["variant"], r["length"]) for r in records] == [(v, n) for v in finetune.VARIANTS for n in (5, 9)]
+    assert all(r["ms_median"] > 0 for r in records)
+    assert [r["ratio"] for r in records if r["convert"] is None] == [1.0, 1.0]
+    table = (tmp_path / "finetune.md").read_text()
+    assert table in capsys.readouterr().out and table.count("\n") == 2 + len(finetune.VARIANTS)
+    with pytest.raises(SystemExit, match="--lengths must be comma-separated positive ints, got '5,x'"):
+        finetune.main(["--pretrained", str(bert), "--lengths", "5,x"])
