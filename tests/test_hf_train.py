@@ -12,7 +12,6 @@ import warnings
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 import yaml
 
 pytest.importorskip("transformers")
@@ -32,7 +31,7 @@ from maskattn.models.pretrained import resolve_pretrained  # noqa: E402
 from maskattn.train import RunConfig, Trainer, from_dict, load_checkpoint, read_metrics, resume  # noqa: E402
 from maskattn.train.config import OptimConfig, load_config, preset_path  # noqa: E402
 from maskattn.train.optim import parameter_groups  # noqa: E402
-from test_train_ddp import free_port  # noqa: E402
+from test_train_ddp import assert_two_processes_train_as_one  # noqa: E402
 
 runner = CliRunner()
 VOCABULARY = WORDS + ["good", "bad", "no", "."]
@@ -223,16 +222,7 @@ def ddp_worker(rank: int, world: int, port: int, data: str, folder: str, out: st
 def test_two_processes_train_the_same_converted_encoder_as_one(tmp_path):
     data = write_sentiment(tmp_path)
     folder = save_tiny_pretrained(tmp_path / "bert", VOCABULARY, dropout=0.0)
-    ddp_worker(0, 1, free_port(), str(data), str(folder), str(tmp_path / "single"))
-    os.environ.pop("WORLD_SIZE", None)
-    mp.spawn(ddp_worker, args=(2, free_port(), str(data), str(folder), str(tmp_path / "ddp")), nprocs=2, join=True)
-    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        os.environ.pop(key, None)
-    single = load_checkpoint(tmp_path / "single" / "last.safetensors").model_state
-    ddp = load_checkpoint(tmp_path / "ddp" / "last.safetensors").model_state
-    assert single.keys() == ddp.keys()
-    for name in single:
-        assert torch.allclose(single[name], ddp[name], atol=1e-5, rtol=1e-4), name
+    assert_two_processes_train_as_one(ddp_worker, tmp_path, str(data), str(folder))
     assert torch.allclose(torch.tensor(train_losses(tmp_path / "single")), torch.tensor(train_losses(tmp_path / "ddp")),
                           atol=1e-5)
 

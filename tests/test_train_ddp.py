@@ -29,19 +29,24 @@ def worker(rank: int, world: int, port: int, data: str, out: str) -> None:
     Trainer(cfg).fit()
 
 
-def test_two_processes_train_the_same_model_as_one(tmp_path):
-    data = write_sentiment(tmp_path)
-    worker(0, 1, free_port(), str(data), str(tmp_path / "single"))
+def assert_two_processes_train_as_one(run, tmp_path, *args) -> None:
+    """``run(rank, world_size, port, *args, out_dir)`` once in this process and once in two spawned processes
+    (into ``tmp_path``/single and /ddp): the final weights must agree."""
+    run(0, 1, free_port(), *args, str(tmp_path / "single"))
     os.environ.pop("WORLD_SIZE", None)
-    mp.spawn(worker, args=(2, free_port(), str(data), str(tmp_path / "ddp")), nprocs=2, join=True)
+    mp.spawn(run, args=(2, free_port(), *args, str(tmp_path / "ddp")), nprocs=2, join=True)
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         os.environ.pop(key, None)
-
     single = load_checkpoint(tmp_path / "single" / "last.safetensors").model_state
     ddp = load_checkpoint(tmp_path / "ddp" / "last.safetensors").model_state
     assert single.keys() == ddp.keys()
     for name in single:
         assert torch.allclose(single[name], ddp[name], atol=1e-5, rtol=1e-4), name
+
+
+def test_two_processes_train_the_same_model_as_one(tmp_path):
+    data = write_sentiment(tmp_path)
+    assert_two_processes_train_as_one(worker, tmp_path, str(data))
     losses = lambda run: [r["loss"] for r in read_metrics(tmp_path / run / "metrics.jsonl") if r["split"] == "train"]
     assert len(losses("ddp")) == 8
     assert torch.allclose(torch.tensor(losses("single")), torch.tensor(losses("ddp")), atol=1e-5)
