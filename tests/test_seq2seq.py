@@ -414,4 +414,7 @@ def test_learns_to_copy():
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", PRESETS)
 def test_learns_to_reverse(preset):
-    check_learns(preset, steps=600 if preset == "mtsa-encoder" else 300, reverse=True)
+    # MTSA's encoder needs more steps: at 600 it solved 94, 100 and 97 of 100 with seeds 0, 1, 2 (its kernel's
+    # float32 rounding since the fp32-work-dtype change moved seed 0 from just above the bar to just below);
+    # at 800, 100 with each
+    check_learns(preset, steps=800 if preset == "mtsa-encoder" else 300, reverse=True)
