@@ -358,5 +358,5 @@ def test_the_fine_tuning_step_benchmark_times_every_variant(tmp_path, bert, caps
     assert [r["ratio"] for r in records if r["convert"] is None] == [1.0, 1.0]
     table = (tmp_path / "finetune.md").read_text()
     assert table in capsys.readouterr().out and table.count("\n") == 2 + len(finetune.VARIANTS)
-    with pytest.raises(SystemExit, match="--lengths must be comma-separated positive ints, got '5,x'"):
+    with pytest.raises(SystemExit, match="--lengths: lengths must be positive integers separated by commas, got 'x' in '5,x'"):
         finetune.main(["--pretrained", str(bert), "--lengths", "5,x"])

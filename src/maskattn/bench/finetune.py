@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from ..models.config import ModelConfig
 from ..models.pretrained import PretrainedClassifier, load_pretrained_encoder
 from .measure import machine_info, time_call
+from .settings import parse_lengths
 
 __all__ = ["VARIANTS", "step_time", "main"]
 
@@ -55,16 +56,6 @@ def step_time(model: PretrainedClassifier, batch: int, length: int, *, repeats: 
     return time_call(step, repeats=repeats, warmup=warmup)
 
 
-def _parse_lengths(text: str) -> list[int]:
-    try:
-        lengths = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise SystemExit(f"--lengths must be comma-separated positive ints, got {text!r}") from None
-    if not lengths or min(lengths) < 1:
-        raise SystemExit(f"--lengths must be comma-separated positive ints, got {text!r}")
-    return lengths
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m maskattn.bench.finetune", description=__doc__.split("\n\n")[0])
     parser.add_argument("--pretrained", default="all-MiniLM-L6-v2", help="a local model folder or package name")
@@ -77,7 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.batch < 1 or args.repeats < 1 or args.warmup < 0 or args.threads < 1:
         raise SystemExit("--batch, --repeats and --threads must be >= 1, --warmup >= 0")
-    lengths = _parse_lengths(args.lengths)
+    try:
+        lengths = parse_lengths(args.lengths)
+    except ValueError as exc:
+        raise SystemExit(f"--lengths: {exc}") from None
     torch.set_num_threads(args.threads)
     records = []
     for name, conversion in VARIANTS.items():
