@@ -272,6 +272,25 @@ def test_bfloat16_runs(backend):
                                atol=tol(torch.bfloat16), rtol=tol(torch.bfloat16))
 
 
+@pytest.mark.parametrize("backend, compiled", [("sdpa", False), ("sdpa", True), ("flex", False), ("banded", False),
+                                               ("banded", True)])  # compiled CPU flex: tests/test_compile.py
+def test_float16_keeps_rows_whose_keys_lie_far_below_the_maximum(backend, compiled):
+    """float16's range ends ~10 below the maximum source2token score (exp(−9.7) ≈ its smallest normal): rows whose
+    allowed keys all lie there (here: forward windows at the start, scores spread ±12) must still be exact, not 0
+    — the factorised form runs in float32 and returns float16 (docs/design.md §3). Compiled, no eager recompute of
+    underflowed rows can hide a loss (as on CUDA, where an H100 run found it: docs/gpu.md)."""
+    q, k, v, s2t = make_inputs(B=2, H=2, n=8, dtype=torch.float64)
+    s2t = s2t / s2t.abs().amax() * 12
+    mask = M.band(2, 0) if backend == "banded" else M.per_head([M.forward(), M.backward()])
+    attend = torch.compile(tensorized_attention, backend="aot_eager", fullgraph=True) if compiled \
+        else tensorized_attention
+    with torch.no_grad():  # flex: no CPU backward
+        out = attend(*(t.half() for t in (q, k, v, s2t)), mask, backend=backend)
+    assert out.dtype == torch.float16
+    dense = dense_allowed(mask, None, 2, 2, 8)
+    torch.testing.assert_close(out.double(), oracle(q, k, v, s2t, dense, "log_sigmoid"), atol=4e-3, rtol=4e-3)
+
+
 @settings(max_examples=25, deadline=None)
 @given(B=st.integers(1, 3), H=st.integers(1, 3), n=st.integers(1, 12), d_k=st.integers(1, 6),
        d_v=st.integers(1, 6), seed=st.integers(0, 2**31 - 1), scale=st.sampled_from(SCALES),

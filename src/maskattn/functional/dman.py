@@ -206,9 +206,10 @@ def dynamic_mask_attention_reference(q, k, v, query_logit, distance_bias, head_b
 def _flex(q, k, v, a, table, u, causal, kpm, q_offset, mask_floor):
     D = _max_distance(table)
     off = q_offset
+    lowest = -D  # a plain captured value, not an expression: see the note in functional/local.py's _flex
 
     def score_mod(score, b, h, q_idx, kv_idx):
-        idx = (q_idx + off - kv_idx).clamp(-D, D) + D
+        idx = (q_idx - kv_idx + off).clamp(lowest, D) + D
         return score + _log_mask(a[b, q_idx] + table[idx] + u[h], mask_floor)
 
     B, H, n, _ = q.shape

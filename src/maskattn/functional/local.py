@@ -178,18 +178,22 @@ def _flex(q, k, v, left, right, index, valid, kpm, scale, score_mod):
     A = 1 if index is None else index.shape[1]
     keep = None if kpm is None else (~kpm).repeat(1, A)  # (B, A·n): key slot kv_idx is position kv_idx mod n
     truncated = valid is not None  # the area of an edge head stops at the head axis (CSAN 2D, "truncate")
+    # every integer the predicate uses is a plain captured value, never an expression of them (-left, A // 2):
+    # compiled with dynamic shapes, they become symbols, and torch 2.11's CUDA lowering of flex cannot take a
+    # captured symbolic *expression* as a mask buffer (ShapeAsConstantBuffer has no dtype)
+    lowest, half, past_last = -left, A // 2, H + A // 2
 
     def mask_mod(b, h, q_idx, kv_idx):
         j = kv_idx % n
         rel = j - q_idx
-        ok = (rel >= -left) & (rel <= right)
+        ok = (rel >= lowest) & (rel <= right)
         if keep is not None:
             ok = ok & keep[b, kv_idx]
         if truncated:
             # key slot a = kv_idx // n holds head h + a − A/2, which exists when kv_idx lies in [(A/2 − h)·n,
             # (H + A/2 − h)·n); written arithmetically and through torch.where (Inductor's CPU code for a captured
             # table, or for `&` with this comparison, does not compile in torch 2.13)
-            ok = torch.where((kv_idx >= (A // 2 - h) * n) & (kv_idx < (H + A // 2 - h) * n), ok, False)
+            ok = torch.where((kv_idx >= (half - h) * n) & (kv_idx < (past_last - h) * n), ok, False)
         return ok
 
     key = ("csan", left, right, H, A, truncated) + (() if kpm is None else (id(kpm),))

@@ -97,6 +97,14 @@ def tensorized_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s2t:
                               dropout=drop > 0, band=band is not None)
     if chosen == "reference":
         return _reference(q, k, v, s2t, mask, kpm, scale, drop)
+    if q.dtype == torch.float16:
+        # float16 has 5 exponent bits: E = exp(S − max) and the denominator of [v ⊙ E ; E] leave its normal range
+        # once a row's keys lie ~10 below the feature's maximum (bfloat16 keeps float32's range); the factorised
+        # form runs in float32 and returns float16 (docs/design.md §3)
+        with torch.autocast(q.device.type, enabled=False):
+            out = tensorized_attention(q.float(), k.float(), v.float(), s2t.float(), mask, scale=scale,
+                                       backend=chosen, key_padding_mask=kpm, dropout_p=dropout_p, training=training)
+        return out.to(torch.float16)
     if chosen == "banded":
         return _banded(q, k, v, s2t, mask, kpm, scale, band, drop)
     return _factorised(q, k, v, s2t, mask, kpm, scale, chosen, drop)

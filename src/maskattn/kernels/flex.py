@@ -27,6 +27,11 @@ __all__ = ["flex_available", "flex_attention_call", "block_mask_scope", "BLOCK_M
 
 #: static block masks kept by the eager path (least recently used dropped first)
 BLOCK_MASK_CACHE_SIZE = 64
+#: FlexAttention's CUDA kernel refuses smaller head dims (torch 2.11: "NYI: embedding dimension ... at least 16");
+#: :func:`flex_attention_call` zero-pads q, k and v up to it
+FLEX_MIN_HEAD_DIM = 16
+#: compiled entries allowed for the shared eager-CUDA flex function (one per mask / score-mod kind and dtype)
+FLEX_RECOMPILE_LIMIT = 64
 _static_block_masks: OrderedDict = OrderedDict()
 #: per forward of a stack (block_mask_scope): the block masks of batch-dependent masks
 _scoped_block_masks: contextvars.ContextVar[dict | None] = contextvars.ContextVar("maskattn_block_masks",
@@ -91,18 +96,28 @@ def _block_mask(mask: Mask, B: int, H: int, n: int, m: int, device: torch.device
     return block_mask
 
 
+def _pad_last(t: torch.Tensor, size: int) -> torch.Tensor:
+    return t if t.shape[-1] >= size else torch.nn.functional.pad(t, (0, size - t.shape[-1]))
+
+
 def flex_attention_call(q, k, v, *, score_mod=None, mask: Mask | None = None, scale: float | None = None) -> torch.Tensor:
     """FlexAttention of q ``(B, H, n, d)``, k ``(B, H, m, d)``, v ``(B, H, m, d_v)`` with a ``score_mod`` and
     a :class:`~maskattn.masks.Mask` predicate (True = attend; :func:`maskattn.masks.predicate` builds one
     from a dense mask and key padding). Under ``torch.no_grad()`` the inputs are detached (flex on CPU refuses
     inputs that require grad even when autograd is off). A query with no allowed key returns 0
-    (FlexAttention's own convention)."""
+    (FlexAttention's own convention). On CUDA, head dims below :data:`FLEX_MIN_HEAD_DIM` are zero-padded."""
     from torch.nn.attention.flex_attention import flex_attention
 
     if not torch.is_grad_enabled():
         q, k, v = q.detach(), k.detach(), v.detach()
-    B, H, n, _ = q.shape
-    m = k.shape[-2]
+    B, H, n, d = q.shape
+    m, d_v = k.shape[-2], v.shape[-1]
+    if q.device.type == "cuda" and min(d, d_v) < FLEX_MIN_HEAD_DIM:
+        # the CUDA kernel needs head dims >= 16: zero features change no score q·k and add zero output columns
+        scale = d ** -0.5 if scale is None else scale
+        q, k = _pad_last(q, FLEX_MIN_HEAD_DIM), _pad_last(k, FLEX_MIN_HEAD_DIM)
+        v = _pad_last(v, FLEX_MIN_HEAD_DIM)
+        return flex_attention_call(q, k, v, score_mod=score_mod, mask=mask, scale=scale)[..., :d_v]
     block_mask = None if mask is None else _block_mask(mask, B, H, n, m, q.device)
     if torch.compiler.is_compiling():
         if q.device.type == "cpu" and mask is not None and not mask.static:
@@ -113,7 +128,10 @@ def flex_attention_call(q, k, v, *, score_mod=None, mask: Mask | None = None, sc
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
     if q.device.type == "cuda":
-        return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+        # every distinct score_mod / mask_mod (mechanism, dtype) is one more compiled entry of this one function;
+        # past Dynamo's default limit of 8 it would silently fall back to flex's dense O(n²) math path
+        with torch._dynamo.config.patch(recompile_limit=FLEX_RECOMPILE_LIMIT):
+            return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
