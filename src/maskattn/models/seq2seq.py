@@ -218,6 +218,10 @@ class Seq2Seq(nn.Module):
             raise ValueError(f"{name} must have shape (batch, length), got {tuple(ids.shape)}")
         if ids.shape[0] == 0 or ids.shape[1] == 0:
             raise ValueError(f"{name} is empty (shape {tuple(ids.shape)}); expected at least one row and one token")
+        if torch.compiler.is_compiling():
+            # reading the range is a host synchronisation and a graph break (Tensor.item) in every compiled step —
+            # on a GPU, 16 recompilations in 50 steps (docs/gpu.md); compiled, the embedding's own check stands
+            return ids.long()
         low, high = int(ids.min()), int(ids.max())
         if low < 0 or high >= vocab_size:
             raise ValueError(f"{name} holds ids in [{low}, {high}] but the vocabulary has {vocab_size} entries "
