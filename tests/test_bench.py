@@ -123,6 +123,32 @@ def test_point_over_the_memory_budget_is_skipped_with_a_message_and_not_run(tmp_
     assert skipped["fwd_ms_median"] is None and skipped["peak_mib"] is None and skipped["est_mib"] > 0.005 * 1024
 
 
+def test_a_run_stopped_part_way_keeps_the_lengths_it_finished(tmp_path, monkeypatch):
+    """A time limit or Ctrl-C during the second length: bench.json and bench.csv already hold the first, with a
+    note that the result is partial (on a GPU, a run stopped at n = 16384 once lost every length before it)."""
+    real = runner.measure_point
+
+    def stopped_at_16(module, x, *args, **kwargs):
+        if x.shape[1] == 16:
+            raise KeyboardInterrupt
+        return real(module, x, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "measure_point", stopped_at_16)
+    result = bench(tmp_path, "--lengths", "8,16", "--repeats", "1", "--mechanisms", "mha")
+    assert result.exit_code != 0
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    assert {r["n"] for r in saved["records"]} == {8} and saved["records"][0]["status"] == "ok"
+    assert any("partial result" in note and "n = 8 of [8, 16]" in note for note in saved["notes"])
+    with open(tmp_path / "bench.csv", newline="") as f:
+        assert {row["n"] for row in csv.DictReader(f)} == {"8"}
+    monkeypatch.undo()
+    complete = bench(tmp_path, "--lengths", "8,16", "--repeats", "1", "--mechanisms", "mha")
+    assert complete.exit_code == 0, complete.output
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    assert {r["n"] for r in saved["records"]} == {8, 16}
+    assert not any("partial result" in note for note in saved["notes"])
+
+
 def test_out_of_memory_is_skipped_and_other_errors_fail_the_command(tmp_path, monkeypatch):
     def raising(module, x, *args, **kwargs):
         if isinstance(module, maskattn.MTSA):

@@ -442,7 +442,8 @@ def bench(
     """Time (forward and backward separately) and peak memory of every mechanism × backend and the baselines
     against sequence length, with FLOPs and the fraction of this machine's matmul rate (docs/bench.md).
     Exit code 1 when a point failed with an error (outputs are still written), 2 for invalid options."""
-    from .bench import BenchSettings, parse_lengths, parse_names, render_tables, run_benchmark, write_outputs
+    from .bench import (BenchSettings, output_folder, parse_lengths, parse_names, render_tables, run_benchmark,
+                        write_csv, write_json, write_outputs)
 
     console = Console()
     if not console.is_terminal:  # a file or pipe has no width limit: keep the table's rows on one line each
@@ -462,7 +463,10 @@ def bench(
             raise ValueError(f"give either --quick or --preset {preset}, not both")
         preset = "quick" if quick else preset
         settings = BenchSettings.preset(preset, **given) if preset else BenchSettings(**given)
-        result = run_benchmark(settings, log=lambda line: console.print(escape(line), highlight=False))
+        folder = output_folder(out)  # a stopped run keeps the lengths it finished (bench.csv, bench.json)
+        result = run_benchmark(settings, log=lambda line: console.print(escape(line), highlight=False),
+                               on_length=lambda partial: (write_csv(partial, folder / "bench.csv"),
+                                                          write_json(partial, folder / "bench.json")))
         paths = write_outputs(result, out)
     for table in render_tables(result):
         console.print(table)

@@ -21,7 +21,7 @@ Outputs: ``bench.csv``, ``bench.json`` (fields documented in :data:`FIELDS`) and
 from .baselines import BASELINES, Algorithm1, TorchMHA, list_baselines
 from .costs import Point, estimate_bytes, family_of, forward_flops, step_flops
 from .measure import count_flops, machine_info, matmul_gflops_per_s, measure_point, peak_memory_bytes, time_call
-from .report import plot, render_tables, write_csv, write_json, write_outputs
+from .report import output_folder, plot, render_tables, write_csv, write_json, write_outputs
 from .runner import FIELDS, MEMORY_FRACTION, BenchResult, run_benchmark
 from .settings import (
     PRESETS,
@@ -40,5 +40,5 @@ __all__ = [
     "BASELINES", "Algorithm1", "TorchMHA", "list_baselines",
     "Point", "family_of", "forward_flops", "step_flops", "estimate_bytes",
     "measure_point", "matmul_gflops_per_s", "time_call", "peak_memory_bytes", "count_flops", "machine_info",
-    "write_outputs", "write_csv", "write_json", "plot", "render_tables",
+    "write_outputs", "write_csv", "write_json", "output_folder", "plot", "render_tables",
 ]

@@ -112,13 +112,19 @@ def plot(result: BenchResult, path: Path) -> Path:
     return path
 
 
-def write_outputs(result: BenchResult, out_dir: Path | str) -> dict[str, Path]:
-    """Write ``bench.csv``, ``bench.json`` and ``bench.png`` into ``out_dir`` (created if missing)."""
+def output_folder(out_dir: Path | str) -> Path:
+    """``out_dir`` as a folder for the outputs, created if missing (``ValueError`` if it is a file)."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"out must be a folder (bench.csv, bench.json and bench.png go there), but {out_dir} "
                          "is a file")
     out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir
+
+
+def write_outputs(result: BenchResult, out_dir: Path | str) -> dict[str, Path]:
+    """Write ``bench.csv``, ``bench.json`` and ``bench.png`` into ``out_dir`` (created if missing)."""
+    out_dir = output_folder(out_dir)
     return {"csv": write_csv(result, out_dir / "bench.csv"), "json": write_json(result, out_dir / "bench.json"),
             "png": plot(result, out_dir / "bench.png")}
 

@@ -147,10 +147,13 @@ def _record(candidate, module, point, device, settings, **values) -> dict:
     return record
 
 
-def run_benchmark(settings: BenchSettings, *, log: Callable[[str], None] | None = None) -> BenchResult:
+def run_benchmark(settings: BenchSettings, *, log: Callable[[str], None] | None = None,
+                  on_length: Callable[[BenchResult], None] | None = None) -> BenchResult:
     """Run the benchmark ``settings`` describe; ``log`` receives progress lines and notes (skipped
-    points, pairs left out). Raises ``ValueError`` before measuring anything when a selected module
-    cannot be built with the settings (e.g. ``heads`` too small for ``csan2d``)."""
+    points, pairs left out); ``on_length`` receives the result so far after each sequence length (with a note
+    that it is partial), so that a run stopped part-way keeps what it measured. Raises ``ValueError`` before
+    measuring anything when a selected module cannot be built with the settings (e.g. ``heads`` too small for
+    ``csan2d``)."""
     if not isinstance(settings, BenchSettings):
         raise TypeError(f"settings must be a maskattn.bench.BenchSettings, got {type(settings).__name__}")
     say = log or (lambda message: None)
@@ -191,6 +194,11 @@ def run_benchmark(settings: BenchSettings, *, log: Callable[[str], None] | None 
             say(f"{device} n={n}: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v)
                 + f" ({time.perf_counter() - started_n:.1f} s)")
             del x
+            if on_length is not None:
+                done = f"partial result: {device} measured up to n = {n} of {list(settings.lengths)}"
+                on_length(BenchResult(machine=machine, settings={**settings.to_dict(), "mem_budget": budgets},
+                                      descriptions=descriptions, notes=[*notes, done], records=list(records),
+                                      wall_s=time.perf_counter() - started))
     if hasattr(os, "getloadavg"):
         machine["load_average_end"] = list(os.getloadavg())
     return BenchResult(machine=machine, settings={**settings.to_dict(), "mem_budget": budgets},
