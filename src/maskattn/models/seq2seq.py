@@ -222,7 +222,7 @@ class Seq2Seq(nn.Module):
             # reading the range is a host synchronisation and a graph break (Tensor.item) in every compiled step —
             # on a GPU, 16 recompilations in 50 steps (docs/gpu.md); compiled, the embedding's own check stands
             return ids.long()
-        low, high = int(ids.min()), int(ids.max())
+        low, high = torch.stack(torch.aminmax(ids)).tolist()  # one host read, not two
         if low < 0 or high >= vocab_size:
             raise ValueError(f"{name} holds ids in [{low}, {high}] but the vocabulary has {vocab_size} entries "
                              f"(valid ids 0 … {vocab_size - 1})")
