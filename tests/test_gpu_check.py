@@ -4,6 +4,7 @@ runs its whole pipeline on the CPU at toy sizes."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -64,3 +65,19 @@ def test_smoke_run_writes_the_report(tmp_path):
     assert all(row["exit_code"] == 0 and row["steps"] == 2 for row in summary["training"])
     report = (out / "gpu.md").read_text()
     assert "## maskattn bench --preset gpu" in report and "--smoke" in report
+
+
+def test_failures_are_logged_as_they_happen(tmp_path):
+    """tests/conftest.py appends each failure's traceback to MASKATTN_FAILURE_LOG at once (gpu_check sets it), so
+    a pytest run stopped by a time limit keeps them; passing tests write nothing."""
+    (tmp_path / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
+    (tmp_path / "test_demo.py").write_text("def test_ok():\n    pass\n\n\ndef test_broken():\n"
+                                           "    assert 1 + 1 == 3, 'arithmetic'\n")
+    log = tmp_path / "failures.log"
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                            capture_output=True, text=True, cwd=tmp_path,
+                            env={**os.environ, "MASKATTN_FAILURE_LOG": str(log)})
+    assert result.returncode == 1, result.stdout
+    text = log.read_text()
+    assert text.startswith("FAILED test_demo.py::test_broken (call)") and "arithmetic" in text
+    assert "test_ok" not in text

@@ -3,7 +3,8 @@
 On one CUDA GPU, in order, each part kept in OUTDIR with its own log:
 
 1. ``pytest -m gpu`` — no host synchronisation on the default paths, flex gradients against the reference,
-   bf16 / fp16 autocast training (``tests/test_gpu.py``);
+   bf16 / fp16 autocast training (``tests/test_gpu.py``); each failure's traceback goes to ``failures.log`` as
+   it happens, so a run stopped by a time limit keeps them;
 2. ``maskattn bench --preset gpu`` — bf16, d_model 512, 8 heads, batch 8, n = 512 … 16384, forward + backward
    and peak memory, against SDPA multi-head attention, dense masked SDPA and SDPA's causal kernel; the targets
    of the GPU issue are evaluated from its records;
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import re
 import subprocess
@@ -203,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         summary["notes"].append("--smoke: toy sizes on the CPU; these figures test the command, they measure nothing")
     if "tests" not in skip:
+        # failures are written to failures.log as they happen (tests/conftest.py): kept if the time limit stops pytest
+        os.environ["MASKATTN_FAILURE_LOG"] = str((args.out / "failures.log").resolve())
         code, seconds = _run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider"],
                              args.out / "tests.log", 600)
         summary["tests"] = {"exit_code": code, "wall_s": seconds, **_pytest_summary(args.out / "tests.log")}
