@@ -38,12 +38,14 @@ TARGET_LABELS = {"mtsa": "mtsa/flex", "dman": "dman/sdpa", "csan1d": "csan1d/fle
                  "sman": "sman/flex", "mha": "mha/sdpa"}
 
 
-def _run(command: list[str], log: Path, timeout: float) -> tuple[int, float]:
-    """Run ``command`` with its output in ``log``; (exit code, seconds)."""
+def _run(command: list[str], log: Path, timeout: float, env: dict[str, str] | None = None) -> tuple[int, float]:
+    """Run ``command`` with its output in ``log`` (and ``env`` added to this process's environment);
+    (exit code, seconds)."""
     start = time.perf_counter()
     with open(log, "w", encoding="utf-8") as out:
         try:
-            code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=timeout).returncode
+            code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=timeout,
+                                  env=None if env is None else {**os.environ, **env}).returncode
         except subprocess.TimeoutExpired:
             out.write(f"\n[gpu_check] stopped after {timeout:.0f} s\n")
             code = 124
@@ -206,9 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         summary["notes"].append("--smoke: toy sizes on the CPU; these figures test the command, they measure nothing")
     if "tests" not in skip:
         # failures are written to failures.log as they happen (tests/conftest.py): kept if the time limit stops pytest
-        os.environ["MASKATTN_FAILURE_LOG"] = str((args.out / "failures.log").resolve())
         code, seconds = _run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider"],
-                             args.out / "tests.log", 600)
+                             args.out / "tests.log", 600,
+                             env={"MASKATTN_FAILURE_LOG": str((args.out / "failures.log").resolve())})
         summary["tests"] = {"exit_code": code, "wall_s": seconds, **_pytest_summary(args.out / "tests.log")}
     if "bench" not in skip:
         bench_args = (["--preset", "quick", "--mechanisms", "mha,mtsa,csan1d,sdpa_causal", "--lengths", "16,32",

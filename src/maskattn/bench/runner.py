@@ -177,6 +177,12 @@ def run_benchmark(settings: BenchSettings, *, log: Callable[[str], None] | None 
         plans.append((device, candidates, modules, budget))
     for message in notes:
         say(message)
+
+    def result(result_notes: list[str]) -> BenchResult:
+        return BenchResult(machine=machine, settings={**settings.to_dict(), "mem_budget": budgets},
+                           descriptions=descriptions, notes=result_notes, records=list(records),
+                           wall_s=time.perf_counter() - started)
+
     for device, candidates, modules, budget in plans:
         for n in settings.lengths:
             point = Point(settings.batch, n, settings.width, dtype)
@@ -195,14 +201,11 @@ def run_benchmark(settings: BenchSettings, *, log: Callable[[str], None] | None 
                 + f" ({time.perf_counter() - started_n:.1f} s)")
             del x
             if on_length is not None:
-                done = f"partial result: {device} measured up to n = {n} of {list(settings.lengths)}"
-                on_length(BenchResult(machine=machine, settings={**settings.to_dict(), "mem_budget": budgets},
-                                      descriptions=descriptions, notes=[*notes, done], records=list(records),
-                                      wall_s=time.perf_counter() - started))
+                on_length(result([*notes, f"partial result: {device} measured up to n = {n} of "
+                                           f"{list(settings.lengths)}"]))
     if hasattr(os, "getloadavg"):
         machine["load_average_end"] = list(os.getloadavg())
-    return BenchResult(machine=machine, settings={**settings.to_dict(), "mem_budget": budgets},
-                       descriptions=descriptions, notes=notes, records=records, wall_s=time.perf_counter() - started)
+    return result(notes)
 
 
 def _run_point(candidate, module, point, x, device, settings, budget, matmul, say) -> dict:
