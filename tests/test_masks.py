@@ -63,6 +63,29 @@ def test_per_head():
     assert torch.equal(dense[0, 2], M.window(1).materialize(5)[0, 0])
 
 
+@pytest.mark.parametrize("mask, heads", [
+    (M.forward(), 2), (M.forward(False), 2), (M.backward(False), 1), (M.causal().shifted(3), 2), (M.window(2), 3),
+    (M.full(), 2), (M.per_head([M.forward(False), M.backward(), M.window(1), M.full()]), 4),
+    (M.per_head([M.forward(False), M.backward(False)]) & M.window(3), 2),
+])
+def test_bands_per_head_describe_the_predicate(mask, heads):
+    """``bands_per_head`` (what the Triton kernels take instead of the predicate) says exactly what the predicate
+    allows: head c attends to i − left <= j <= i + right."""
+    bands = mask.bands_per_head(heads)
+    assert bands is not None and len(bands) == heads
+    i, j = torch.arange(9)[:, None], torch.arange(9)[None, :]
+    dense = mask.materialize(9, heads=heads)[0]
+    for c, (left, right) in enumerate(bands):
+        assert torch.equal(dense[c], (j >= i - left) & (j <= i + right)), (c, left, right)
+
+
+def test_bands_per_head_is_none_where_a_head_is_not_a_band():
+    assert (M.forward() | M.backward(False)).bands_per_head(1) is None  # full, but not known as a band
+    assert M.per_head([M.forward(), M.forward() | M.window(1)]).bands_per_head(2) is None
+    assert M.per_head([M.forward(), M.backward()]).bands_per_head(3) is None  # not this many heads
+    assert M.forward(False).finite_band is None and (M.forward(False) & M.window(2)).finite_band is None  # j < i
+
+
 def test_rectangular_materialisation():
     assert M.causal().materialize(2, 4).shape == (1, 1, 2, 4)
 

@@ -71,7 +71,8 @@ class Mask:
     """
 
     def __init__(self, mask_mod: MaskMod, name: str, *, static: bool = True,
-                 band: tuple[float, float] | None = None, cache_key=None):
+                 band: tuple[float, float] | None = None, head_bands: tuple[tuple[float, float], ...] | None = None,
+                 cache_key=None):
         if not callable(mask_mod):
             raise TypeError(f"mask_mod must be callable (b, h, q_idx, kv_idx) -> bool, got {type(mask_mod).__name__}")
         self.mask_mod = mask_mod
@@ -80,16 +81,27 @@ class Mask:
         #: ``(left, right)`` when the mask is exactly the band ``i − left <= j <= i + right`` on every
         #: head (``inf`` for an open side), else None. Finite bands run on the O(n·band) local path.
         self.band = band
+        #: ``((left, right), …)`` one band per head when head ``c`` is exactly the band of entry ``c`` (MTSA's
+        #: multi-mask: forward, backward, window heads), else None; see :meth:`bands_per_head`
+        self.head_bands = head_bands
         #: a hashable key that identifies the predicate (two masks with one key are the same function), so
         #: its FlexAttention block mask can be reused; None for predicates given as bare functions
         self.cache_key = cache_key
 
     @property
     def finite_band(self) -> tuple[int, int] | None:
-        """``(left, right)`` as ints when the mask is a finite band, else None."""
-        if self.band is None or not all(math.isfinite(side) for side in self.band):
+        """``(left, right)`` as ints when the mask is a finite band that holds the diagonal (``left, right >= 0``),
+        else None."""
+        if self.band is None or not all(math.isfinite(side) and side >= 0 for side in self.band):
             return None
         return int(self.band[0]), int(self.band[1])
+
+    def bands_per_head(self, heads: int) -> list[tuple[float, float]] | None:
+        """``[(left, right), …]``, one band per head, when head ``c`` of ``heads`` attends exactly to ``i − left <=
+        j <= i + right`` (``inf`` for an open side; ``right = −1``: the diagonal excluded), else None."""
+        if self.head_bands is not None:
+            return list(self.head_bands) if len(self.head_bands) == heads else None
+        return None if self.band is None else [self.band] * heads
 
     def shifted(self, offset: int) -> Mask:
         """The same predicate for queries at absolute positions ``offset, offset + 1, …``: query row ``i``
@@ -99,8 +111,9 @@ class Mask:
             return self
         mod = self.mask_mod
         band = None if self.band is None else (self.band[0] - offset, self.band[1] + offset)
+        head_bands = None if self.head_bands is None else tuple((l - offset, r + offset) for l, r in self.head_bands)
         return Mask(lambda b, h, q, kv: mod(b, h, q + offset, kv), f"{self.name}@{offset}", static=self.static,
-                    band=band, cache_key=_combined("shifted", self, offset))
+                    band=band, head_bands=head_bands, cache_key=_combined("shifted", self, offset))
 
     def __call__(self, b, h, q_idx, kv_idx):
         return self.mask_mod(b, h, q_idx, kv_idx)
@@ -112,8 +125,8 @@ class Mask:
             lambda b, h, q, kv: a(b, h, q, kv) & c(b, h, q, kv),
             f"({self.name} & {other.name})",
             static=self.static and other.static,
-            band=None if self.band is None or other.band is None else (
-                min(self.band[0], other.band[0]), min(self.band[1], other.band[1])),
+            band=None if self.band is None or other.band is None else _band_and(self.band, other.band),
+            head_bands=_head_bands_and(self, other),
             cache_key=_combined("&", self, other),
         )
 
@@ -141,6 +154,22 @@ class Mask:
         return materialize(self, q_len, kv_len, batch=batch, heads=heads, device=device)
 
 
+def _band_and(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    """The band of two bands' intersection."""
+    return min(a[0], b[0]), min(a[1], b[1])
+
+
+def _head_bands_and(a: Mask, b: Mask) -> tuple[tuple[float, float], ...] | None:
+    """The per-head bands of ``a & b`` when at least one of them is per-head and both are bands on every head."""
+    if a.head_bands is None and b.head_bands is None:
+        return None
+    heads = len(a.head_bands if a.head_bands is not None else b.head_bands)
+    a_bands, b_bands = a.bands_per_head(heads), b.bands_per_head(heads)
+    if a_bands is None or b_bands is None:
+        return None
+    return tuple(_band_and(x, y) for x, y in zip(a_bands, b_bands))
+
+
 def _combined(op: str, *parts):
     """The cache key of a mask built from ``parts`` (masks and plain values), or None when a part has none."""
     keys = [p.cache_key if isinstance(p, Mask) else p for p in parts]
@@ -163,7 +192,7 @@ def forward(include_diagonal: bool = True) -> Mask:
     with ``include_diagonal``). DiSA/MTSA's ``M^fw`` is the strict form."""
     if check_bool(include_diagonal, "include_diagonal"):
         return Mask(lambda b, h, q, kv: kv <= q, "forward", band=(math.inf, 0), cache_key="forward")
-    return Mask(lambda b, h, q, kv: kv < q, "forward_strict", cache_key="forward_strict")
+    return Mask(lambda b, h, q, kv: kv < q, "forward_strict", band=(math.inf, -1), cache_key="forward_strict")
 
 
 def backward(include_diagonal: bool = True) -> Mask:
@@ -171,7 +200,7 @@ def backward(include_diagonal: bool = True) -> Mask:
     with ``include_diagonal``). DiSA/MTSA's ``M^bw`` is the strict form."""
     if check_bool(include_diagonal, "include_diagonal"):
         return Mask(lambda b, h, q, kv: kv >= q, "backward", band=(0, math.inf), cache_key="backward")
-    return Mask(lambda b, h, q, kv: kv > q, "backward_strict", cache_key="backward_strict")
+    return Mask(lambda b, h, q, kv: kv > q, "backward_strict", band=(-1, math.inf), cache_key="backward_strict")
 
 
 def causal() -> Mask:
@@ -238,8 +267,10 @@ def per_head(head_masks: Sequence[Mask]) -> Mask:
 
     names = ", ".join(m.name for m in head_masks)
     bands = {m.band for m in head_masks}
+    head_bands = tuple(m.band for m in head_masks) if None not in bands and len(head_masks) > 1 else None
     return Mask(mask_mod, f"per_head[{names}]", static=all(m.static for m in head_masks),
-                band=bands.pop() if len(bands) == 1 else None, cache_key=_combined("per_head", *head_masks))
+                band=bands.pop() if len(bands) == 1 else None, head_bands=head_bands,
+                cache_key=_combined("per_head", *head_masks))
 
 
 MASK_NAMES = ("full", "forward", "backward", "forward_strict", "backward_strict", "causal")
