@@ -1,5 +1,12 @@
+import os
+
 import pytest
 import torch
+
+if not torch.cuda.is_available():
+    # the Triton kernels run on CPU tensors under Triton's interpreter (docs/design.md §2); set before the first
+    # kernel module is imported, which is when Triton reads it
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -35,35 +35,71 @@ def test_every_mechanism_has_a_family_and_its_backends():
     for name in maskattn.list_attentions():
         info = maskattn.attention_info(name)
         assert name in rows[info.family]["mechanisms"].split(", ")
-        assert info.backends == backends.POLICIES[info.family].backends
+        assert info.backends == backends.FAMILIES[info.family].names
 
 
-SITUATIONS = list(itertools.product(("cpu", "cuda"), (False, True), (False, True), (False, True)))
+SITUATIONS = [backends.Situation(device, dtype, head_dims=dims, training=training, dropout=dropout, band=band,
+                                 head_bands=band, batch_mask=not band)
+              for device in ("cpu", "cuda") for dtype in (torch.float32, torch.bfloat16, torch.float64)
+              for dims in ((16, 16), (512, 64)) for training in (False, True) for dropout in (False, True)
+              for band in (False, True)]
 
 
-@pytest.mark.parametrize("family", list(backends.POLICIES))
-@pytest.mark.parametrize("device, training, dropout, band", SITUATIONS)
-def test_auto_picks_a_backend_that_can_run(family, device, training, dropout, band):
-    chosen = backends.resolve(family, "auto", device=device, training=training, dropout=dropout, band=band)
-    assert chosen in backends.POLICIES[family].backends
-    assert backends.refusal(chosen, device=device, training=training, dropout=dropout, band=band) is None
+@pytest.mark.parametrize("family", list(backends.FAMILIES))
+def test_auto_picks_a_backend_that_can_run(family):
+    for situation in SITUATIONS:
+        chosen = backends.resolve(family, "auto", situation)
+        assert chosen in backends.FAMILIES[family].names
+        assert backends.reasons(family, chosen, situation) == []
 
 
-@pytest.mark.parametrize("family", list(backends.POLICIES))
-def test_explicit_backends_are_honoured_or_refused(family):
-    for backend in backends.POLICIES[family].backends:
-        for device, training, dropout, band in SITUATIONS:
-            context = dict(device=device, training=training, dropout=dropout, band=band)
-            reason = backends.refusal(backend, **context)
-            if reason is None:
-                assert backends.resolve(family, backend, **context) == backend
-            else:
-                with pytest.raises(ValueError, match=re.escape(reason)):
-                    backends.resolve(family, backend, **context)
+@pytest.mark.parametrize("family", list(backends.FAMILIES))
+def test_explicit_backends_are_honoured_or_refused_with_every_backend_s_reasons(family):
+    for backend in backends.FAMILIES[family].names:
+        for situation in SITUATIONS:
+            why = backends.reasons(family, backend, situation)
+            if not why:
+                assert backends.resolve(family, backend, situation) == backend
+                continue
+            with pytest.raises(maskattn.errors.BackendError) as refused:
+                backends.resolve(family, backend, situation)
+            message = str(refused.value)
+            assert "\n" not in message and all(reason in message for reason in why)
+            for other in backends.FAMILIES[family].names:  # every backend's verdict, and what auto runs
+                assert f"{other}: " in message
+            assert f"backend='auto' runs {backends.resolve(family, 'auto', situation)!r}" in message
+
+
+def test_auto_takes_the_first_backend_without_a_reason():
+    """The order of a family is auto's preference: on CUDA the fused Triton kernels first, then flex; off CUDA the
+    library's CPU kernels (Triton's interpreter and FlexAttention's unfused CPU path are passed over)."""
+    cuda = backends.Situation("cuda", torch.bfloat16, training=True, band=True, head_bands=True)
+    cpu = backends.Situation("cpu", torch.float32, training=True, band=True, head_bands=True)
+    for family in ("dman", "local", "tensorized"):
+        assert backends.auto_choice(family, cuda) == "triton"
+    assert backends.auto_choice("local", cpu) == "banded"
+    assert backends.auto_choice("tensorized", cpu) == "banded"
+    assert backends.auto_choice("dman", cpu) == "sdpa"
+    # a head dim beyond the Triton kernels: the next entry that can run
+    wide = backends.Situation("cuda", torch.float16, head_dims=(512, 512), training=True, band=True, head_bands=True)
+    assert backends.auto_choice("tensorized", wide) == "flex"
+    assert backends.auto_choice("dman", wide) == "sdpa"
+    assert backends.reasons("dman", "triton", wide) == ["takes head dims up to 256, got d_k = 512, d_v = 512"]
+
+
+def test_every_backend_declares_its_limits():
+    limits = {(f, b.name): backends.limits(f, b.name) for f, family in backends.FAMILIES.items()
+              for b in family.backends}
+    assert limits[("local", "reference")] == []
+    assert any("does not support attention dropout" in r for r in limits[("dman", "flex")])
+    assert any("head dims up to" in r for r in limits[("tensorized", "triton")])
+    assert any("band per head" in r for r in limits[("tensorized", "triton")])
+    table = maskattn.backend_limits_table()
+    assert table.count("\n") == 1 + len(limits)
 
 
 def test_unknown_backend_lists_the_family_s_backends():
-    with pytest.raises(ValueError, match="unknown backend 'banded'; expected one of 'auto', 'reference', 'sdpa', 'flex'"):
+    with pytest.raises(ValueError, match="unknown backend 'banded'; expected one of 'auto', 'sdpa', 'flex', 'reference'"):
         maskattn.create_attention("mha", 16, 4, backend="banded")
     with pytest.raises(ValueError, match="expected one of 'auto', 'reference'"):
         maskattn.create_attention("disa", 16, 2, backend="sdpa")
@@ -72,7 +108,7 @@ def test_unknown_backend_lists_the_family_s_backends():
 def test_refusals_say_why():
     q = k = v = torch.randn(1, 2, 8, 4, requires_grad=True)
     s2t = torch.randn(1, 2, 8, 4)
-    with pytest.raises(ValueError, match="does not support attention dropout"):
+    with pytest.raises(maskattn.errors.BackendError, match="does not support attention dropout"):
         local_attention(q, k, v, window=3, backend="flex", dropout_p=0.1, training=True)
     with pytest.raises(ValueError, match="backward only on CUDA"):
         local_attention(q, k, v, window=3, backend="flex")
@@ -80,9 +116,23 @@ def test_refusals_say_why():
         tensorized_attention(q, k, v, s2t, maskattn.masks.forward(), backend="banded")
     with pytest.raises(ValueError, match="does not apply MTSA's attention dropout"):
         tensorized_attention(q, k, v, s2t, maskattn.masks.window(2), backend="banded", dropout_p=0.1, training=True)
+    with pytest.raises(ValueError, match="cannot apply a score_mod"):
+        banded_attention(q, k, v, 2, score_mod=F.logsigmoid, backend="sdpa")
     sman = maskattn.StaticMaskAttention(16, 4, radius="sqrt", backend="banded")
     with pytest.raises(ValueError, match="needs a mask that is a fixed band"):
         sman(torch.randn(1, 5, 16))
+    with pytest.raises(ValueError, match="band per head"):
+        tensorized_attention(q, k, v, s2t, torch.ones(8, 8, dtype=torch.bool), backend="triton")
+
+
+def test_triton_is_refused_off_cuda_without_the_interpreter(monkeypatch):
+    from maskattn.kernels.triton import runtime
+
+    monkeypatch.setattr(runtime, "_loaded_interpreted", False)
+    q = k = v = torch.randn(1, 2, 8, 4)
+    with pytest.raises(maskattn.errors.BackendError, match=r"runs on CUDA devices .* TRITON_INTERPRET=1.*"
+                                                           r"backend='auto' runs 'banded' here"):
+        local_attention(q, k, v, window=3, backend="triton")
 
 
 def _grad_fn_names(out: torch.Tensor) -> set[str]:
@@ -127,12 +177,15 @@ def test_dman_sdpa_runs_the_tiled_kernel():
     assert "_DynamicMaskAttentionBackward" not in _grad_fn_names(module(torch.randn(2, 9, 16)))
 
 
-def test_dman_training_on_cuda_does_not_choose_flex():
+def test_dman_training_does_not_choose_flex():
     """Upstream reports wrong gradients for learnable tensors captured by a compiled score_mod (pytorch/pytorch
-    #158212), which is how DMAN's W, P and U enter the flex path: auto keeps DMAN's training on its own kernel
-    until the GPU test of flex's gradients (tests/test_gpu.py) passes on a real device."""
-    assert backends.resolve("dman", "auto", device="cuda", training=True) == "sdpa"
-    assert backends.resolve("dman", "auto", device="cuda", training=False) == "flex"
+    #158212), which is how DMAN's W, P and U enter the flex path: without the Triton kernel, auto keeps DMAN's
+    training on its own tiled kernel and uses flex for CUDA inference only."""
+    training = backends.Situation("cuda", torch.bfloat16, training=True, head_dims=(512, 512))
+    inference = backends.Situation("cuda", torch.bfloat16, head_dims=(512, 512))
+    assert backends.resolve("dman", "auto", training) == "sdpa"
+    assert backends.resolve("dman", "auto", inference) == "flex"
+    assert backends.resolve("dman", "flex", training) == "flex"  # explicit: it can run
 
 
 def test_flex_block_masks_are_cached_and_shared(monkeypatch):

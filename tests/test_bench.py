@@ -213,8 +213,8 @@ def test_quick_preset_and_overrides():
 
 def test_flex_is_left_out_on_cpu_with_a_note():
     candidates, notes = select_candidates(BenchSettings(mechanisms=("mha", "torch_mha")), "cpu")
-    assert [c.label for c in candidates] == ["mha/reference", "mha/sdpa", "torch_mha"]
-    assert len(notes) == 1 and notes[0].startswith("cpu: mha/flex not run: backend='flex' supports backward only on CUDA")
+    assert [c.label for c in candidates] == ["mha/sdpa", "mha/reference", "torch_mha"]
+    assert len(notes) == 1 and notes[0].startswith("cpu: mha/flex not run: it supports backward only on CUDA")
 
 
 B, N, D, H = 2, 12, 16, 4
@@ -251,3 +251,4 @@ def test_unmodelled_module_is_counted_by_flop_counter_mode(tmp_path, monkeypatch
     assert result.exit_code == 0, result.output
     (record,) = json.loads((tmp_path / "bench.json").read_text())["records"]
     assert record["flop_source"] == "FlopCounterMode" and record["gflop"] > 0
+

@@ -14,7 +14,7 @@ from maskattn.bench import peak_memory_bytes
 from maskattn.functional import banded_attention, local_attention, local_attention_maps
 from maskattn.kernels import banded as banded_kernel
 
-BACKENDS = ("reference", "sdpa", "flex", "banded")
+BACKENDS = ("reference", "sdpa", "flex", "banded", "triton")  # triton: under its interpreter on the CPU
 
 
 def oracle(q, k, v, *, left, right, head_window=1, key_padding_mask=None, head_edges="truncate", score_mod=None):
@@ -97,7 +97,7 @@ def test_window_one_returns_values():
 def test_padded_query_rows_with_no_key_are_zero_with_finite_gradients():
     q, k, v = qkv(n=16, requires_grad=True)
     kpm = padding(2, 16, [16, 3])  # batch 1: queries 6.. see only padding within window 5
-    for backend in ("banded", "reference", "sdpa"):
+    for backend in ("banded", "reference", "sdpa", "triton"):
         out = local_attention(q, k, v, window=5, head_window=3, key_padding_mask=kpm, backend=backend)
         assert out[1, :, 6:].abs().max() == 0
         out.sum().backward()

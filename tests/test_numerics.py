@@ -112,3 +112,41 @@ def test_functional_empty_in_empty_out(B, n):
         for t in inputs:
             assert t.grad is not None and t.grad.shape == t.shape, name
             t.grad = None
+
+
+def _triton_calls():
+    """(name, call(q, k, v, backend)) for each functional entry point with a Triton kernel."""
+    from maskattn.functional import dynamic_mask_attention, local_attention
+
+    def mtsa(q, k, v, backend):
+        s2t = torch.linspace(-2, 2, v.numel()).view_as(v)
+        return tensorized_attention(q, k, v, s2t, M.per_head([M.forward(), M.backward(), M.window(2), M.full()]),
+                                    backend=backend)
+
+    def dman(q, k, v, backend):
+        a, table, u = torch.zeros(q.shape[0], q.shape[2]), torch.linspace(-1, 1, 7), torch.zeros(q.shape[1])
+        return dynamic_mask_attention(q, k, v, a, table, u, causal=True, backend=backend)
+
+    def csan2d(q, k, v, backend):
+        return local_attention(q, k, v, window=3, head_window=3, backend=backend)
+
+    return [("mtsa", mtsa), ("dman", dman), ("csan2d", csan2d)]
+
+
+@pytest.mark.parametrize("name, call", _triton_calls(), ids=lambda c: c if isinstance(c, str) else "")
+@pytest.mark.parametrize("poison", [float("nan"), float("inf")])
+def test_triton_adds_no_non_finite_output_to_the_reference(name, call, poison):
+    """A non-finite key or value: the Triton kernel's output is non-finite only where the reference's is (the rows
+    that attend to it; the reference, which multiplies every value by its — possibly zero — weight, has more) and
+    equal wherever the reference is finite: no new NaN from the kernel."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 20, 8) for _ in range(3))
+    k[0, 1, 7, 3] = poison
+    v[0, 2, 12, 0] = poison
+    with torch.no_grad():
+        fused, reference = call(q, k, v, "triton"), call(q, k, v, "reference")
+    finite = torch.isfinite(reference)
+    assert finite.any() and not finite.all()
+    assert torch.isfinite(fused[finite]).all()  # nothing non-finite where the reference is finite
+    assert not torch.isfinite(fused).all()  # and the poisoned key / value does reach the rows that attend to it
+    torch.testing.assert_close(fused[finite], reference[finite], atol=1e-5, rtol=1e-5)

@@ -237,11 +237,12 @@ def demo(steps: int = typer.Option(300, min=1, help="training steps of the order
 
 @app.command("list")
 def list_mechanisms(
-    backends: bool = typer.Option(False, "--backends", help="print the backend policy: each kernel family's backends "
-                                                           "and what backend='auto' runs in each situation"),
+    backends: bool = typer.Option(False, "--backends", help="print the backend registry: each kernel family's "
+                                                           "backends, what backend='auto' runs in each situation, "
+                                                           "and what each backend cannot run"),
 ):
     """List the registered attention mechanisms, the models and context-fusion baselines, and the presets."""
-    from . import attention_info, backend_table, backend_table_rows, list_attentions
+    from . import attention_info, backend_limits_table, backend_table, backend_table_rows, list_attentions
     from .models import list_fusions, list_models
     from .train.config import PRESETS_DIR, list_presets
 
@@ -251,6 +252,8 @@ def list_mechanisms(
         print()
         for row in backend_table_rows():
             print(f"{row['family']}: {row['why']}")
+        print()
+        print(backend_limits_table())
         return
     table = Table(title="attention mechanisms (recipe names; also 'san' = mha, 'ffn')")
     for column in ("name", "class", "backends", "description"):

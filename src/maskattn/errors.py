@@ -14,6 +14,8 @@ class                       raised when
 ``CheckpointError``         a checkpoint is missing, corrupt, not maskattn's or does not fit the model
 ``RunFolderError``          a run folder is held by another process, or holds a run that would be replaced
 ``InputError``              an input a command refuses (e.g. a sentence too long to draw)
+``BackendError``            an explicitly named attention backend cannot run a call (the message gives
+                            every backend's reasons and what ``backend="auto"`` runs)
 ``DivergenceError``         the training loss stopped being finite (also a ``FloatingPointError``)
 ==========================  ==========================================================================
 """
@@ -21,7 +23,7 @@ class                       raised when
 from __future__ import annotations
 
 __all__ = ["MaskattnError", "ConfigError", "DataError", "CheckpointError", "RunFolderError", "InputError",
-           "DivergenceError", "UnverifiedCheckpointWarning"]
+           "BackendError", "DivergenceError", "UnverifiedCheckpointWarning"]
 
 
 class MaskattnError(Exception):
@@ -46,6 +48,10 @@ class RunFolderError(MaskattnError):
 
 class InputError(MaskattnError, ValueError):
     """An input a command refuses (the message names the limit and how to change it)."""
+
+
+class BackendError(MaskattnError, ValueError):
+    """A backend named explicitly (``backend="flex"``, …) that cannot run a call, with every backend's reasons."""
 
 
 class DivergenceError(MaskattnError, FloatingPointError):

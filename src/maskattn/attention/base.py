@@ -150,10 +150,10 @@ class AttentionCache:
 
 class SelfAttention(nn.Module):
     """Base of the registered self-attention modules: stores ``d_model``, ``num_heads``, ``dropout`` and
-    ``backend`` (validated against the module's kernel ``family`` in :data:`maskattn.backends.POLICIES`).
+    ``backend`` (validated against the module's kernel ``family`` in :data:`maskattn.backends.FAMILIES`).
     Subclasses implement :meth:`forward` and :meth:`attention_maps`; causal ones :meth:`step`."""
 
-    #: the kernel family of :data:`maskattn.backends.POLICIES` that runs this mechanism
+    #: the kernel family of :data:`maskattn.backends.FAMILIES` that runs this mechanism
     family: ClassVar[str]
 
     def __init__(self, d_model: int, num_heads: int, *, dropout: float, backend: str, divisible: bool = True):

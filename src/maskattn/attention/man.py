@@ -190,12 +190,13 @@ class StaticMaskAttention(_MaskAttention):
             ``L`` each sequence's own length (padding excluded; SMAN₁).
         causal: additionally hide future keys (decoder); enables :meth:`step` (fixed ``radius`` only).
         dropout, activation, bias: as :class:`DynamicMaskAttention`.
-        backend: ``auto`` | ``banded`` (fixed radius: the O(n·b) local kernel) | ``flex`` | ``sdpa`` (dense)
-            | ``reference``.
+        backend: ``auto`` | ``triton`` (fixed radius: the fused band kernel; CUDA) | ``banded`` (fixed radius: the
+            O(n·b) local kernel) | ``flex`` | ``sdpa`` (dense) | ``reference``.
 
     :meth:`attention_maps` returns ``attention`` ``(B, H, n, n)`` and ``mask`` ``(B|1, 1, n, n)`` (0/1).
-    Decoding steps (:meth:`step`) attend densely to the cached keys — a few rows per step, where a band kernel
-    saves nothing —, with ``sdpa`` when the module's backend is ``banded``.
+    Decoding steps (:meth:`step`) and ``radius="sqrt"`` attend densely (dense masked attention: a few rows per step,
+    where a band kernel saves nothing); the band kernels (``banded``, ``triton``) decline them, so a module that
+    decodes keeps ``backend="auto"`` (or a dense backend).
     """
 
     family = "local"
@@ -234,11 +235,10 @@ class StaticMaskAttention(_MaskAttention):
             b = math.floor(self.radius)
             return banded_attention(q, k, v, (b, 0) if self.causal else b, key_padding_mask=key_padding_mask,
                                     dropout_p=self.dropout, training=self.training, backend=self.backend)
-        # a per-sentence radius, or a decoding step (queries at positions q_offset …, one row each): dense masked
-        # attention; a step of a banded module attends to its cache with sdpa (class docstring)
-        backend = "sdpa" if self.backend == "banded" and q_offset > 0 else self.backend
-        backend = backends.resolve("local", backend, device=q.device, dropout=self.training and self.dropout > 0,
-                                   training=backends.needs_grad(q, k, v), band=False)
+        # a per-sentence radius, or a decoding step (queries at positions q_offset …): dense masked attention, one
+        # resolution in the local family, whose band kernels decline it (class docstring)
+        backend = backends.resolve("local", self.backend, backends.Situation.of(
+            q, k, v, dropout=self.training and self.dropout > 0, batch_mask=True))
         return dot_product_attention(q, k, v, structure.shifted(q_offset), key_padding_mask=key_padding_mask,
                                      dropout_p=self.dropout, training=self.training, backend=backend)
 

@@ -4,7 +4,7 @@ Every registered class is a :class:`~maskattn.attention.base.SelfAttention`: one
 ``Cls(d_model, num_heads, *, dropout=0.0, backend="auto", **options)``, ``forward(x, key_padding_mask=None)
 -> Tensor`` with ``x`` of shape ``(B, n, d_model)`` and ``key_padding_mask`` ``(B, n)`` bool with ``True =
 padding``, and ``attention_maps(x, key_padding_mask=None)``. Its backends are those of its kernel family in
-:data:`maskattn.backends.POLICIES`. Registering a class is all it takes for the parametrised tests to cover it.
+:data:`maskattn.backends.FAMILIES`. Registering a class is all it takes for the parametrised tests to cover it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch.nn as nn
 from .. import backends as backend_policy
 
 __all__ = ["register_attention", "create_attention", "list_attentions", "attention_info", "AttentionInfo",
-           "backend_table", "backend_table_rows"]
+           "backend_table", "backend_table_rows", "backend_limits_table"]
 
 
 @dataclass(frozen=True)
@@ -30,12 +30,12 @@ class AttentionInfo:
 
     @property
     def family(self) -> str:
-        """The kernel family of :data:`maskattn.backends.POLICIES` that runs the mechanism."""
+        """The kernel family of :data:`maskattn.backends.FAMILIES` that runs the mechanism."""
         return self.cls.family
 
     @property
     def backends(self) -> tuple[str, ...]:
-        """The concrete backends the mechanism runs on (from the backend policy)."""
+        """The concrete backends the mechanism runs on (from the backend registry), in ``auto``'s order."""
         return backend_policy.backends_of(self.family)
 
     def options(self) -> list[str]:
@@ -53,9 +53,9 @@ def register_attention(name: str, *, description: str = "", **defaults) -> Calla
     def wrap(cls):
         if name in _REGISTRY:
             raise ValueError(f"attention {name!r} is already registered (by {_REGISTRY[name].cls.__name__})")
-        if getattr(cls, "family", None) not in backend_policy.POLICIES:
+        if getattr(cls, "family", None) not in backend_policy.FAMILIES:
             raise TypeError(f"{cls.__name__} must declare its kernel family (one of "
-                            f"{', '.join(backend_policy.POLICIES)})")
+                            f"{', '.join(backend_policy.FAMILIES)})")
         info = AttentionInfo(name, cls, dict(defaults), description or (cls.__doc__ or "").strip().split("\n")[0])
         unknown = set(defaults) - set(info.options())
         if unknown:
@@ -88,28 +88,37 @@ def create_attention(name: str, d_model: int, num_heads: int, **options) -> nn.M
 
 
 def backend_table_rows() -> list[dict[str, str]]:
-    """One row per kernel family of :data:`maskattn.backends.POLICIES`: its registered mechanisms, its backends,
-    what ``auto`` runs in each situation of :data:`maskattn.backends.SITUATIONS` (for a fixed-band mask where
-    the family has a band kernel) and why."""
+    """One row per kernel family of :data:`maskattn.backends.FAMILIES`: its registered mechanisms, its backends
+    (in ``auto``'s order), what ``auto`` runs in each situation of :data:`maskattn.backends.SITUATIONS` (for masks
+    that are bands, where the family has band kernels) and why."""
     families = {name: attention_info(name).family for name in list_attentions()}
     rows = []
-    for family, policy in backend_policy.POLICIES.items():
-        band = "banded" in policy.backends
-        row = {"family": family,
-               "mechanisms": ", ".join(m for m, f in families.items() if f == family) or "(functional only)",
-               "backends": ", ".join(policy.backends)}
-        for title, device, training, dropout in backend_policy.SITUATIONS:
-            row[title] = backend_policy.auto_choice(family, device=device, training=training, dropout=dropout,
-                                                    band=band)
-        row["why"] = policy.why
+    for name, family in backend_policy.FAMILIES.items():
+        row = {"family": name,
+               "mechanisms": ", ".join(m for m, f in families.items() if f == name) or "(functional only)",
+               "backends": ", ".join(family.names)}
+        for title, situation in backend_policy.SITUATIONS:
+            row[title] = backend_policy.auto_choice(name, situation)
+        row["why"] = family.why
         rows.append(row)
     return rows
 
 
 def backend_table() -> str:
-    """The backend policy as a markdown table (``maskattn list --backends``; the README's table is this text)."""
-    columns = ["family", "mechanisms", "backends", *(title for title, *_ in backend_policy.SITUATIONS)]
+    """The backend registry as a markdown table (``maskattn list --backends``; the README's table is this text)."""
+    columns = ["family", "mechanisms", "backends", *(title for title, _ in backend_policy.SITUATIONS)]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in backend_table_rows():
         lines.append("| " + " | ".join(f"`{row[c]}`" if c == "family" else row[c] for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def backend_limits_table() -> str:
+    """Every backend of every family with what it runs and its declared limits (the reasons it gives over a grid
+    of situations, :func:`maskattn.backends.limits`), as a markdown table."""
+    lines = ["| family | backend | runs | cannot run when it |", "|---|---|---|---|"]
+    for name, family in backend_policy.FAMILIES.items():
+        for entry in family.backends:
+            limits = "; ".join(backend_policy.limits(name, entry.name)) or "—"
+            lines.append(f"| `{name}` | {entry.name} | {entry.summary} | {limits} |")
     return "\n".join(lines)

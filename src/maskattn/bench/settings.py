@@ -40,7 +40,7 @@ PRESETS: dict[str, dict] = {
              "mechanisms": ("csan1d", "csan2d", "mha"), "backends": ("banded", "sdpa")},
     # the GPU acceptance settings: bf16, d_model 512, 8 heads, batch 8, n = 512 … 16384
     "gpu": {"lengths": (512, 1024, 2048, 4096, 8192, 16384), "batch": 8, "width": 512, "heads": 8, "repeats": 5,
-            "dtype": "bfloat16", "device": "cuda", "backends": ("sdpa", "flex", "banded"),
+            "dtype": "bfloat16", "device": "cuda", "backends": ("triton", "sdpa", "flex", "banded"),
             "mechanisms": ("mha", "mtsa", "dman", "sman", "csan1d", "csan2d", "torch_mha", "sdpa_causal")},
 }
 #: Backend name recorded for the baselines (plain PyTorch modules, no backend switch).
@@ -231,11 +231,14 @@ def select_candidates(settings: BenchSettings, device: str) -> tuple[list[Candid
         info = attention_info(name)
         wanted = [b for b in info.backends if settings.backends is None or b in settings.backends]
         for backend in wanted:
-            # without dropout; the mechanisms of the local family attend within a band
-            reason = backends.refusal(backend, device=torch.device(device).type, training=settings.mode == "train",
-                                      dropout=False, band=info.family == "local")
-            if reason is not None:
-                notes.append(f"{device}: {name}/{backend} not run: {reason}")
+            # without dropout; the mechanisms of the local family attend within a band, MTSA's heads are bands
+            head_dim = settings.width // settings.heads
+            situation = backends.Situation(torch.device(device).type, DTYPES[settings.dtype],
+                                           head_dims=(head_dim, head_dim), training=settings.mode == "train",
+                                           band=info.family == "local", head_bands=True)
+            reasons = backends.reasons(info.family, backend, situation)
+            if reasons:
+                notes.append(f"{device}: {name}/{backend} not run: it {'; it '.join(reasons)}")
                 continue
             candidates.append(Candidate(name, backend, "mechanism", info.description,
                                         lambda n=name, b=backend: create_attention(n, settings.width, settings.heads,

@@ -5,7 +5,8 @@ DMAN learns the mask from the query token, the signed relative distance and the 
     M[b, h, t, s] = sigmoid(x_t·W + P[t − s] + U[h])                          (12)
 
 so ``log M = logsigmoid(a_t + P[t − s] + U_h)`` with ``a = x W`` of shape ``(B, n)``, an additive bias of
-Eq. 4 (:mod:`.mask_attention`). The ``sdpa`` backend is the tiled kernel of :mod:`maskattn.kernels.dman`
+Eq. 4 (:mod:`.mask_attention`). The ``triton`` backend is the fused kernel of :mod:`maskattn.kernels.triton.dman`
+(FlashAttention-2 with the gate in the scores; CUDA); ``sdpa`` the tiled kernel of :mod:`maskattn.kernels.dman`
 (no ``n × n`` tensor kept for backward, exact gradients of ``a``, ``P`` and ``U``); ``flex`` computes the
 bias inside a ``score_mod``; ``reference`` materialises it.
 
@@ -31,6 +32,7 @@ from ..validation import check_key_padding_mask, check_probability, check_qkv, c
 from ..kernels.dman import dynamic_mask_kernel
 from ..kernels.flex import flex_attention_call
 from ..kernels.precision import in_working_precision
+from ..kernels.triton.dman import dman_triton
 from ..masks import allowed as allowed_pairs, causal as causal_mask, predicate
 from .dot_product import attention_weights, empty_output, is_empty
 from .mask_attention import eq4_float64
@@ -164,8 +166,9 @@ def dynamic_mask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qu
         causal: queries see keys at absolute positions ``<=`` their own.
         key_padding_mask: ``(B, m)`` bool, True = padding key (excluded).
         q_offset: absolute position of the first query (incremental decoding: the cache length).
-        backend: ``"auto"`` | ``"reference"`` | ``"sdpa"`` (the tiled kernel, exact gradients for ``a``, ``P``,
-            ``U``) | ``"flex"`` (bias inside ``score_mod``; CPU: inference only).
+        backend: ``"auto"`` | ``"triton"`` (the fused kernel; CUDA) | ``"sdpa"`` (the tiled kernel, exact gradients
+            for ``a``, ``P``, ``U``) | ``"flex"`` (bias inside ``score_mod``; CPU: inference only) | ``"reference"``
+            — family ``dman`` of :data:`maskattn.backends.FAMILIES`.
         dropout_p, training: attention-probability dropout (not available on ``flex``).
         mask_floor: ``None`` (exact ``log M``) or ``ε``: ``log max(M, ε)`` (the authors' code: ``1e-10``).
 
@@ -177,8 +180,11 @@ def dynamic_mask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qu
     mask_floor = check_mask_floor(mask_floor)
     if is_empty(q, k):
         return empty_output(q, v, k, query_logit, distance_bias, head_bias)
-    chosen = backends.resolve("dman", backend, device=q.device, dropout=drop > 0,
-                              training=backends.needs_grad(q, k, v, query_logit, distance_bias, head_bias))
+    chosen = backends.resolve("dman", backend, backends.Situation.of(
+        q, k, v, query_logit, distance_bias, head_bias, dropout=drop > 0, batch_mask=kpm is not None))
+    if chosen == "triton":
+        return dman_triton(q, k, v, query_logit, distance_bias, head_bias, causal=causal, key_padding_mask=kpm,
+                           q_offset=q_offset, dropout_p=drop, mask_floor=mask_floor)
     if chosen == "reference" or (chosen == "sdpa" and torch.compiler.is_compiling()):
         # under torch.compile the tiled kernel's math runs as plain operations that Inductor traces (§3)
         probs, _ = dynamic_mask_weights(q, k, query_logit, distance_bias, head_bias, causal=causal,

@@ -22,7 +22,15 @@ from ..kernels.softmax import masked_softmax
 from ..masks import Mask, allowed as allowed_pairs, predicate
 
 __all__ = ["dot_product_attention", "dot_product_attention_reference", "attention_weights", "fused_attention",
-           "zero_empty_rows", "is_empty", "empty_output"]
+           "zero_empty_rows", "is_empty", "empty_output", "depends_on_batch"]
+
+
+def depends_on_batch(mask: Mask | torch.Tensor | None) -> bool:
+    """Does ``mask`` (a :class:`~maskattn.masks.Mask`, a bool tensor or None) differ between the sequences of a
+    batch?"""
+    if isinstance(mask, Mask):
+        return not mask.static
+    return mask is not None and mask.shape[0] > 1
 
 
 def is_empty(q: torch.Tensor, k: torch.Tensor) -> bool:
@@ -100,8 +108,8 @@ def dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mas
             attend); None attends everywhere.
         key_padding_mask: ``(B, m)`` bool, True = padding key (excluded).
         dropout_p, training: attention-probability dropout, applied when ``training``.
-        backend: ``"auto"`` | ``"reference"`` | ``"sdpa"`` | ``"flex"`` (:data:`maskattn.backends.POLICIES`,
-            family ``dot_product``).
+        backend: ``"auto"`` | ``"reference"`` | ``"sdpa"`` | ``"flex"`` (family ``dot_product`` of
+            :data:`maskattn.backends.FAMILIES`).
         scale: score scale, default ``1/sqrt(d_k)``.
 
     Returns:
@@ -111,8 +119,8 @@ def dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mas
     if is_empty(q, k):
         return empty_output(q, v, k)
     drop = dropout_p if training else 0.0
-    chosen = backends.resolve("dot_product", backend, device=q.device, training=backends.needs_grad(q, k, v),
-                              dropout=drop > 0)
+    chosen = backends.resolve("dot_product", backend, backends.Situation.of(
+        q, k, v, dropout=drop > 0, batch_mask=kpm is not None or depends_on_batch(mask)))
     B, H, n, _ = q.shape
     m = k.shape[2]
     if chosen == "reference":

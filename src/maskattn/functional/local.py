@@ -18,8 +18,10 @@ the head area is truncated at the first and last heads (``head_edges="truncate"`
 wraps around for keys *and* values (``head_edges="circular"``). The authors' code wraps the keys but
 not the values; that mismatched form is deliberately not offered.
 
-Backends (``backend=``; family ``local`` of :data:`maskattn.backends.POLICIES`):
+Backends (``backend=``; family ``local`` of :data:`maskattn.backends.FAMILIES`):
 
+* ``"triton"``    — the fused band kernel of :mod:`maskattn.kernels.triton.band` (FlashAttention-2 over the
+  band and the head area; CUDA).
 * ``"banded"``    — the O(n · window) band kernel of :mod:`maskattn.kernels.banded`, forward *and*
   backward; no ``n × n`` tensor exists. CPU and GPU.
 * ``"flex"``      — FlexAttention with a block mask that skips empty blocks (O(n · window) on CUDA;
@@ -27,7 +29,7 @@ Backends (``backend=``; family ``local`` of :data:`maskattn.backends.POLICIES`):
 * ``"sdpa"``      — dense masked ``F.scaled_dot_product_attention`` (O(n²); the baseline).
 * ``"reference"`` — the explicit gathered-keys form of docs/design.md §1: keys of heads ``h−N/2 … h+N/2``
   stacked along the key axis (``(B, H, n, (N+1)·n)`` scores), float64-capable; the specification.
-* ``"auto"``      — ``flex`` on CUDA (without dropout), ``banded`` otherwise.
+* ``"auto"``      — ``triton`` on CUDA, ``banded`` elsewhere (:data:`maskattn.backends.FAMILIES`).
 
 :func:`banded_attention` is the same band kernel for any static local mask of the library (SMAN's
 radius, MTSA window heads): softmax attention over ``i − left ≤ j ≤ i + right`` with an optional
@@ -46,6 +48,7 @@ from .. import backends
 from ..validation import check_choice, check_key_padding_mask, check_probability, check_qkv, describe
 from ..kernels.banded import banded_kernel, gather_heads
 from ..kernels.flex import flex_attention_call
+from ..kernels.triton.band import band_triton
 from ..kernels.softmax import masked_softmax
 from ..masks import Mask, band as band_mask
 from .dot_product import empty_output, fused_attention, is_empty
@@ -206,16 +209,17 @@ def _dispatch(q, k, v, left, right, index, valid, kpm, *, scale, score_mod, drop
     if is_empty(q, k):
         return empty_output(q, v, k)
     drop = dropout_p if training else 0.0
-    chosen = backends.resolve("local", backend, device=q.device, training=backends.needs_grad(q, k, v),
-                              dropout=drop > 0, band=True)
+    kind = None if score_mod is None else "logsigmoid" if score_mod is F.logsigmoid else "other"
+    chosen = backends.resolve("local", backend, backends.Situation.of(
+        q, k, v, dropout=drop > 0, band=True, batch_mask=kpm is not None, score_mod=kind))
+    if chosen == "triton":
+        return band_triton(q, k, v, left, right, index, valid, kpm, scale, score_mod is not None, drop)
     if chosen == "banded":
         return banded_kernel(q, k, v, left, right, index, valid, kpm, scale, score_mod, drop)
     if chosen == "reference":
         return _reference(q, k, v, left, right, index, valid, kpm, scale, score_mod, drop)[0]
     if chosen == "flex":
         return _flex(q, k, v, left, right, index, valid, kpm, scale, score_mod)
-    if score_mod is not None:
-        raise ValueError("backend='sdpa' cannot apply a score_mod; use backend='banded', 'flex' or 'reference'")
     return _sdpa(q, k, v, left, right, index, valid, kpm, scale, drop)
 
 
@@ -244,7 +248,8 @@ def banded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, radius: 
         key_padding_mask: ``(B, n)`` bool, ``True`` = padding key (excluded).
         scale: score scale; None = ``1/sqrt(d_k)``.
         dropout_p, training: dropout on the attention probabilities, applied when ``training``.
-        backend: ``"auto"`` | ``"banded"`` | ``"flex"`` | ``"sdpa"`` (dense; no score_mod) | ``"reference"``.
+        backend: ``"auto"`` | ``"triton"`` | ``"banded"`` | ``"flex"`` | ``"sdpa"`` (dense; no score_mod) |
+            ``"reference"``.
 
     Returns:
         ``(B, H, n, d_v)``; rows with no allowed key (all keys in the band are padding) are 0.
@@ -285,7 +290,8 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window
             (keys and values of heads wrap around together).
         scale: score scale; None = ``1/sqrt(d_k)``.
         dropout_p, training: dropout on the attention probabilities, applied when ``training``.
-        backend: ``"auto"`` | ``"banded"`` | ``"flex"`` | ``"sdpa"`` | ``"reference"`` (module docstring).
+        backend: ``"auto"`` | ``"triton"`` | ``"banded"`` | ``"flex"`` | ``"sdpa"`` | ``"reference"`` (module
+            docstring).
 
     Returns:
         ``(B, H, n, d_v)``; a query whose area holds only padding returns 0.

@@ -23,7 +23,7 @@ from .. import backends
 from ..validation import broadcastable, check_attn_mask, check_probability, check_qkv, describe
 from ..kernels.flex import flex_attention_call
 from ..masks import Mask, as_dense, predicate
-from .dot_product import attention_weights, dot_product_attention, fused_attention, is_empty
+from .dot_product import attention_weights, depends_on_batch, dot_product_attention, fused_attention, is_empty
 
 __all__ = ["mask_attention", "mask_attention_reference", "mask_attention_weights", "log_weight_bias"]
 
@@ -103,9 +103,9 @@ def mask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask_weigh
     if mw is None or is_empty(q, k):
         return dot_product_attention(q, k, v, attn_mask, backend=backend, dropout_p=dropout_p, training=training)
     drop = dropout_p if training else 0.0
-    chosen = backends.resolve("mask_attention", backend, device=q.device,
-                              training=backends.needs_grad(q, k, v, mw), dropout=drop > 0)
     admissible = _admissible(mw, attn_mask, target)
+    chosen = backends.resolve("mask_attention", backend, backends.Situation.of(
+        q, k, v, mw, dropout=drop > 0, batch_mask=depends_on_batch(admissible)))
     if chosen == "reference":
         probs = attention_weights(q, k, admissible, bias=log_weight_bias(mw))
         return torch.matmul(F.dropout(probs, drop, training=True) if drop > 0 else probs, v)

@@ -30,9 +30,10 @@ from ..kernels.flex import flex_attention_call
 from ..kernels.sigmoid import masked_sigmoid_attention
 from ..kernels.softmax import masked_softmax
 from ..kernels.tensorized import fused_sigmoid_tensorized, reliable_denominator, source2token_weights
+from ..kernels.triton.tensorized import tensorized_triton
 from ..kernels.banded import rows_with_key
 from ..masks import Mask, allowed as allowed_pairs, as_dense, predicate
-from .dot_product import empty_output, fused_attention, is_empty
+from .dot_product import depends_on_batch, empty_output, fused_attention, is_empty
 from .local import banded_attention
 
 SCALES = ("log_sigmoid", "identity")
@@ -78,8 +79,9 @@ def tensorized_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s2t:
         mask: bool, broadcastable to ``(B, H, n, m)``, ``True`` = attend; or a
             :class:`maskattn.masks.Mask` predicate (evaluated lazily; best for ``flex``).
         scale: ``σ_t`` — ``"log_sigmoid"`` (MTSA default) or ``"identity"``.
-        backend: ``"auto"``, ``"reference"``, ``"sdpa"``, ``"flex"`` or ``"banded"`` (masks that are the
-            same window on every head) — family ``tensorized`` of :data:`maskattn.backends.POLICIES`.
+        backend: ``"auto"``, ``"triton"`` (the fused kernel; masks that are a band per head), ``"flex"``,
+            ``"banded"`` (masks that are the same window on every head), ``"sdpa"`` or ``"reference"`` — family
+            ``tensorized`` of :data:`maskattn.backends.FAMILIES`.
         key_padding_mask: optional ``(B, m)`` bool, ``True`` = padding key (excluded).
         dropout_p: attention dropout (MTSA Appendix A.3): applied when ``training``, to both factors
             of the numerator, each with keep probability ``sqrt(1 - dropout_p)``; the denominator is
@@ -91,12 +93,19 @@ def tensorized_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s2t:
     mask, kpm = _validate(q, k, v, s2t, mask, key_padding_mask, scale, backend, dropout_p)
     if is_empty(q, k):
         return empty_output(q, v, k, s2t)
+    B, H, n, _ = q.shape
     drop = dropout_p if training else 0.0
-    band = mask.finite_band if isinstance(mask, Mask) and q.shape[2] == k.shape[2] else None
-    chosen = backends.resolve("tensorized", backend, device=q.device, training=backends.needs_grad(q, k, v, s2t),
-                              dropout=drop > 0, band=band is not None)
+    band = mask.finite_band if isinstance(mask, Mask) and n == k.shape[2] else None
+    head_bands = [(math.inf, math.inf)] * H if mask is None else mask.bands_per_head(H) if isinstance(mask, Mask) \
+        else None
+    chosen = backends.resolve("tensorized", backend, backends.Situation.of(
+        q, k, v, s2t, dropout=drop > 0, band=band is not None, head_bands=head_bands is not None,
+        batch_mask=depends_on_batch(mask), scale=scale))
     if chosen == "reference":
         return _reference(q, k, v, s2t, mask, kpm, scale, drop)
+    if chosen == "triton":
+        out, reliable = tensorized_triton(q, k, v, s2t, head_bands, kpm, scale=scale, dropout_p=drop)
+        return _fix_underflow(out, reliable, q, k, v, s2t, mask, kpm, scale)
     if q.dtype == torch.float16:
         # float16 has 5 exponent bits: E = exp(S − max) and the denominator of [v ⊙ E ; E] leave its normal range
         # once a row's keys lie ~10 below the feature's maximum (bfloat16 keeps float32's range); the factorised
@@ -106,7 +115,7 @@ def tensorized_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s2t:
                                        backend=chosen, key_padding_mask=kpm, dropout_p=dropout_p, training=training)
         return out.to(torch.float16)
     if chosen == "banded":
-        return _banded(q, k, v, s2t, mask, kpm, scale, band, drop)
+        return _banded(q, k, v, s2t, mask, kpm, scale, band)
     return _factorised(q, k, v, s2t, mask, kpm, scale, chosen, drop)
 
 
@@ -183,7 +192,7 @@ def _factorised(q, k, v, s2t, mask, kpm, scale, backend, drop):
         blocked = None if dense is None else ~dense
         # rows without an allowed key have D = 0 and so come back as 0 already
         out, reliable = fused_sigmoid_tensorized(q, k, v, s2t, blocked, pad, 1.0 / math.sqrt(d_k))
-        return _fix_underflow(out, reliable, has_key, q, k, v, s2t, mask, kpm, scale)
+        return _fix_underflow(out, reliable, q, k, v, s2t, mask, kpm, scale, has_key)
 
     e = source2token_weights(s2t, pad)
     numerator_values = v * e
@@ -216,19 +225,16 @@ def _divide(y, d_v, has_key, q, k, v, s2t, mask, kpm, scale):
     reliable = reliable_denominator(denominator)
     safe_den = torch.where(reliable, denominator, torch.ones_like(denominator))
     out = torch.where(reliable & has_key, numerator / safe_den, torch.zeros_like(numerator))
-    return _fix_underflow(out, reliable, has_key, q, k, v, s2t, mask, kpm, scale)
+    return _fix_underflow(out, reliable, q, k, v, s2t, mask, kpm, scale, has_key)
 
 
-def _banded(q, k, v, s2t, mask, kpm, scale, band, drop):
+def _banded(q, k, v, s2t, mask, kpm, scale, band):
     """Window masks (every head the band ``i − left <= j <= i + right``): the O(n · band) local kernel over
     ``[v ⊙ E ; E]`` (:func:`maskattn.functional.banded_attention`), never an n × n tensor."""
     left, right = band
     pad = kpm[:, None, :, None] if kpm is not None else None
     e = source2token_weights(s2t, pad)
     score_mod = F.logsigmoid if scale == "log_sigmoid" else None
-    if drop > 0:
-        raise ValueError("backend='banded' does not apply MTSA's attention dropout (Appendix A.3: dropout on the "
-                         "numerator only); use backend='sdpa' or 'auto' when training with dropout")
     y = banded_attention(q, k, torch.cat([v * e, e], dim=-1), band, score_mod=score_mod, key_padding_mask=kpm,
                          backend="banded")
     has_key = rows_with_key(kpm, q.shape[2], left, right)
@@ -236,13 +242,17 @@ def _banded(q, k, v, s2t, mask, kpm, scale, band, drop):
                    q, k, v, s2t, mask, kpm, scale)
 
 
-def _fix_underflow(out, reliable, has_key, q, k, v, s2t, mask, kpm, scale):
+def _fix_underflow(out, reliable, q, k, v, s2t, mask, kpm, scale, has_key=None):
     """Recompute exactly, in log space, the rows whose denominator underflowed (their allowed keys' source2token
     scores all lie ~88 or more below the feature's maximum). Finding them reads a flag on the host, so this runs
     in eager mode on the CPU only, where that costs no device synchronisation; on CUDA and under torch.compile
-    such rows stay 0 (docs/design.md §3)."""
+    such rows stay 0 (docs/design.md §3). ``has_key`` (which rows have an allowed key) is computed when not given."""
     if torch.compiler.is_compiling() or q.device.type != "cpu":
         return out
+    if has_key is None:
+        B, H, n, _ = q.shape
+        m = k.shape[2]
+        has_key = _row_has_key(as_dense(mask, n, m, batch=B, heads=H, device=q.device), kpm, B, H, n, m, q.device)
     underflow = (~reliable & has_key).any(-1)  # (B, H, n): rows with a key but an underflowed denominator
     if bool(underflow.any()):
         out = _recompute_rows(out, underflow, q, k, v, s2t, mask, kpm, scale)

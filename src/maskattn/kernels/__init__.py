@@ -11,5 +11,5 @@ n×n (or n×n×d) tensors of the reference math (docs/design.md §3).
 * :mod:`.random`     — seeded dropout masks that backward redraws identically.
 
 Each kernel is tested against the float64 reference of its mechanism (tests/test_*.py, parametrised over
-the backends of :data:`maskattn.backends.POLICIES`).
+the backends of :data:`maskattn.backends.FAMILIES`).
 """

@@ -19,7 +19,16 @@ from .precision import in_working_precision
 from .random import keep_mask, new_seed, seeded_generator
 from .softmax import masked_softmax
 
-__all__ = ["banded_kernel", "gather_heads", "halo_rows", "rows_with_key", "CHUNK_ELEMENTS"]
+__all__ = ["banded_kernel", "gather_heads", "halo_rows", "rows_with_key", "unsupported", "CHUNK_ELEMENTS"]
+
+
+def unsupported(*, band: bool) -> list[str]:
+    """Why the band kernel cannot run a call (an empty list when it can): ``band`` — the mask is one fixed band
+    ``i − left <= j <= i + right`` on every head, over a whole sequence (queries and keys from position 0)."""
+    if band:
+        return []
+    return ["needs a mask that is a fixed band i - left <= j <= i + right on every head over a whole sequence (a "
+            "window with a fixed radius; not a per-sentence radius, a directional mask or a decoding step)"]
 
 
 def gather_heads(t: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:

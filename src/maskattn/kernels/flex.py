@@ -23,7 +23,7 @@ import torch
 
 from ..masks import Mask
 
-__all__ = ["flex_available", "flex_attention_call", "block_mask_scope", "BLOCK_MASK_CACHE_SIZE"]
+__all__ = ["flex_available", "flex_attention_call", "block_mask_scope", "unsupported", "BLOCK_MASK_CACHE_SIZE"]
 
 #: static block masks kept by the eager path (least recently used dropped first)
 BLOCK_MASK_CACHE_SIZE = 64
@@ -53,6 +53,23 @@ def flex_available() -> bool:
     """Whether ``torch.nn.attention.flex_attention`` can be imported in this PyTorch (probed once, at import;
     a plain constant, so a compiled graph traces it without a cache wrapper)."""
     return _FLEX_AVAILABLE
+
+
+def unsupported(*, device: str, training: bool, dropout: bool, compiling: bool, batch_mask: bool) -> list[str]:
+    """Why FlexAttention cannot run a call (an empty list when it can): ``training`` — autograd runs through it;
+    ``batch_mask`` — the mask depends on the batch (key padding, a per-sequence radius). (Whether this PyTorch
+    has FlexAttention at all is :func:`flex_available`'s question.)"""
+    reasons = []
+    if dropout:
+        reasons.append("does not support attention dropout")
+    if training and device != "cuda":
+        reasons.append(f"supports backward only on CUDA (PyTorch raises 'FlexAttention does not support backward "
+                       f"on CPU'), got a {device} call that needs gradients; call it under torch.no_grad() for "
+                       f"inference")
+    if compiling and device == "cpu" and batch_mask:
+        reasons.append("cannot take a mask that depends on the batch (key padding) when compiled on the CPU: "
+                       "Inductor has no CPU kernel for it in this PyTorch; run it eagerly")
+    return reasons
 
 
 @functools.cache
@@ -120,10 +137,6 @@ def flex_attention_call(q, k, v, *, score_mod=None, mask: Mask | None = None, sc
         return flex_attention_call(q, k, v, score_mod=score_mod, mask=mask, scale=scale)[..., :d_v]
     block_mask = None if mask is None else _block_mask(mask, B, H, n, m, q.device)
     if torch.compiler.is_compiling():
-        if q.device.type == "cpu" and mask is not None and not mask.static:
-            raise ValueError("compiled FlexAttention on the CPU cannot take a mask that depends on the batch (key "
-                             "padding): Inductor has no CPU kernel for it in this PyTorch; use backend='auto' on the "
-                             "CPU (banded / sdpa), or run flex eagerly")
         # Inductor's flex lowering (CPU, torch 2.13) fails on transposed head views: give it dense layouts
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from .. import backends
 from ..errors import ConfigError
 
 __all__ = ["autocast_dtype", "check_trainable_backends", "compile_model", "RecompileMonitor", "RECOMPILE_WARNING"]
@@ -29,16 +30,23 @@ def autocast_dtype(amp: bool | str, device: torch.device) -> torch.dtype | None:
     return torch.bfloat16 if amp == "bf16" else torch.float16
 
 
-def check_trainable_backends(model: nn.Module, device: torch.device) -> None:
-    """Refuse, before training starts, attention modules set to a backend that cannot train on ``device``
-    (FlexAttention has no backward on the CPU)."""
-    if device.type == "cuda":
-        return
+def check_trainable_backends(model: nn.Module, device: torch.device, dtype: torch.dtype = torch.float32) -> None:
+    """Refuse, before training starts, attention modules set to a backend that cannot train on ``device`` in
+    ``dtype`` (the compute dtype: the autocast dtype under mixed precision): the backend registry's reasons for a
+    training call of the module's family (:func:`maskattn.backends.reasons`), with masks assumed to suit the
+    backend (those are checked at the first call)."""
     for name, module in model.named_modules():
-        if getattr(module, "backend", None) == "flex":
-            raise ConfigError(f"{name or 'the model'} uses backend='flex', which cannot train on {device.type} "
-                              "(FlexAttention has no backward on the CPU); use model.backend=auto (or sdpa) here, "
-                              "or train on CUDA")
+        backend, family = getattr(module, "backend", None), getattr(module, "family", None)
+        if backend in (None, "auto") or family not in backends.FAMILIES:
+            continue
+        head_dim = module.d_model // max(1, module.num_heads) if hasattr(module, "d_model") else 64
+        situation = backends.Situation(device.type, dtype, head_dims=(head_dim, head_dim), training=True,
+                                       band=True, head_bands=True)
+        reasons = backends.reasons(family, backend, situation)
+        if reasons:
+            raise ConfigError(f"{name or 'the model'} uses backend={backend!r}, which cannot train on {device.type} "
+                              f"in {str(dtype).removeprefix('torch.')}: it {'; it '.join(reasons)}. Use "
+                              f"model.backend=auto here, or train where it runs")
 
 
 def compile_model(model: nn.Module) -> nn.Module:

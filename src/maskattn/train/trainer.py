@@ -125,8 +125,9 @@ class Trainer:
         self.ema = build_ema(self.model, loop.ema_decay)
         if ckpt is not None:
             self._restore(ckpt)
-        acceleration.check_trainable_backends(self.model, self.device)
         self.amp_dtype = acceleration.autocast_dtype(loop.amp, self.device)
+        acceleration.check_trainable_backends(self.model, self.device,
+                                              self.amp_dtype or next(self.model.parameters()).dtype)
         self.scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
         # what runs the training forward: DDP around the model, compiled when train.compile (docs/training.md)
         self.ddp = DistributedDataParallel(self.model) if self.dist.enabled else None

@@ -1,0 +1,210 @@
+"""DMAN attention — MAN Eq. 4 with the dynamic mask of Eq. 12 (docs/design.md §1) — as Triton kernels: the
+``triton`` backend of the ``dman`` family.
+
+FlashAttention-2 with the gate in the scores: ``score = q·k / √d_k + log M``, ``log M = logσ(a_t + P[clip(t − s)]
++ U_h)`` (``log max(M, ε)`` with a ``mask_floor``), an online softmax per query tile in float32 (float64 for
+float64 inputs) that keeps the output and one log-sum-exp per row for backward (docs/design.md §3). The mask is
+used in log form, so rows whose ``σ(z)`` underflows stay exact. Key tiles wholly beyond the clip distance (every
+``t − s >= D`` or every ``t − s <= −D``) use one gate value per row; causal key tiles in the future are skipped.
+
+Backward is two passes without atomics (keys: dK, dV; queries: dQ), deterministic: the query pass also returns
+``dz = dS ⊙ (1 − σ(z))`` (0 where the floor holds) reduced per row (→ the gradients of ``a`` and ``U``) and, per
+query tile, the diagonal sums of each near tile and one sum per far side (→ the gradient of ``P``); PyTorch
+finishes those sums with plain reductions (:func:`_distance_gradient`). Attention dropout is FlashAttention-2's:
+the keep-mask is drawn in the kernel from a seed and redrawn by backward.
+
+The kernels are the ``torch.library`` operators ``maskattn::dman_triton`` (and its backward), so
+``torch.compile(fullgraph=True)`` takes them as one node each, for any sequence length.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch.library import custom_op, register_autograd
+
+from . import runtime
+
+__all__ = ["dman_triton", "unsupported", "near_offsets"]
+
+
+def unsupported(*, device: str, dtype: torch.dtype, head_dims: dict[str, int]) -> list[str]:
+    """Why the Triton kernels cannot run a DMAN call (an empty list when they can)."""
+    return runtime.call_reasons(device, dtype, head_dims)
+
+
+def near_offsets(max_distance: int, q_offset: int, block: int) -> tuple[int, int]:
+    """``(r_lo, r_hi)``: the relative block offsets ``r = query tile − key tile`` of the *near* tiles, those with
+    a distance ``t − s`` strictly inside ``(−D, D)``. A tile at offset ``r`` covers the distances
+    ``r·block + q_offset − (block − 1) … r·block + q_offset + (block − 1)``; for ``r > r_hi`` all are ``>= D``,
+    for ``r < r_lo`` all are ``<= −D``."""
+    r_hi = (max_distance - q_offset + block - 2) // block
+    r_lo = -((max_distance + q_offset + block - 2) // block)
+    return r_lo, r_hi
+
+
+def _constants(q: torch.Tensor, v: torch.Tensor, kpm, causal: bool, dropout_p: float, mask_floor) -> dict:
+    tiles = runtime.tiles(max(q.shape[-1], v.shape[-1]), q.device.type)
+    block = min(tiles.block_m, tiles.block_n)  # square tiles: the diagonal sums of dz need BLOCK_M == BLOCK_N
+    constants = dict(runtime.launch_constants(q, v), CAUSAL=bool(causal), HAS_KPM=kpm is not None,
+                     HAS_FLOOR=mask_floor is not None, DROPOUT=dropout_p > 0, BLOCK=block, num_warps=tiles.warps,
+                     num_stages=tiles.stages)
+    del constants["FAST"]  # the gate's 1 − σ(z) = exp(log σ(z) − z) reuses log M: no sigmoid to speed up
+    return constants
+
+
+def _scalars(q, k, v, table, q_offset: int, dropout_p: float, mask_floor, block: int):
+    """The kernels' size and scalar arguments after the strides: ``H, N, M, D_K, D_V, D, q_offset, R_LO, R_HI``
+    and ``scale, drop_p, log_floor``."""
+    D = (table.numel() - 1) // 2
+    r_lo, r_hi = near_offsets(D, q_offset, block)
+    head = (q.shape[1], q.shape[2], k.shape[2], q.shape[-1], v.shape[-1], D, q_offset, r_lo, r_hi)
+    tail = (1.0 / math.sqrt(q.shape[-1]), dropout_p, 0.0 if mask_floor is None else math.log(mask_floor))
+    return head, tail
+
+
+def _parameter_strides(a, table, u) -> list[int]:
+    return [*a.stride(), table.stride(0), u.stride(0)]
+
+
+@custom_op("maskattn::dman_triton", mutates_args=())
+def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor, table: torch.Tensor,
+             u: torch.Tensor, key_padding: torch.Tensor | None, seed: torch.Tensor | None, causal: bool,
+             q_offset: int, dropout_p: float, mask_floor: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out, lse)``: out ``(B, H, n, d_v)`` in q's dtype, laid out as ``(B, n, H, d_v)`` (merging the heads is a
+    view), and the float32 (float64) log-sum-exp of each row ``(B, H, n)`` (0 for a row with no allowed key)."""
+    B, H, n, _ = q.shape
+    m, d_v = k.shape[2], v.shape[-1]
+    out = q.new_empty(B, n, H, d_v).transpose(1, 2)
+    lse = q.new_empty(B, H, n, dtype=runtime.accumulator(q.dtype))
+    if out.numel() == 0:
+        return out, lse
+    constants = _constants(q, v, key_padding, causal, dropout_p, mask_floor)
+    head, tail = _scalars(q, k, v, table, q_offset, dropout_p, mask_floor, constants["BLOCK"])
+    runtime.load("dman_jit").dman_fwd[(runtime.cdiv(n, constants["BLOCK"]), B * H)](
+        q, k, v, a, table, u, runtime.placeholder(key_padding, q), runtime.placeholder(seed, q, torch.int64), out,
+        lse, *runtime.stride_args(q, k, v, out), *_parameter_strides(a, table, u), *head, *tail, **constants)
+    return out, lse
+
+
+@_forward.register_fake
+def _(q, k, v, a, table, u, key_padding, seed, causal, q_offset, dropout_p, mask_floor):
+    B, H, n, _ = q.shape
+    return (q.new_empty(B, n, H, v.shape[-1]).transpose(1, 2),
+            q.new_empty(B, H, n, dtype=runtime.accumulator(q.dtype)))
+
+
+def _distance_gradient(near: torch.Tensor, far: torch.Tensor, r_min: int, q_offset: int, D: int,
+                       block: int) -> torch.Tensor:
+    """The gradient of ``P`` ``(2D + 1,)`` from the query pass's buffers, with plain (deterministic) sums.
+
+    ``near`` ``(B·H, query tiles, slots, 2·block)``: slot ``σ`` holds the diagonal sums of the near tile at
+    offset ``r = r_min + σ``, column ``c`` the distance ``base_r + c`` with ``base_r = r·block + q_offset −
+    (block − 1)`` (column ``2·block − 1`` is padding, always 0). Consecutive slots overlap by ``block − 1``
+    distances, so the first half of slot ``σ`` and the second half of slot ``σ − 1`` add up into one dense run
+    of distances ``base_{r_min} + x``. ``far`` ``(B·H, query tiles, 2)``: the far-left (``t − s >= D``) and
+    far-right (``t − s <= −D``) sums. Distances past ``±D`` go to the edge entries."""
+    near = near.sum((0, 1))  # (slots, 2·block)
+    far = far.sum((0, 1))  # (2,)
+    dense = (F.pad(near[:, :block], (0, 0, 0, 1)) + F.pad(near[:, block:], (0, 0, 1, 0))).reshape(-1)
+    base = r_min * block + q_offset - (block - 1)
+    length = dense.numel()
+    low = min(max(-D - base + 1, 0), length)  # x < low: t − s <= −D
+    high = min(max(D - base, 0), length)  # x >= high: t − s >= D
+    grad = near.new_zeros(2 * D + 1)
+    grad[base + low + D:base + high + D] = dense[low:high]
+    grad[0] += dense[:low].sum() + far[1]
+    grad[2 * D] += dense[high:].sum() + far[0]
+    return grad
+
+
+@custom_op("maskattn::dman_triton_backward", mutates_args=())
+def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
+              table: torch.Tensor, u: torch.Tensor, key_padding: torch.Tensor | None, seed: torch.Tensor | None,
+              out: torch.Tensor, lse: torch.Tensor, causal: bool, q_offset: int, dropout_p: float,
+              mask_floor: float | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                 torch.Tensor, torch.Tensor]:
+    """``(dq, dk, dv, da, dP, dU)``, contiguous, in the inputs' dtypes."""
+    B, H, n, d_k = q.shape
+    m, d_v = k.shape[2], v.shape[-1]
+    acc = lse.dtype
+    grad_q, grad_k, grad_v = q.new_zeros(B, H, n, d_k), k.new_zeros(B, H, m, d_k), v.new_zeros(B, H, m, d_v)
+    if q.numel() == 0 or k.numel() == 0:
+        return grad_q, grad_k, grad_v, torch.zeros_like(a), torch.zeros_like(table), torch.zeros_like(u)
+    jit = runtime.load("dman_jit")
+    grad_out = grad_out.to(out.dtype)
+    delta = (grad_out.to(acc) * out.to(acc)).sum(-1)  # Δ_i = dO_i · out_i, (B, H, n)
+    constants = _constants(q, v, key_padding, causal, dropout_p, mask_floor)
+    block = constants["BLOCK"]
+    head, tail = _scalars(q, k, v, table, q_offset, dropout_p, mask_floor, block)
+    D, (r_lo, r_hi) = head[5], head[7:9]
+    query_tiles, key_tiles = runtime.cdiv(n, block), runtime.cdiv(m, block)
+    r_min, r_max = max(r_lo, 1 - key_tiles), min(r_hi, query_tiles - 1)
+    slots = max(1, r_max - r_min + 1)
+    row_grad = q.new_empty(B * H, n, dtype=acc)
+    near = q.new_zeros(B * H, query_tiles, slots, 2 * block, dtype=acc)
+    far = q.new_empty(B * H, query_tiles, 2, dtype=acc)
+    common = (q, k, v, a, table, u, runtime.placeholder(key_padding, q), runtime.placeholder(seed, q, torch.int64),
+              lse, delta, grad_out)
+    strides = (*runtime.stride_args(q, k, v, grad_out), *_parameter_strides(a, table, u))
+    jit.dman_bwd_kv[(key_tiles, B * H)](*common, grad_k, grad_v, *strides, *head, *tail, **constants)
+    jit.dman_bwd_q[(query_tiles, B * H)](*common, grad_q, row_grad, near, far, *strides, *head, r_min, slots, *tail,
+                                         **constants)
+    row_grad = row_grad.view(B, H, n)
+    return (grad_q, grad_k, grad_v, row_grad.sum(1).to(a.dtype),
+            _distance_gradient(near, far, r_min, q_offset, D, block).to(table.dtype),
+            row_grad.sum((0, 2)).to(u.dtype))
+
+
+@_backward.register_fake
+def _(grad_out, q, k, v, a, table, u, key_padding, seed, out, lse, causal, q_offset, dropout_p, mask_floor):
+    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), a.new_empty(a.shape),
+            table.new_empty(table.shape), u.new_empty(u.shape))
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, a, table, u, key_padding, seed, causal, q_offset, dropout_p, mask_floor = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, a, table, u, key_padding, seed, out, lse)
+    ctx.arguments = (causal, q_offset, dropout_p, mask_floor)
+
+
+def _backward_formula(ctx, grad_out, _grad_lse):
+    q, k, v, a, table, u, key_padding, seed, out, lse = ctx.saved_tensors
+    causal, q_offset, dropout_p, mask_floor = ctx.arguments
+    grads = _backward(grad_out, q, k, v, a, table, u, key_padding, seed, out, lse, causal, q_offset, dropout_p,
+                      mask_floor)
+    return (*grads, None, None, None, None, None, None)
+
+
+register_autograd("maskattn::dman_triton", _backward_formula, setup_context=_setup_context)
+
+
+def dman_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_logit: torch.Tensor,
+                distance_bias: torch.Tensor, head_bias: torch.Tensor, *, causal: bool,
+                key_padding_mask: torch.Tensor | None, q_offset: int, dropout_p: float,
+                mask_floor: float | None) -> torch.Tensor:
+    """DMAN attention of q ``(B, H, n, d_k)``, k ``(B, H, m, d_k)``, v ``(B, H, m, d_v)`` with the mask
+    ``M = σ(a_t + P[clip(t − s, −D, D) + D] + U_h)`` (MAN Eq. 12): ``query_logit`` a ``(B, n)``, ``distance_bias``
+    P ``(2D + 1,)``, ``head_bias`` U ``(H,)``; queries at absolute positions ``q_offset …``, keys at ``0 … m − 1``;
+    ``causal`` hides later keys; ``key_padding_mask`` ``(B, m)`` True = padding, or None; ``dropout_p`` attention
+    dropout (0 = none); ``mask_floor`` ``ε``: ``log max(M, ε)`` (no gradient where ``M < ε``), or None.
+
+    Computes in float32 (float64 for float64 inputs) with autocast off, whatever the dtype of a, P, U (float32
+    parameters in a half-precision model); returns ``(B, H, n, d_v)`` in q's dtype, differentiable with respect to
+    q, k, v, a, P and U (each gradient in its input's dtype). Rows with no allowed key are 0, with zero gradients."""
+    out_dtype = q.dtype
+    with torch.autocast(q.device.type, enabled=False):
+        work = runtime.kernel_dtype(q.dtype)
+        acc = runtime.accumulator(work)
+        q, k, v = q.to(work), k.to(work), v.to(work)
+        # the parameters are tiny: their casts (and the casts of their gradients back) cost nothing
+        a, table, u = query_logit.to(acc), distance_bias.to(acc), head_bias.to(acc)
+        seed = torch.randint(0, 2**62, (1,), dtype=torch.int64, device=q.device) if dropout_p > 0 else None
+        kpm = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
+        # q_offset goes in as it is: under torch.compile(dynamic=True) an int() would specialise the graph on it
+        out, _ = _forward(q, k, v, a, table, u, kpm, seed, bool(causal), q_offset, float(dropout_p),
+                          None if mask_floor is None else float(mask_floor))
+    return out.to(out_dtype)

@@ -1,0 +1,177 @@
+"""MTSA / Fast-DiSA's factorised attention (docs/design.md §1) as Triton kernels: the ``triton`` backend of the
+``tensorized`` family.
+
+One pass over the key tiles a query tile can see accumulates, in float32, the numerator ``Σ w·d·(v ⊙ E)`` and
+the denominator ``Σ w·E`` (``w = σ(R)`` for the log-sigmoid scale: no running maximum, no row normaliser —
+they cancel in the ratio; ``d`` the weights' dropout mask), and divides at the end. Each head's mask is a band
+``lo <= j − i <= hi`` (forward, backward, with or without the diagonal, a window, everything); tiles outside a
+head's band are skipped, so MTSA's directional heads cost half of full attention. Backward is two passes
+without atomics (keys, then queries), from ``dN = dO / D`` and ``dD = −dO·out / D``.
+
+Attention dropout follows MTSA Appendix A.3 (keep probability ``√(1 − p)`` on each numerator factor): the
+weights' mask is drawn inside the kernel from a seed and redrawn by backward; the per-(key, feature) mask of
+``v ⊙ E`` does not depend on the query and is ordinary dropout in front of the kernel.
+
+The kernels are the ``torch.library`` operators ``maskattn::tensorized_triton`` (and its backward), so
+``torch.compile(fullgraph=True)`` takes them as one node each, for any sequence length.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch.library import custom_op, register_autograd
+
+from . import runtime
+
+__all__ = ["tensorized_triton", "head_offsets", "unsupported", "BAND_SENTINEL"]
+
+#: stands for an open side of a band (``j − i`` unbounded); far beyond any sequence length, far below int32's edge
+BAND_SENTINEL = 1 << 30
+
+
+def head_offsets(bands) -> list[int]:
+    """Per-head ``(left, right)`` bands (``i − left <= j <= i + right``, ``inf`` for an open side) as the
+    kernels' flat list ``[lo₀, hi₀, lo₁, hi₁, …]`` of ``j − i`` bounds."""
+    flat = []
+    for left, right in bands:
+        # comparisons, not math.isinf: Dynamo traces this with plain Python floats
+        flat += [-BAND_SENTINEL if left == math.inf else -int(left), BAND_SENTINEL if right == math.inf else int(right)]
+    return flat
+
+
+def unsupported(*, device: str, dtype: torch.dtype, head_dims: dict[str, int], head_bands: bool, scale: str) -> list[str]:
+    """Why the Triton kernels cannot run an MTSA call (an empty list when they can)."""
+    reasons = runtime.call_reasons(device, dtype, head_dims)
+    if not head_bands:
+        reasons.append("takes masks that are a band per head (forward, backward, window, full, causal), not an "
+                       "arbitrary mask tensor or predicate")
+    if scale not in ("log_sigmoid", "identity"):
+        reasons.append(f"has no kernel for scale {scale!r}")
+    return reasons
+
+
+def _threshold(acc: torch.dtype) -> float:
+    """Denominators above this divide with full precision (the rows below come back 0, as on the other fast
+    paths: :func:`maskattn.kernels.tensorized.reliable_denominator`)."""
+    info = torch.finfo(acc)
+    return info.tiny / info.eps
+
+
+def _constants(q: torch.Tensor, ve: torch.Tensor, kpm, identity: bool, dropout_p: float) -> dict:
+    tiles = runtime.tiles(max(q.shape[-1], ve.shape[-1]), q.device.type)
+    return dict(runtime.launch_constants(q, ve), HAS_KPM=kpm is not None, IDENTITY=identity, DROPOUT=dropout_p > 0,
+                BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, num_warps=tiles.warps, num_stages=tiles.stages)
+
+
+@custom_op("maskattn::tensorized_triton", mutates_args=())
+def _forward(q: torch.Tensor, k: torch.Tensor, ve: torch.Tensor, e: torch.Tensor, key_padding: torch.Tensor | None,
+             bands: list[int], seed: torch.Tensor | None, scale: float, identity: bool,
+             dropout_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(out, D, row_max)``: out ``(B, H, n, d_v)`` in ``ve``'s dtype, laid out as ``(B, n, H, d_v)`` (merging the
+    heads is a view), the float32 (float64) denominators, and with the identity scale the row maxima."""
+    jit = runtime.load("tensorized_jit")
+    B, H, n, _ = q.shape
+    m, d_v = k.shape[2], ve.shape[-1]
+    out = ve.new_empty(B, n, H, d_v).transpose(1, 2)
+    acc = runtime.accumulator(q.dtype)
+    den = q.new_empty(B, H, n, d_v, dtype=acc)
+    row_max = q.new_empty((B, H, n) if identity else (0,), dtype=acc)
+    constants = _constants(q, ve, key_padding, identity, dropout_p)
+    grid = (runtime.cdiv(n, constants["BLOCK_M"]), B * H)
+    jit.tensorized_fwd[grid](
+        q, k, ve, e, runtime.placeholder(key_padding, q), runtime.device_table(bands, q.device),
+        runtime.placeholder(seed, q, torch.int64), out, den, runtime.placeholder(row_max if identity else None, q, acc),
+        *runtime.stride_args(q, k, ve, e, out), H, n, m, q.shape[-1], d_v, scale, dropout_p, _threshold(acc),
+        **constants)
+    return out, den, row_max
+
+
+@_forward.register_fake
+def _(q, k, ve, e, key_padding, bands, seed, scale, identity, dropout_p):
+    B, H, n, _ = q.shape
+    acc = runtime.accumulator(q.dtype)
+    return (ve.new_empty(B, n, H, ve.shape[-1]).transpose(1, 2), q.new_empty(B, H, n, ve.shape[-1], dtype=acc),
+            q.new_empty((B, H, n) if identity else (0,), dtype=acc))
+
+
+@custom_op("maskattn::tensorized_triton_backward", mutates_args=())
+def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, ve: torch.Tensor, e: torch.Tensor,
+              key_padding: torch.Tensor | None, bands: list[int], seed: torch.Tensor | None, out: torch.Tensor,
+              den: torch.Tensor, row_max: torch.Tensor, scale: float, identity: bool,
+              dropout_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dq, dk, d(v⊙E), dE)``, contiguous, in the inputs' dtypes."""
+    jit = runtime.load("tensorized_jit")
+    B, H, n, d_k = q.shape
+    m, d_v = k.shape[2], ve.shape[-1]
+    grad_q, grad_k = q.new_empty(B, H, n, d_k), k.new_empty(B, H, m, d_k)
+    grad_ve, grad_e = ve.new_empty(B, H, m, d_v), e.new_empty(B, H, m, d_v)
+    constants = _constants(q, ve, key_padding, identity, dropout_p)
+    common = (q, k, ve, e, runtime.placeholder(key_padding, q), runtime.device_table(bands, q.device),
+              runtime.placeholder(seed, q, torch.int64), out, den,
+              runtime.placeholder(row_max if identity else None, q, den.dtype), grad_out)
+    sizes = (H, n, m, d_k, d_v, scale, dropout_p, _threshold(den.dtype))
+    strides = runtime.stride_args(q, k, ve, e, out, grad_out)
+    jit.tensorized_bwd_kv[(runtime.cdiv(m, constants["BLOCK_N"]), B * H)](
+        *common, grad_k, grad_ve, grad_e, *strides, *sizes, **constants)
+    jit.tensorized_bwd_q[(runtime.cdiv(n, constants["BLOCK_M"]), B * H)](
+        *common, grad_q, *strides, *sizes, **constants)
+    return grad_q, grad_k, grad_ve, grad_e
+
+
+@_backward.register_fake
+def _(grad_out, q, k, ve, e, key_padding, bands, seed, out, den, row_max, scale, identity, dropout_p):
+    return q.new_empty(q.shape), k.new_empty(k.shape), ve.new_empty(ve.shape), e.new_empty(e.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, ve, e, key_padding, bands, seed, scale, identity, dropout_p = inputs
+    out, den, row_max = output
+    ctx.save_for_backward(q, k, ve, e, key_padding, seed, out, den, row_max)
+    ctx.arguments = (bands, scale, identity, dropout_p)
+
+
+def _backward_formula(ctx, grad_out, _grad_den, _grad_row_max):
+    q, k, ve, e, key_padding, seed, out, den, row_max = ctx.saved_tensors
+    bands, scale, identity, dropout_p = ctx.arguments
+    grads = _backward(grad_out, q, k, ve, e, key_padding, bands, seed, out, den, row_max, scale,
+                      identity, dropout_p)
+    return (*grads, None, None, None, None, None, None)
+
+
+register_autograd("maskattn::tensorized_triton", _backward_formula, setup_context=_setup_context)
+
+
+def tensorized_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s2t: torch.Tensor, bands,
+                      key_padding_mask: torch.Tensor | None, *, scale: str, dropout_p: float
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out, reliable)``: MTSA's attention of q/k ``(B, H, n|m, d_k)``, v/s2t ``(B, H, m, d_v)`` with per-head
+    ``bands`` (``(left, right)`` per head, ``inf`` for an open side), ``key_padding_mask`` ``(B, m)`` (True =
+    padding) or None, ``scale`` ``"log_sigmoid"`` or ``"identity"`` and attention dropout ``dropout_p`` (MTSA
+    Appendix A.3; 0 = none). ``reliable`` ``(B, H, n, d_v)`` is False where the denominator underflowed and the
+    output is 0 (docs/design.md §3). Computes in float32 (float64 for float64 inputs); float16 values in float32.
+    Returns ``out`` in the inputs' dtype."""
+    out_dtype = q.dtype
+    with torch.autocast(q.device.type, enabled=False):
+        work = runtime.kernel_dtype(q.dtype)
+        q, k = q.to(work), k.to(work)
+        value_dtype = torch.float32 if work == torch.float16 else work  # float16's range: docs/design.md §3
+        keep_pad = None if key_padding_mask is None else key_padding_mask[:, None, :, None]  # (B, 1, m, 1)
+        s2t = s2t.to(runtime.accumulator(q.dtype))
+        if keep_pad is not None:
+            s2t = s2t.masked_fill(keep_pad, float("-inf"))
+        c = s2t.detach().amax(dim=-2, keepdim=True)
+        e = torch.exp(s2t - torch.where(torch.isfinite(c), c, torch.zeros_like(c)))  # E = exp(S − c); 0 on padding
+        ve = v.to(e.dtype) * e
+        if keep_pad is not None:
+            ve = ve.masked_fill(keep_pad, 0.0)  # junk values at padding keys cannot reach the sums
+        keep_factor = 1.0 - math.sqrt(1.0 - dropout_p) if dropout_p > 0 else 0.0
+        if keep_factor > 0:
+            ve = F.dropout(ve, keep_factor, training=True)  # the (key, feature) factor of Appendix A.3
+        seed = torch.randint(0, 2**62, (1,), dtype=torch.int64, device=q.device) if keep_factor > 0 else None
+        kpm = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
+        out, den, _ = _forward(q, k, ve.to(value_dtype), e.to(value_dtype), kpm, head_offsets(bands), seed,
+                               1.0 / math.sqrt(q.shape[-1]), scale == "identity", keep_factor)
+    return out.to(out_dtype), den > _threshold(den.dtype)

@@ -1,0 +1,191 @@
+"""MTSA's Triton kernel (maskattn.kernels.triton.tensorized) against the float64 reference, run on the CPU under
+Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1 where there is no CUDA): outputs and every
+gradient at lengths that are not multiples of the tile (the interpreter's tiles are 16), per-head bands, key
+padding, rows without a key, both scales, dropout, float32 / float16 / float64, torch.compile."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from maskattn import MTSA, masks as M
+from maskattn.functional import tensorized_attention, tensorized_attention_reference
+from maskattn.kernels.triton import runtime
+from maskattn.kernels.triton.tensorized import tensorized_triton
+
+pytestmark = pytest.mark.skipif(not runtime.installed(), reason="needs the triton package")
+
+HEADS = [M.forward(False), M.backward(), M.window(3), M.full()]  # a strict, a causal-like, a window, everything
+STRICT_BANDS = [(math.inf, -1), (0, math.inf), (3, 3), (math.inf, math.inf)]
+
+
+def inputs(B, H, n, d_k=8, d_v=12, dtype=torch.float64, m=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    m = n if m is None else m
+    shapes = ((B, H, n, d_k), (B, H, m, d_k), (B, H, m, d_v), (B, H, m, d_v))
+    return [torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype).requires_grad_() for shape in shapes]
+
+
+def padding(B, n, keep):
+    kpm = torch.zeros(B, n, dtype=torch.bool)
+    for b, length in enumerate(keep):
+        kpm[b, length:] = True
+    return kpm
+
+
+def grads(out, tensors, seed=1):
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(out.dtype)
+    return torch.autograd.grad(out, tensors, g)
+
+
+@pytest.mark.parametrize("n, H, mask_kind, keep", [
+    (1, 2, "directional", None),          # one position: every strict row is empty
+    (37, 4, "multi", (37, 30)),           # 3 tiles, padding in the second sequence
+    (70, 2, "directional", (70, 0)),      # a sequence that is all padding
+    (130, 1, "window", (130, 129)),       # 9 tiles, the band skips most of them
+])
+@pytest.mark.parametrize("scale", ["log_sigmoid", "identity"])
+def test_outputs_and_gradients_match_float64_reference(n, H, mask_kind, keep, scale):
+    q, k, v, s2t = inputs(2, H, n)
+    mask = {"directional": M.per_head([M.forward(False)] * (H // 2 or 1) + [M.backward(False)] * (H - (H // 2 or 1)))
+            if H > 1 else M.forward(False),
+            "multi": M.per_head(HEADS), "window": M.window(5)}[mask_kind]
+    kpm = None if keep is None else padding(2, n, keep)
+    out = tensorized_attention(q, k, v, s2t, mask, scale=scale, key_padding_mask=kpm, backend="triton")
+    expected = tensorized_attention_reference(q, k, v, s2t, mask, scale=scale, key_padding_mask=kpm)
+    torch.testing.assert_close(out, expected, atol=1e-12, rtol=1e-10)
+    for got, want in zip(grads(out, (q, k, v, s2t)), grads(expected, (q, k, v, s2t))):
+        torch.testing.assert_close(got, want, atol=1e-11, rtol=1e-9)
+    if keep is not None and keep[1] == 0:
+        assert (out[1] == 0).all()
+
+
+def test_rows_without_a_key_are_zero_with_zero_finite_gradients():
+    q, k, v, s2t = inputs(2, 2, 20, dtype=torch.float32)
+    kpm = padding(2, 20, (20, 0))
+    out = tensorized_attention(q, k, v, s2t, M.per_head([M.forward(False), M.backward(False)]), key_padding_mask=kpm,
+                               backend="triton")
+    assert (out[0, 0, 0] == 0).all() and (out[0, 1, -1] == 0).all()  # strict masks: the first / last row
+    assert (out[1] == 0).all()  # every key is padding
+    out.square().sum().backward()
+    for t in (q, k, v, s2t):
+        assert torch.isfinite(t.grad).all()
+    assert (q.grad[1] == 0).all() and (k.grad[1] == 0).all() and (v.grad[1] == 0).all()
+
+
+def test_cross_lengths_and_wide_heads():
+    """n ≠ m (queries against a longer key sequence) and head dims that are not powers of two."""
+    q, k, v, s2t = inputs(1, 2, 19, d_k=20, d_v=33, m=45)
+    mask = M.per_head([M.forward(), M.window(4)])
+    out = tensorized_attention(q, k, v, s2t, mask, backend="triton")
+    torch.testing.assert_close(out, tensorized_attention_reference(q, k, v, s2t, mask), atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 2e-5), (torch.float16, 4e-3)])
+def test_float32_and_float16_match_the_reference(dtype, tol):
+    q, k, v, s2t = inputs(2, 4, 45, dtype=torch.float64)
+    with torch.no_grad():
+        s2t.mul_(4.0)  # spread the source2token scores: float16's range ends ~10 below the maximum
+    kpm = padding(2, 45, (45, 40))
+    mask = M.per_head(HEADS)
+    low = [t.detach().to(dtype).requires_grad_() for t in (q, k, v, s2t)]
+    exact = [t.detach().double().requires_grad_() for t in low]  # the same (rounded) inputs, in float64
+    out = tensorized_attention(*low, mask, key_padding_mask=kpm, backend="triton")
+    assert out.dtype == dtype
+    expected = tensorized_attention_reference(*exact, mask, key_padding_mask=kpm)
+    torch.testing.assert_close(out.double(), expected, atol=tol, rtol=tol)
+    for got, want in zip(grads(out, low), grads(expected, exact)):
+        torch.testing.assert_close(got.double(), want, atol=20 * tol, rtol=20 * tol)
+
+
+def test_gradcheck_float64():
+    q, k, v, s2t = inputs(2, 2, 6, d_k=3, d_v=2)
+    kpm = padding(2, 6, (6, 4))
+    for scale in ("log_sigmoid", "identity"):
+        fn = lambda *t: tensorized_triton(*t, STRICT_BANDS[:2], kpm, scale=scale, dropout_p=0.0)[0]  # noqa: E731
+        assert torch.autograd.gradcheck(fn, (q, k, v, s2t), fast_mode=True)
+
+
+def test_gradcheck_with_dropout_redraws_the_same_mask():
+    """Re-seeded before every evaluation, the kernel draws the same masks (Philox by position inside, and the
+    (key, feature) mask of v ⊙ E), so backward must be the exact gradient of the dropped-out forward."""
+    q, k, v, s2t = inputs(1, 2, 7, d_k=3, d_v=2)
+
+    def fn(*tensors):
+        torch.manual_seed(0)
+        return tensorized_triton(*tensors, [(math.inf, 0), (2, 2)], None, scale="log_sigmoid", dropout_p=0.4)[0]
+
+    assert torch.autograd.gradcheck(fn, (q, k, v, s2t), fast_mode=True)
+
+
+def test_dropout_drops_the_numerator_only_and_keeps_the_expectation():
+    q, k, v, s2t = inputs(1, 2, 10, d_k=4, d_v=3)
+    bands = [(math.inf, 0), (0, math.inf)]
+    with torch.no_grad():
+        clean, _ = tensorized_triton(q, k, v, s2t, bands, None, scale="log_sigmoid", dropout_p=0.0)
+        samples = torch.stack([tensorized_triton(q, k, v, s2t, bands, None, scale="log_sigmoid", dropout_p=0.5)[0]
+                               for _ in range(150)])
+        # with v = 1 the numerator (dropped) and the denominator (not dropped) differ only by the dropout
+        ones, _ = tensorized_triton(q, k, torch.ones_like(v), s2t, bands, None, scale="log_sigmoid", dropout_p=0.5)
+    assert not torch.allclose(samples[0], samples[1])
+    torch.testing.assert_close(samples.mean(0), clean, atol=0.3, rtol=0.0)
+    assert not torch.allclose(ones, torch.ones_like(ones))  # dropout reached the numerator…
+    assert (ones >= 0).all()  # …and nothing else: numerator ≥ 0 over an undropped, positive denominator
+
+
+def test_repeated_backward_is_bit_identical():
+    q, k, v, s2t = inputs(1, 2, 40, dtype=torch.float32)
+    mask = M.per_head([M.forward(), M.backward()])
+    first = grads(tensorized_attention(q, k, v, s2t, mask, backend="triton"), (q, k, v, s2t))
+    second = grads(tensorized_attention(q, k, v, s2t, mask, backend="triton"), (q, k, v, s2t))
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+
+
+def test_underflowed_rows_are_recomputed_exactly_on_the_cpu():
+    """Source2token scores spread ±1e4: after the shift by the feature's maximum almost every denominator
+    underflows; eager on the CPU those rows are recomputed in log space (docs/design.md §3), as on sdpa."""
+    q, k, v, s2t = inputs(2, 2, 12, dtype=torch.float64)
+    with torch.no_grad():
+        s2t.copy_(torch.rand_like(s2t) * 2e4 - 1e4)
+    mask = M.per_head([M.forward(False), M.backward()])
+    out = tensorized_attention(*(t.float() for t in (q, k, v, s2t)), mask, backend="triton")
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), tensorized_attention_reference(q, k, v, s2t, mask), atol=1e-4, rtol=1e-4)
+
+
+def test_compiles_into_one_graph_for_every_length():
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    mask = M.per_head([M.forward(), M.backward(False)])
+    compiled = torch.compile(lambda *t: tensorized_attention(*t, mask, backend="triton"), fullgraph=True,
+                             dynamic=True, backend="aot_eager")
+    for n in (5, 17, 23):
+        q, k, v, s2t = inputs(1, 2, n, d_k=4, d_v=4, dtype=torch.float32, seed=n)
+        out = compiled(q, k, v, s2t)
+        eager = tensorized_attention(q, k, v, s2t, mask, backend="triton")
+        torch.testing.assert_close(out, eager)
+        for a, b in zip(grads(out, (q, k, v, s2t)), grads(eager, (q, k, v, s2t))):
+            torch.testing.assert_close(a, b)
+    assert counters["stats"]["unique_graphs"] <= 2
+
+
+def test_bfloat16_autocast_runs_through_the_kernel():
+    """Under CPU bf16 autocast the projections give bfloat16; the interpreter computes it in float32 (its bf16
+    tl.dot is wrong) and the kernel returns bfloat16 with gradients in the inputs' dtypes, close to float32."""
+    module = MTSA(32, 4, backend="triton")
+    x = torch.randn(2, 21, 32, requires_grad=True)
+    kpm = padding(2, 21, (21, 15))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = module(x, kpm)
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+    out.float().square().sum().backward()
+    assert all(p.dtype == torch.float32 and torch.isfinite(p.grad).all() for p in module.parameters())
+    reference = MTSA(32, 4, backend="reference")
+    reference.load_state_dict(module.state_dict())
+    expected = reference(x.detach(), kpm)
+    assert (out.float() - expected).norm() <= 0.02 * expected.norm()
