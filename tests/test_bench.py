@@ -252,3 +252,25 @@ def test_unmodelled_module_is_counted_by_flop_counter_mode(tmp_path, monkeypatch
     (record,) = json.loads((tmp_path / "bench.json").read_text())["records"]
     assert record["flop_source"] == "FlopCounterMode" and record["gflop"] > 0
 
+
+def test_useful_attention_flops_count_only_the_pairs_a_mask_allows():
+    """FlashAttention's TFLOP/s convention: the attention core over the allowed (query, key) pairs — all of them
+    for MHA and DMAN, half (plus the diagonal) for causal or MTSA's directional heads, the band for CSAN / SMAN —,
+    forward + backward as 3 × forward."""
+    from maskattn.bench.baselines import CausalSDPA
+    from maskattn.bench.costs import band_pairs, useful_attention_flops
+
+    n, d_h = 64, D // H
+    point = Point(B, n, D, torch.float32)
+    full = 3 * 2 * B * H * n * n * (2 * d_h)
+    assert useful_attention_flops(maskattn.create_attention("mha", D, H), point) == full
+    assert useful_attention_flops(maskattn.create_attention("dman", D, H), point) == full
+    assert useful_attention_flops(maskattn.create_attention("mha", D, H), point, inference=True) == full // 3
+    half = n * (n + 1) // 2
+    assert band_pairs(n, float("inf"), 0) == half and band_pairs(n, 2, 2) == 5 * n - 6
+    assert useful_attention_flops(CausalSDPA(D, H), point) == 3 * 2 * B * H * half * (2 * d_h)
+    # MTSA: forward and backward heads (diagonal included), over [v ⊙ E ; E]: value width 2·d_h
+    assert useful_attention_flops(maskattn.create_attention("mtsa", D, H), point) == 3 * 2 * B * H * half * (3 * d_h)
+    csan2d = maskattn.create_attention("csan2d", D, H, window=5, head_window=3)
+    assert useful_attention_flops(csan2d, point) == 3 * 2 * B * 3 * H * band_pairs(n, 2, 2) * (2 * d_h)
+    assert useful_attention_flops(maskattn.models.fusion.BiRNN(D), point) is None

@@ -58,10 +58,10 @@ from ..attention import (
 )
 from ..attention.headwise import HeadwiseLinear
 from ..models.fusion import BiRNN, MultiCNN
-from .baselines import Algorithm1, TorchMHA
+from .baselines import Algorithm1, CausalSDPA, TorchMHA
 
 __all__ = ["Point", "family_of", "step_flops", "forward_flops", "estimate_bytes", "attention_flops",
-           "projection_flops", "FAMILIES"]
+           "projection_flops", "useful_attention_flops", "band_pairs", "FAMILIES"]
 
 FAMILIES = ("dense", "local", "tensorized", "tensorized_naive", "algorithm1", "lstm", "cnn", "other")
 #: Modules of the dense / local families (multi-head attention with scores per (query, key) pair).
@@ -122,7 +122,7 @@ def family_of(module: nn.Module, backend: str) -> str:
         return "cnn"
     if not isinstance(module, _DENSE_TYPES):
         return "other"
-    if backend in ("banded", "flex") and _local_span(module, 1) is not None:
+    if backend in ("banded", "flex", "triton") and _local_span(module, 1) is not None:
         return "local"
     return "dense"
 
@@ -179,6 +179,50 @@ def forward_flops(module: nn.Module, backend: str, point: Point) -> int | None:
     value_width = 2 * d_v if family in ("tensorized", "algorithm1") else d_v  # [v ⊙ E ; E] is 2·d_v wide
     key_width = 0 if isinstance(module, DiSA) else d_k  # DiSA's score is additive: no q kᵀ product
     return projection_flops(module, B * n) + attention_flops(B, heads, n, keys, key_width, value_width)
+
+
+def band_pairs(n: int, left: float, right: float) -> int:
+    """The (query, key) pairs of an ``n × n`` band ``i − left <= j <= i + right`` (``inf`` for an open side)."""
+    i = torch.arange(n, dtype=torch.float64)
+    counts = (torch.clamp(i + right, max=n - 1) - torch.clamp(i - left, min=0) + 1).clamp(min=0)
+    return int(counts.sum())
+
+
+def _attended_pairs(module: nn.Module, n: int) -> tuple[int, int, int, int] | None:
+    """(heads, pairs over all heads, d_k, value width) of the attention core of ``module`` at length ``n``:
+    only the (query, key) pairs its mask allows (a band's, a directional head's half, CSAN 2D's area), or None
+    when the module has no modelled attention core."""
+    if isinstance(module, CausalSDPA):
+        d_h = module.in_proj.out_features // 3 // module.heads
+        return module.heads, module.heads * band_pairs(n, math.inf, 0), d_h, d_h
+    if not isinstance(module, (*_DENSE_TYPES, MTSA, FastDiSA, ConvSelfAttention)):
+        return None
+    heads, d_k, d_v = _heads_and_widths(module)
+    if isinstance(module, (MTSA, FastDiSA)):
+        bands = module.mask.bands_per_head(heads)
+        pairs = n * n * heads if bands is None else sum(band_pairs(n, *band) for band in bands)
+        return heads, pairs, d_k, 2 * d_v  # [v ⊙ E ; E]
+    causal = getattr(module, "causal", False)
+    if isinstance(module, ConvSelfAttention):
+        r = module.window // 2
+        return heads, module.head_window * heads * band_pairs(n, r, r), d_k, d_v
+    if isinstance(module, StaticMaskAttention) and module.radius != "sqrt":
+        r = math.floor(module.radius)
+        return heads, heads * band_pairs(n, r, 0 if causal else r), d_k, d_v
+    return heads, heads * band_pairs(n, math.inf, 0 if causal else math.inf), d_k, d_v
+
+
+def useful_attention_flops(module: nn.Module, point: Point, *, inference: bool = False) -> int | None:
+    """FLOPs of the attention core alone (``q kᵀ`` and the weighted sum of values) over the pairs the mask
+    allows — what a kernel that skips every masked-out score must do, FlashAttention's convention for its
+    TFLOP/s (causal: half) —, forward + backward counted as 3 × forward (inference: forward); None for a
+    module without a modelled attention core."""
+    core = _attended_pairs(module, point.n)
+    if core is None:
+        return None
+    _, pairs, d_k, value_width = core
+    forward = 2 * point.batch * pairs * (d_k + value_width)
+    return forward if inference else 3 * forward
 
 
 def step_flops(module: nn.Module, backend: str, point: Point) -> int | None:

@@ -145,7 +145,7 @@ def render_tables(result: BenchResult) -> list[Table]:
                                    f"{s['dtype']}, {s.get('mode', 'train')}{', compiled' if s.get('compile') else ''}"
                                    f"; time = median [min-max] of {s['repeats']}"))
         for column in ("mechanism/backend", "n", "fwd ms", "bwd ms", "peak MiB", "GFLOP", "GFLOP/s",
-                       "matmul GFLOP/s", "% matmul", "status"):
+                       "matmul GFLOP/s", "% matmul", "attn TFLOP/s", "status"):
             table.add_column(column, justify="left" if column in ("mechanism/backend", "status") else "right")
         rows = [r for r in result.records if r["device"] == device]
         labels = list(dict.fromkeys(r["label"] for r in rows))
@@ -156,9 +156,10 @@ def render_tables(result: BenchResult) -> list[Table]:
                 if r["status"] == "ok":
                     cells += [_ms(r, "fwd"), _ms(r, "bwd"), f"{r['peak_mib']:.1f}", f"{r['gflop']:.3g}",
                               f"{r['achieved_gflops']:.2f}", f"{r['matmul_gflops']:.1f}",
-                              f"{100 * r['matmul_fraction']:.1f}", "ok"]
+                              f"{100 * r['matmul_fraction']:.1f}",
+                              "–" if r.get("attention_tflops") is None else f"{r['attention_tflops']:.3g}", "ok"]
                 else:
-                    cells += [""] * 7 + [f"{r['status']}: {r['reason']}"]
+                    cells += [""] * 8 + [f"{r['status']}: {r['reason']}"]
                 table.add_row(*(escape(cell) for cell in cells), end_section=i == len(group) - 1)
         tables.append(table)
     return tables

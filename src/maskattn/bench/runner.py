@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from .costs import Point, estimate_bytes, family_of, forward_flops, step_flops
+from .costs import Point, estimate_bytes, family_of, forward_flops, step_flops, useful_attention_flops
 from .measure import (available_bytes, count_flops, is_out_of_memory, machine_info, matmul_gflops_per_s,
                       measure_inference, measure_point)
 from .settings import (
@@ -61,6 +61,9 @@ FIELDS: dict[str, str] = {
     "achieved_gflops": "gflop / (fwd_ms_median + bwd_ms_median): achieved GFLOP/s",
     "matmul_gflops": "GFLOP/s of the (B·H, n, d_h) x (B·H, d_h, n) bmm on this device and dtype (fastest of 5)",
     "matmul_fraction": "achieved_gflops / matmul_gflops",
+    "attention_tflops": "useful attention TFLOP/s: FLOPs of the attention core over the pairs its mask allows "
+                        "(maskattn.bench.costs.useful_attention_flops; causal and directional masks: about half) / "
+                        "the step time, projections included in the time (so a lower bound on the kernel's own rate)",
 }
 
 
@@ -245,7 +248,9 @@ def _run_point(candidate, module, point, x, device, settings, budget, matmul, sa
         return _record(candidate, module, point, device, settings, status="failed", reason=reason, **base)
     seconds = (measured["fwd_ms_median"] + (measured["bwd_ms_median"] or 0.0)) / 1e3
     achieved = flops / seconds / 1e9
+    useful = useful_attention_flops(_eager(module), point, inference=grad_out is None)
     peak = measured.pop("peak_bytes")
     return _record(candidate, module, point, device, settings, status="ok", **base, **measured,
                    peak_mib=peak / 2**20, gflop=flops / 1e9, flop_source=source, achieved_gflops=achieved,
-                   matmul_fraction=achieved / matmul)
+                   matmul_fraction=achieved / matmul,
+                   attention_tflops=None if useful is None else useful / seconds / 1e12)
