@@ -19,15 +19,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+#: the torch thread count the test session started with
+DEFAULT_THREADS = torch.get_num_threads()
+
+
 @pytest.fixture(autouse=True)
 def _seed():
-    """Every test starts from seed 0 and the default thread count: a test that trains with ``train.num_threads``
-    (which sets the process's torch threads) must not change the arithmetic of the tests after it (with one thread
-    instead of two, test_seq2seq.py::test_learns_to_copy solves 93 of 100 sequences instead of ≥ 95)."""
-    threads = torch.get_num_threads()
+    """Every test starts from seed 0 and the session's thread count: a test (or a module fixture) that trains with
+    ``train.num_threads`` sets the process's torch threads, which must not change the arithmetic of the tests after
+    it (with one thread instead of two, test_seq2seq.py::test_learns_to_copy solves 93 of 100 sequences, not ≥ 95)."""
+    torch.set_num_threads(DEFAULT_THREADS)
     torch.manual_seed(0)
     yield
-    torch.set_num_threads(threads)
+    torch.set_num_threads(DEFAULT_THREADS)
 
 
 def pytest_runtest_logreport(report):
@@ -40,3 +44,4 @@ def pytest_runtest_logreport(report):
     if path and report.failed:
         with open(path, "a", encoding="utf-8") as log:
             log.write(f"FAILED {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")
+

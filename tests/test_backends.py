@@ -113,7 +113,7 @@ def test_refusals_say_why():
     with pytest.raises(ValueError, match="backward only on CUDA"):
         local_attention(q, k, v, window=3, backend="flex")
     with pytest.raises(ValueError, match="needs a mask that is a fixed band"):
-        tensorized_attention(q, k, v, s2t, maskattn.masks.forward(), backend="banded")
+        tensorized_attention(q, k, v, s2t, maskattn.masks.forward_mask(), backend="banded")
     with pytest.raises(ValueError, match="does not apply MTSA's attention dropout"):
         tensorized_attention(q, k, v, s2t, maskattn.masks.window(2), backend="banded", dropout_p=0.1, training=True)
     with pytest.raises(ValueError, match="cannot apply a score_mod"):

@@ -206,9 +206,30 @@ def test_settings_validate_at_the_boundary(kwargs, error, message):
     assert message in str(info.value)
 
 
-def test_quick_preset_and_overrides():
+def test_quick_suite_and_overrides():
     quick = BenchSettings.quick(batch=2)
     assert quick.lengths == (32, 64, 128, 256) and quick.width == 64 and quick.repeats == 2 and quick.batch == 2
+    with pytest.warns(DeprecationWarning, match="BenchSettings.preset is now BenchSettings.suite"):
+        assert BenchSettings.preset("quick", batch=2) == quick
+
+
+def test_devices_mean_what_they_mean_in_every_command(monkeypatch):
+    from maskattn.bench.settings import resolve_devices
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_devices("auto") == ["cpu"] and resolve_devices("all") == ["cpu"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_devices("auto") == ["cuda"] and resolve_devices("all") == ["cpu", "cuda"]
+
+
+def test_the_old_preset_flag_still_works_with_a_warning(tmp_path):
+    args = ["bench", "--lengths", "8", "--mechanisms", "mha", "--backends", "sdpa", "--repeats", "1", "--warmup", "0",
+            "--device", "cpu", "--out", str(tmp_path)]
+    result = cli.invoke(app, [*args, "--preset", "quick"])
+    assert result.exit_code == 0, result.output
+    assert "--preset is now --suite" in result.output
+    result = cli.invoke(app, [*args, "--preset", "quick", "--suite", "quick"])
+    assert result.exit_code == 2 and "give --suite only" in result.output
 
 
 def test_flex_is_left_out_on_cpu_with_a_note():

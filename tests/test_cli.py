@@ -109,6 +109,20 @@ def test_internal_errors_are_tracebacks_not_messages(tmp_path, monkeypatch):
     monkeypatch.setattr(maskattn.inference, "predict", broken)
     result = runner.invoke(app, ["predict", "-k", str(tmp_path / "x.safetensors"), "hello"])
     assert result.exit_code == 1 and isinstance(result.exception, KeyError)
+
+    def internal_value_error(*args, **kwargs):  # a ValueError that no check raised on purpose is a bug too
+        raise ValueError("an internal inconsistency")
+
+    monkeypatch.setattr(maskattn.inference, "predict", internal_value_error)
+    result = runner.invoke(app, ["predict", "-k", str(tmp_path / "x.safetensors"), "hello"])
+    assert result.exit_code == 1 and isinstance(result.exception, ValueError)
+
+    def unreadable_device(*args, **kwargs):  # an OSError about no file of the user's
+        raise OSError("device busy")
+
+    monkeypatch.setattr(maskattn.inference, "predict", unreadable_device)
+    result = runner.invoke(app, ["predict", "-k", str(tmp_path / "x.safetensors"), "hello"])
+    assert result.exit_code == 1 and isinstance(result.exception, OSError)
     monkeypatch.setattr(maskattn.train.api, "train", lambda *a, **k: None + 1)  # a TypeError inside training
     result = runner.invoke(app, ["train", "--data", str(write_sentiment(tmp_path)), "--max-steps", "1"])
     assert result.exit_code == 1 and isinstance(result.exception, TypeError)

@@ -195,7 +195,7 @@ def test_seq2seq_compiles_fullgraph_over_batch_shapes(preset):
     from maskattn.models.seq2seq import Seq2Seq
 
     torch.manual_seed(0)
-    model = Seq2Seq.from_preset(preset, 50, 50, encoder_layers=1, decoder_layers=1, d_model=D_MODEL, num_heads=4)
+    model = Seq2Seq.from_architecture(preset, 50, 50, encoder_layers=1, decoder_layers=1, d_model=D_MODEL, num_heads=4)
     compiled = torch.compile(model, fullgraph=True, dynamic=None, backend="aot_eager")
     g = torch.Generator().manual_seed(1)
     for batch_size, src_len, tgt_len in ((6, 9, 7), (4, 12, 10), (9, 5, 11), (3, 14, 6), (7, 8, 8), (5, 11, 13)):

@@ -89,7 +89,7 @@ def test_decoder_layers_share_the_encoder_defaults():
     """A MAN chain gets the same FFN width and inner dropout in the encoder and the decoder (the man preset)."""
     from maskattn.models import Seq2Seq
 
-    model = Seq2Seq.from_preset("man", 20, 20, d_model=D, num_heads=H, dropout=0.3, encoder_layers=1, decoder_layers=1)
+    model = Seq2Seq.from_architecture("man", 20, 20, d_model=D, num_heads=H, dropout=0.3, encoder_layers=1, decoder_layers=1)
     enc_ffn, dec_ffn = model.encoder.layers[0].sublayers[-1], model.decoder.layers[0].sublayers[-1]
     assert enc_ffn.fc1.out_features == dec_ffn.fc1.out_features == 2 * D
     assert enc_ffn.dropout.p == dec_ffn.dropout.p == 0.3

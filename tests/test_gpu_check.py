@@ -1,8 +1,9 @@
-"""The GPU acceptance command: it refuses to run without CUDA, judges the targets from bench records, and (slow)
-runs its whole pipeline on the CPU at toy sizes."""
+"""The GPU acceptance command (scripts/gpu_check.py, a script of the source checkout): it refuses to run without
+CUDA, judges the targets from bench records, and (slow) runs its whole pipeline on the CPU at toy sizes."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -12,11 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from maskattn.bench import gpu_check
-
 from _train_helpers import write_parallel
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.sh"
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+SCRIPT = SCRIPTS / "gpu_check.sh"
+_spec = importlib.util.spec_from_file_location("gpu_check", SCRIPTS / "gpu_check.py")
+gpu_check = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gpu_check)
 
 
 def test_without_cuda_it_stops_with_a_clear_message(tmp_path, monkeypatch, capsys):
@@ -61,7 +64,7 @@ def test_targets_are_judged_from_the_records():
 def test_smoke_run_writes_the_report(tmp_path):
     data = write_parallel(tmp_path, n_train=48, n_eval=4)
     out = tmp_path / "out"
-    result = subprocess.run([sys.executable, "-m", "maskattn.bench.gpu_check", str(out), "--smoke", "--steps", "2",
+    result = subprocess.run([sys.executable, str(SCRIPTS / "gpu_check.py"), str(out), "--smoke", "--steps", "2",
                              "--data", str(data)], capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads((out / "gpu.json").read_text())
@@ -69,7 +72,7 @@ def test_smoke_run_writes_the_report(tmp_path):
     assert {row["preset"] for row in summary["training"]} == set(gpu_check.PRESETS)
     assert all(row["exit_code"] == 0 and row["steps"] == 2 for row in summary["training"])
     report = (out / "gpu.md").read_text()
-    assert "## maskattn bench --preset gpu" in report and "--smoke" in report
+    assert "## maskattn bench --suite gpu" in report and "--smoke" in report
 
 
 def test_failures_are_logged_as_they_happen(tmp_path):

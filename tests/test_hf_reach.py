@@ -1,4 +1,4 @@
-"""maskattn.bench.reach: the attention of second-sentence word pieces on the first sentence of a pair, and how far it
+"""maskattn.analysis.reach: the attention of second-sentence word pieces on the first sentence of a pair, and how far it
 reaches — by hand on a 7-token pair, on a tiny random BERT (offline), through the command, and its errors."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 from _hf_helpers import offline, save_tiny_pretrained  # noqa: E402
 from _train_helpers import WORDS, write_nli  # noqa: E402
 from maskattn.hf import load_encoder  # noqa: E402
-from maskattn.bench.reach import cross_attention_reach, main, measure_reach  # noqa: E402
+from maskattn.analysis.reach import cross_attention_reach, main, measure_reach  # noqa: E402
 
 VOCABULARY = WORDS + ["no"]
 # [CLS] p p [SEP] h h [SEP]: positions 0..6

@@ -12,18 +12,20 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "maskattn"
 
 #: bottom first; a package may import from the packages of lower rank only (equal rank: unrelated)
 RANKS = {
-    "validation": 0, "errors": 0,
-    "masks": 1, "configuration": 1,
-    "kernels": 2, "data": 2, "checkpoint": 2,
-    "backends": 3,
-    "functional": 4,
-    "attention": 5,
-    "layers": 6, "analysis": 6, "hf": 6,
-    "models": 7,
-    "inference": 8, "bench": 8,
-    "train": 9,
-    "viz": 10, "demo": 10,
-    "cli": 11, "__init__": 11,
+    "errors": 0,
+    "validation": 1,
+    "masks": 2, "sections": 2, "device": 2,
+    "kernels": 3, "data": 3, "checkpoint": 3,
+    "backends": 4,
+    "functional": 5,
+    "attention": 6,
+    "layers": 7, "hf": 7,
+    "models": 8,
+    "metrics": 9, "analysis": 9,
+    "inference": 10, "bench": 10,
+    "train": 11,
+    "viz": 12, "demo": 12,
+    "cli": 13, "__init__": 13,
 }
 
 

@@ -83,7 +83,7 @@ def _core_calls(q, k, v, s2t, kpm):
         "mask_attention": lambda: mask_attention(q, k, v, torch.rand(B, H, n, n, dtype=q.dtype)),
         "dman": lambda: dynamic_mask_attention(q, k, v, a, table, u, key_padding_mask=kpm),
         "csan2d": lambda: local_attention(q, k, v, window=5, head_window=3, key_padding_mask=kpm),
-        "mtsa": lambda: tensorized_attention(q, k, v, s2t, M.per_head([M.forward(), M.backward()] * 2),
+        "mtsa": lambda: tensorized_attention(q, k, v, s2t, M.per_head([M.forward_mask(), M.backward_mask()] * 2),
                                              key_padding_mask=kpm),
         "mtsa_window": lambda: tensorized_attention(q, k, v, s2t, M.window(3), key_padding_mask=kpm),
     }

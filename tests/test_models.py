@@ -95,7 +95,7 @@ def test_pools():
 def test_bad_model_configs():
     with pytest.raises(ValueError, match="unknown model.type 'lstm'"):
         build_model(ModelConfig(type="lstm"), V, C)
-    with pytest.raises(ValueError, match="model.type seq2seq needs model.preset"):
+    with pytest.raises(ValueError, match="model.type seq2seq needs model.architecture"):
         build_model(ModelConfig(type="seq2seq"), V, C)
     with pytest.raises(ValueError, match="encoder_options only apply to the baselines"):
         build_model(ModelConfig(encoder="mtsa", encoder_options={"hidden": 3}, d_model=8), V, C)

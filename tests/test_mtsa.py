@@ -33,8 +33,8 @@ def test_mtsa_default_matches_equations():
     q, k = (x @ lin.weight.T + lin.bias for lin in (m.q_proj, m.k_proj))
     q, k = (t.reshape(B, n, H, dh).transpose(1, 2) for t in (q, k))
     s = headwise(m.source2token.score, F.elu(headwise(m.source2token.hidden, k)))  # Eq. 9
-    allowed = torch.cat([M.forward().materialize(n).expand(B, 2, n, n),
-                         M.backward().materialize(n).expand(B, 2, n, n)], dim=1) & ~kpm[:, None, None, :]
+    allowed = torch.cat([M.forward_mask().materialize(n).expand(B, 2, n, n),
+                         M.backward_mask().materialize(n).expand(B, 2, n, n)], dim=1) & ~kpm[:, None, None, :]
     heads = oracle(q, k, v, s, allowed, "log_sigmoid")  # Eq. 10–12
     expected = heads.transpose(1, 2).reshape(B, n, 16) @ m.out_proj.weight.T + m.out_proj.bias  # Eq. 13
     expected = expected.masked_fill(kpm[..., None], 0)
@@ -48,8 +48,8 @@ def test_fast_disa_matches_equations():
     xl = (x @ m.head_proj.weight.T + m.head_proj.bias).view(B, n, 2, 8).transpose(1, 2)  # Eq. 6
     q, k = headwise(m.query, xl), headwise(m.key, xl)  # Eq. 1
     s = headwise(m.source2token.score, F.elu(headwise(m.source2token.hidden, xl)))  # Eq. 2
-    allowed = torch.cat([M.forward().materialize(n).expand(B, 1, n, n),
-                         M.backward().materialize(n).expand(B, 1, n, n)], dim=1) & ~kpm[:, None, None, :]
+    allowed = torch.cat([M.forward_mask().materialize(n).expand(B, 1, n, n),
+                         M.backward_mask().materialize(n).expand(B, 1, n, n)], dim=1) & ~kpm[:, None, None, :]
     expected = oracle(q, k, xl, s, allowed, "log_sigmoid").transpose(1, 2).reshape(B, n, 16)  # Eq. 3–5, concat
     expected = expected.masked_fill(kpm[..., None], 0)
     torch.testing.assert_close(m(x, kpm), expected)
@@ -99,7 +99,7 @@ OPTIONS = [
     {"out_proj": False},
     {"scale": "identity"},
     {"d_k": 3, "s2t_hidden": 7},
-    {"head_masks": ["forward", "window:1", M.backward(False), "full"]},
+    {"head_masks": ["forward", "window:1", M.backward_mask(False), "full"]},
 ]
 
 
@@ -218,8 +218,8 @@ def test_bfloat16_module_runs():
 
 
 @pytest.mark.parametrize("scale", ["log_sigmoid", "identity"])
-@pytest.mark.parametrize("head_masks", [["window:2"] * 4, [M.forward() & M.window(3)] * 4,
-                                        [M.backward() & M.window(1)] * 4])
+@pytest.mark.parametrize("head_masks", [["window:2"] * 4, [M.forward_mask() & M.window(3)] * 4,
+                                        [M.backward_mask() & M.window(1)] * 4])
 def test_window_heads_take_the_banded_path(monkeypatch, scale, head_masks):
     """Window masks run on the O(n·window) local path (``auto`` picks it, ``banded`` names it): no n × n mask is
     ever materialised."""

@@ -65,7 +65,7 @@ def test_tensorized_padded_key_far_above_the_others_gets_zero_finite_gradient(sc
     s2t[:, :, 4:] += 500.0  # padded keys, far above
     s2t.requires_grad_()
     kpm = torch.tensor([[False] * 4 + [True] * 2])
-    out = tensorized_attention(q, k, v, s2t, M.per_head([M.forward(), M.backward()]), scale=scale,
+    out = tensorized_attention(q, k, v, s2t, M.per_head([M.forward_mask(), M.backward_mask()]), scale=scale,
                                key_padding_mask=kpm, dropout_p=dropout, training=True)
     out.backward(torch.randn_like(out))
     for t in (q, k, v, s2t):
@@ -98,7 +98,7 @@ def _functional_calls(B, n):
         ("dynamic_mask_attention", lambda: dynamic_mask_attention(q, k, v, a, table, u)),
         ("local_attention", lambda: local_attention(q, k, v, window=3, head_window=3)),
         ("banded_attention", lambda: banded_attention(q, k, v, 2)),
-        ("tensorized_attention", lambda: tensorized_attention(q, k, v, s2t, M.forward())),
+        ("tensorized_attention", lambda: tensorized_attention(q, k, v, s2t, M.forward_mask())),
     ]
 
 
@@ -120,7 +120,7 @@ def _triton_calls():
 
     def mtsa(q, k, v, backend):
         s2t = torch.linspace(-2, 2, v.numel()).view_as(v)
-        return tensorized_attention(q, k, v, s2t, M.per_head([M.forward(), M.backward(), M.window(2), M.full()]),
+        return tensorized_attention(q, k, v, s2t, M.per_head([M.forward_mask(), M.backward_mask(), M.window(2), M.full()]),
                                     backend=backend)
 
     def dman(q, k, v, backend):

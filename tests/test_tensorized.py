@@ -44,10 +44,10 @@ def make_inputs(B=2, H=4, n=9, d_k=5, d_v=6, dtype=torch.float32, s2t_scale=2.0,
 
 MASKS = {
     "none": None,
-    "forward": M.forward(),
-    "backward_strict": M.backward(False),
+    "forward": M.forward_mask(),
+    "backward_strict": M.backward_mask(False),
     "window": M.window(1),
-    "multi": M.per_head([M.forward(False), M.backward(), M.window(2), M.full()]),
+    "multi": M.per_head([M.forward_mask(False), M.backward_mask(), M.window(2), M.full()]),
     "dense": "dense",
 }
 
@@ -123,7 +123,7 @@ def test_cross_attention_shapes():
 @pytest.mark.parametrize("scale", SCALES)
 def test_gradcheck(backend, scale):
     q, k, v, s2t = make_inputs(B=2, H=2, n=5, d_k=3, d_v=2, dtype=torch.float64, requires_grad=True)
-    mask = M.per_head([M.forward(), M.backward(False)])
+    mask = M.per_head([M.forward_mask(), M.backward_mask(False)])
     kpm = torch.tensor([[False] * 5, [False, False, False, True, True]])
     fn = lambda *a: tensorized_attention(*a, mask, scale=scale, backend=backend, key_padding_mask=kpm)  # noqa: E731
     assert torch.autograd.gradcheck(fn, (q, k, v, s2t))
@@ -134,7 +134,7 @@ def test_sigmoid_kernel_gradcheck_with_dropout():
     g = torch.Generator().manual_seed(0)
     q, k = (torch.randn(2, 2, 6, 3, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(2))
     x = torch.randn(2, 2, 6, 4, generator=g, dtype=torch.float64, requires_grad=True)
-    mask = M.forward().materialize(6, heads=2)
+    mask = M.forward_mask().materialize(6, heads=2)
     fn = lambda q, k, x: _MaskedSigmoidAttention.apply(q, k, x, mask, 0.5, 2, 0.3, 1234)  # noqa: E731
     assert torch.autograd.gradcheck(fn, (q, k, x))
 
@@ -160,14 +160,14 @@ def test_sigmoid_kernel_blocks_match_unblocked(monkeypatch):
 @pytest.mark.parametrize("backend", ["reference", "sdpa"])
 def test_dropout_keeps_denominator_and_expectation(backend):
     q, k, v, s2t = make_inputs(B=1, H=2, n=6, dtype=torch.float64)
-    clean = tensorized_attention(q, k, v, s2t, M.forward(), backend=backend)
-    samples = torch.stack([tensorized_attention(q, k, v, s2t, M.forward(), backend=backend, dropout_p=0.5,
+    clean = tensorized_attention(q, k, v, s2t, M.forward_mask(), backend=backend)
+    samples = torch.stack([tensorized_attention(q, k, v, s2t, M.forward_mask(), backend=backend, dropout_p=0.5,
                                                 training=True) for _ in range(400)])
     assert not torch.allclose(samples[0], samples[1])
     # inverted dropout on both numerator factors leaves the expectation unchanged
     torch.testing.assert_close(samples.mean(0), clean, atol=0.25, rtol=0.0)
     # not training: no dropout
-    torch.testing.assert_close(tensorized_attention(q, k, v, s2t, M.forward(), backend=backend, dropout_p=0.5), clean)
+    torch.testing.assert_close(tensorized_attention(q, k, v, s2t, M.forward_mask(), backend=backend, dropout_p=0.5), clean)
 
 
 def test_dropout_on_numerator_only():
@@ -183,12 +183,12 @@ def test_dropout_on_numerator_only():
 @pytest.mark.parametrize("backend", BAND_BACKENDS)
 def test_forward_mask_no_leakage(backend):
     q, k, v, s2t = make_inputs(B=1, H=2, n=8, dtype=torch.float64)
-    base = run(backend, q, k, v, s2t, M.forward())
+    base = run(backend, q, k, v, s2t, M.forward_mask())
     t = 4
     q2, k2, v2, s2 = (x.clone() for x in (q, k, v, s2t))
     for x in (q2, k2, v2, s2):
         x[:, :, t + 1:] = torch.randn_like(x[:, :, t + 1:]) * 10
-    changed = run(backend, q2, k2, v2, s2, M.forward())
+    changed = run(backend, q2, k2, v2, s2, M.forward_mask())
     torch.testing.assert_close(changed[:, :, :t + 1], base[:, :, :t + 1])
     assert not torch.allclose(changed[:, :, t + 1:], base[:, :, t + 1:])
 
@@ -217,7 +217,7 @@ def test_scores_spanning_50_match_in_float32(backend, scale):
     """Algorithm 1 of the paper takes exp(S) unshifted and overflows near 88 in float32."""
     q, k, v, s2t = make_inputs(B=2, H=2, n=16, dtype=torch.float64, s2t_scale=1.0)
     s2t = (torch.rand_like(s2t) * 100 - 50)  # uniform in [-50, 50]
-    mask = M.per_head([M.forward(), M.backward()])
+    mask = M.per_head([M.forward_mask(), M.backward_mask()])
     expected = oracle(q, k, v, s2t, dense_allowed(mask, None, 2, 2, 16), scale)
     out = run(backend, *(t.float() for t in (q, k, v, s2t)), mask, scale=scale)
     assert torch.isfinite(out).all()
@@ -230,7 +230,7 @@ def test_extreme_scores_are_recomputed_exactly(backend, scale):
     q, k, v, s2t = make_inputs(B=2, H=2, n=12, dtype=torch.float64, s2t_scale=1.0)
     s2t = (torch.rand_like(s2t) * 2e4 - 1e4)  # ±1e4: almost every denominator underflows after the shift
     q = q * 30  # token2token scores large too
-    mask = M.per_head([M.forward(False), M.backward()])
+    mask = M.per_head([M.forward_mask(False), M.backward_mask()])
     kpm = torch.zeros(2, 12, dtype=torch.bool)
     kpm[1, 9:] = True
     expected = oracle(q, k, v, s2t, dense_allowed(mask, kpm, 2, 2, 12), scale)
@@ -243,7 +243,7 @@ def test_extreme_scores_have_finite_gradients():
     q, k, v, s2t = make_inputs(B=1, H=2, n=10, dtype=torch.float32, requires_grad=True)
     with torch.no_grad():
         s2t.mul_(5e3)
-    out = tensorized_attention(q, k, v, s2t, M.per_head([M.forward(), M.backward()]), backend="sdpa")
+    out = tensorized_attention(q, k, v, s2t, M.per_head([M.forward_mask(), M.backward_mask()]), backend="sdpa")
     out.sum().backward()
     for t in (q, k, v, s2t):
         assert torch.isfinite(t.grad).all()
@@ -254,7 +254,7 @@ def test_empty_rows_and_all_padding_give_zero(backend):
     q, k, v, s2t = make_inputs(B=2, H=2, n=5, dtype=torch.float32, requires_grad=backend != "flex")
     kpm = torch.zeros(2, 5, dtype=torch.bool)
     kpm[1] = True  # a padding-only sequence
-    out = run(backend, q, k, v, s2t, M.forward(False), key_padding_mask=kpm)
+    out = run(backend, q, k, v, s2t, M.forward_mask(False), key_padding_mask=kpm)
     assert torch.isfinite(out).all()
     assert (out[1] == 0).all()  # no allowed key anywhere
     assert (out[0, :, 0] == 0).all()  # strict forward: the first query sees nothing
@@ -267,7 +267,7 @@ def test_empty_rows_and_all_padding_give_zero(backend):
 @pytest.mark.parametrize("backend", ["reference", "sdpa"])
 def test_bfloat16_runs(backend):
     q, k, v, s2t = make_inputs(B=2, H=2, n=8, dtype=torch.float64)
-    mask = M.per_head([M.forward(), M.backward()])
+    mask = M.per_head([M.forward_mask(), M.backward_mask()])
     out = tensorized_attention(*(t.bfloat16() for t in (q, k, v, s2t)), mask, backend=backend)
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
     torch.testing.assert_close(out.double(), oracle(q, k, v, s2t, dense_allowed(mask, None, 2, 2, 8), "log_sigmoid"),
@@ -284,7 +284,7 @@ def test_float16_keeps_rows_whose_keys_lie_far_below_the_maximum(backend, compil
     underflowed rows can hide a loss (as on CUDA, where an H100 run found it: docs/gpu.md)."""
     q, k, v, s2t = make_inputs(B=2, H=2, n=8, dtype=torch.float64)
     s2t = s2t / s2t.abs().amax() * 12
-    mask = M.band(2, 0) if backend == "banded" else M.per_head([M.forward(), M.backward()])
+    mask = M.band(2, 0) if backend == "banded" else M.per_head([M.forward_mask(), M.backward_mask()])
     attend = torch.compile(tensorized_attention, backend="aot_eager", fullgraph=True) if compiled \
         else tensorized_attention
     with torch.no_grad():  # flex: no CPU backward
@@ -311,7 +311,7 @@ def test_property_fast_path_equals_oracle(B, H, n, d_k, d_v, seed, scale, densit
 
 def test_maps_reproduce_the_feature_wise_probabilities():
     q, k, v, s2t = make_inputs(B=2, H=2, n=7, dtype=torch.float64)
-    mask = M.per_head([M.forward(), M.backward()])
+    mask = M.per_head([M.forward_mask(), M.backward_mask()])
     kpm = torch.zeros(2, 7, dtype=torch.bool)
     kpm[1, 4:] = True
     t2t, s2t_p = tensorized_attention_maps(q, k, s2t, mask, key_padding_mask=kpm)
@@ -374,7 +374,7 @@ def test_flex_backward_on_cpu_is_refused_with_advice():
 @pytest.mark.parametrize("scale", SCALES)
 def test_flex_training_on_gpu(scale):
     q, k, v, s2t = (t.cuda().requires_grad_(True) for t in make_inputs(B=2, H=4, n=128, d_k=16, d_v=16))
-    mask = M.per_head([M.forward(), M.backward(), M.window(4), M.full()])
+    mask = M.per_head([M.forward_mask(), M.backward_mask(), M.window(4), M.full()])
     out = tensorized_attention(q, k, v, s2t, mask, scale=scale, backend="flex")
     ref = tensorized_attention(q, k, v, s2t, mask, scale=scale, backend="reference")
     torch.testing.assert_close(out, ref, atol=1e-3, rtol=1e-3)

@@ -12,7 +12,7 @@ from _train_helpers import fit_killed_before_step, tiny_config, write_conll, wri
 from maskattn.models import ModelConfig, build_model
 from maskattn.train import Trainer, load_checkpoint, load_config, read_metrics, resume
 from maskattn.train.config import list_presets, preset_path
-from maskattn.inference.metrics import bio_spans, span_f1
+from maskattn.metrics import bio_spans, span_f1
 from maskattn.train.optim import build_optimizer, build_scheduler
 from maskattn.train.config import OptimConfig
 
@@ -133,14 +133,17 @@ def test_schedules():
     for _ in range(16):
         lrs.append(opt.param_groups[0]["lr"])
         opt.step()
-        sched.step()
+        sched.after_step()
+        sched.after_evaluation(0.0)  # a step-wise schedule ignores evaluations
     assert lrs[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0]) and lrs[15] == pytest.approx((4 / 16) ** 0.5)
     opt = build_optimizer(OptimConfig(name="adadelta", lr=0.5, weight_decay=1e-4), model)
     assert isinstance(opt, torch.optim.Adadelta) and opt.param_groups[0]["weight_decay"] == 1e-4
     plateau_cfg = OptimConfig(lr=1.0, schedule="plateau", plateau_patience=0, plateau_factor=0.5)
     plateau = build_scheduler(plateau_cfg, opt)
-    plateau.step(0.5)
-    plateau.step(0.5)
+    plateau.after_step()  # a plateau schedule moves on evaluations only
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.5)
+    plateau.after_evaluation(0.5)
+    plateau.after_evaluation(0.5)
     assert opt.param_groups[0]["lr"] == pytest.approx(0.25)
     with pytest.raises(ValueError, match="unknown optim.name 'lion'"):
         build_optimizer(OptimConfig(name="lion"), model)
@@ -155,7 +158,7 @@ def test_linear_schedule_and_weight_decay_groups():
     for _ in range(8):
         lrs.append(opt.param_groups[0]["lr"])
         opt.step()
-        sched.step()
+        sched.after_step()
     # up to lr at the last warm-up step (3rd), then down by equal steps, the last step still training
     assert lrs == pytest.approx([1 / 3, 2 / 3, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6])
     assert opt.param_groups[0]["lr"] == 0.0

@@ -20,7 +20,8 @@ from maskattn.cli import app
 from maskattn.data.parallel import ParallelText, TokenBatchSampler, collate_pairs, encode_pairs, read_parallel
 from maskattn.data.subword import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordModel
 from maskattn.train import Trainer, load_checkpoint, load_config, read_metrics, resume
-from maskattn.inference import load_translator, summed_loss
+from maskattn.inference import load_translator
+from maskattn.metrics import summed_loss
 from maskattn.train.config import RunConfig, from_dict, preset_path
 
 runner = CliRunner()
@@ -34,7 +35,7 @@ def translation_config(data_dir, out_dir, **sections) -> RunConfig:
     base = {
         "data": {"dir": str(data_dir), "format": "parallel", "src_lang": "en", "tgt_lang": "de", "train": "train",
                  "dev": "val", "test": "test", "subword_vocab": 80, "max_tokens": 160, "max_len": 24},
-        "model": {"type": "seq2seq", "preset": "transformer", "encoder_layers": 1, "decoder_layers": 1,
+        "model": {"type": "seq2seq", "architecture": "transformer", "encoder_layers": 1, "decoder_layers": 1,
                   "d_model": 16, "num_heads": 2, "positional": "sinusoidal", "max_len": 24, "dropout": 0.1,
                   "share_embeddings": True},
         "optim": {"name": "adam", "lr": 0.01, "betas": [0.9, 0.98], "schedule": "inverse_sqrt", "warmup_steps": 4,
@@ -208,8 +209,15 @@ def test_translation_config_errors(tmp_path):
         Trainer(translation_config(data, tmp_path / "r", data={"format": "tsv"}))
     with pytest.raises(ValueError, match="data.max_len 48 exceeds model.max_len 24"):
         Trainer(translation_config(data, tmp_path / "r", data={"max_len": 48}))
-    with pytest.raises(ValueError, match="unknown preset 'lstm'"):
-        Trainer(translation_config(data, tmp_path / "r", model={"preset": "lstm"}))
+    with pytest.raises(ValueError, match="unknown architecture 'lstm'"):
+        Trainer(translation_config(data, tmp_path / "r", model={"architecture": "lstm"}))
+    old = translation_config(data, tmp_path / "r2").to_dict()
+    old["model"]["preset"] = old["model"].pop("architecture")  # the key's name before 0.2
+    with pytest.warns(DeprecationWarning, match="config key model.preset is now model.architecture"):
+        assert from_dict(RunConfig, old).model.architecture == "transformer"
+    old["model"]["architecture"] = "man"
+    with pytest.raises(ValueError, match="model.preset and model.architecture are one setting"):
+        from_dict(RunConfig, old)
     with pytest.raises(ValueError, match="unknown config key.*model.layers; valid keys of model: type, encoder"):
         load_config(None, ["model.type=seq2seq", "model.layers=3"])
     sentiment = write_sentiment(tmp_path)
@@ -321,14 +329,14 @@ def test_wrong_checkpoint_types_give_clear_errors(trained, tmp_path):
 # --- presets ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("suffix", ["", "-gpu"])
-def test_multi30k_presets_differ_only_in_the_model_preset(suffix):
+def test_multi30k_presets_differ_only_in_the_model_architecture(suffix):
     names = ["transformer", "man", "csan", "mtsa-encoder"]
     configs = {name: load_config(preset_path(f"multi30k-{name}{suffix}")).to_dict() for name in names}
     for name, cfg in configs.items():
-        assert cfg["model"]["type"] == "seq2seq" and cfg["model"]["preset"] == name
+        assert cfg["model"]["type"] == "seq2seq" and cfg["model"]["architecture"] == name
         assert cfg["data"]["format"] == "parallel" and cfg["train"]["metric"] == "bleu"
         assert cfg["train"]["out_dir"] == f"runs/multi30k-{name}{suffix}"
-        cfg["model"]["preset"] = cfg["train"]["out_dir"] = None
+        cfg["model"]["architecture"] = cfg["train"]["out_dir"] = None
     reference = configs["transformer"]
     assert all(cfg == reference for cfg in configs.values())
     assert reference["train"]["amp"] == (suffix == "-gpu")

@@ -17,7 +17,7 @@ from maskattn.kernels.triton.tensorized import tensorized_triton
 
 pytestmark = pytest.mark.skipif(not runtime.installed(), reason="needs the triton package")
 
-HEADS = [M.forward(False), M.backward(), M.window(3), M.full()]  # a strict, a causal-like, a window, everything
+HEADS = [M.forward_mask(False), M.backward_mask(), M.window(3), M.full()]  # a strict, a causal-like, a window, everything
 STRICT_BANDS = [(math.inf, -1), (0, math.inf), (3, 3), (math.inf, math.inf)]
 
 
@@ -49,8 +49,8 @@ def grads(out, tensors, seed=1):
 @pytest.mark.parametrize("scale", ["log_sigmoid", "identity"])
 def test_outputs_and_gradients_match_float64_reference(n, H, mask_kind, keep, scale):
     q, k, v, s2t = inputs(2, H, n)
-    mask = {"directional": M.per_head([M.forward(False)] * (H // 2 or 1) + [M.backward(False)] * (H - (H // 2 or 1)))
-            if H > 1 else M.forward(False),
+    mask = {"directional": M.per_head([M.forward_mask(False)] * (H // 2 or 1) + [M.backward_mask(False)] * (H - (H // 2 or 1)))
+            if H > 1 else M.forward_mask(False),
             "multi": M.per_head(HEADS), "window": M.window(5)}[mask_kind]
     kpm = None if keep is None else padding(2, n, keep)
     out = tensorized_attention(q, k, v, s2t, mask, scale=scale, key_padding_mask=kpm, backend="triton")
@@ -65,7 +65,7 @@ def test_outputs_and_gradients_match_float64_reference(n, H, mask_kind, keep, sc
 def test_rows_without_a_key_are_zero_with_zero_finite_gradients():
     q, k, v, s2t = inputs(2, 2, 20, dtype=torch.float32)
     kpm = padding(2, 20, (20, 0))
-    out = tensorized_attention(q, k, v, s2t, M.per_head([M.forward(False), M.backward(False)]), key_padding_mask=kpm,
+    out = tensorized_attention(q, k, v, s2t, M.per_head([M.forward_mask(False), M.backward_mask(False)]), key_padding_mask=kpm,
                                backend="triton")
     assert (out[0, 0, 0] == 0).all() and (out[0, 1, -1] == 0).all()  # strict masks: the first / last row
     assert (out[1] == 0).all()  # every key is padding
@@ -78,7 +78,7 @@ def test_rows_without_a_key_are_zero_with_zero_finite_gradients():
 def test_cross_lengths_and_wide_heads():
     """n ≠ m (queries against a longer key sequence) and head dims that are not powers of two."""
     q, k, v, s2t = inputs(1, 2, 19, d_k=20, d_v=33, m=45)
-    mask = M.per_head([M.forward(), M.window(4)])
+    mask = M.per_head([M.forward_mask(), M.window(4)])
     out = tensorized_attention(q, k, v, s2t, mask, backend="triton")
     torch.testing.assert_close(out, tensorized_attention_reference(q, k, v, s2t, mask), atol=1e-12, rtol=1e-10)
 
@@ -137,7 +137,7 @@ def test_dropout_drops_the_numerator_only_and_keeps_the_expectation():
 
 def test_repeated_backward_is_bit_identical():
     q, k, v, s2t = inputs(1, 2, 40, dtype=torch.float32)
-    mask = M.per_head([M.forward(), M.backward()])
+    mask = M.per_head([M.forward_mask(), M.backward_mask()])
     first = grads(tensorized_attention(q, k, v, s2t, mask, backend="triton"), (q, k, v, s2t))
     second = grads(tensorized_attention(q, k, v, s2t, mask, backend="triton"), (q, k, v, s2t))
     for a, b in zip(first, second):
@@ -150,7 +150,7 @@ def test_underflowed_rows_are_recomputed_exactly_on_the_cpu():
     q, k, v, s2t = inputs(2, 2, 12, dtype=torch.float64)
     with torch.no_grad():
         s2t.copy_(torch.rand_like(s2t) * 2e4 - 1e4)
-    mask = M.per_head([M.forward(False), M.backward()])
+    mask = M.per_head([M.forward_mask(False), M.backward_mask()])
     out = tensorized_attention(*(t.float() for t in (q, k, v, s2t)), mask, backend="triton")
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.double(), tensorized_attention_reference(q, k, v, s2t, mask), atol=1e-4, rtol=1e-4)
@@ -161,7 +161,7 @@ def test_compiles_into_one_graph_for_every_length():
 
     torch._dynamo.reset()
     counters.clear()
-    mask = M.per_head([M.forward(), M.backward(False)])
+    mask = M.per_head([M.forward_mask(), M.backward_mask(False)])
     compiled = torch.compile(lambda *t: tensorized_attention(*t, mask, backend="triton"), fullgraph=True,
                              dynamic=True, backend="aot_eager")
     for n in (5, 17, 23):

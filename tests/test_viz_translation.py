@@ -37,7 +37,7 @@ def ckpts(tmp_path_factory):
     data = write_parallel(tmp, n_train=60)
     paths = {}
     for name in ("man", "transformer"):
-        cfg = translation_config(data, tmp / name, model={"preset": name, "encoder_layers": 2},
+        cfg = translation_config(data, tmp / name, model={"architecture": name, "encoder_layers": 2},
                                  data={"test": None}, train={"max_steps": 3, "eval_every": 3, "metric": "loss"})
         Trainer(cfg).fit()
         paths[name] = tmp / name / "best.safetensors"

@@ -4,7 +4,8 @@ Convolutional Self-Attention Networks on one attention engine (docs/design.md).
 Layout: :mod:`maskattn.masks` (mask predicates) → :mod:`maskattn.kernels` (autograd kernels) →
 :mod:`maskattn.functional` (the math per mechanism, dispatched by :mod:`maskattn.backends`) →
 :mod:`maskattn.attention` (modules, registry) → :mod:`maskattn.layers` (layer chain, stacks) →
-:mod:`maskattn.models` → :mod:`maskattn.train` / :mod:`maskattn.inference`; plus ``data``, ``bench``, ``viz``.
+:mod:`maskattn.models` → :mod:`maskattn.metrics` (loss, evaluation, metrics) → :mod:`maskattn.train` /
+:mod:`maskattn.inference`; plus ``data``, ``analysis``, ``bench``, ``viz``.
 """
 
 from . import analysis, attention, backends, functional, layers, masks

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .errors import BackendError
+from .errors import ArgumentError, BackendError
 from .kernels import banded, flex
 from .kernels.flex import flex_available
 from .kernels.triton import band as triton_band, dman as triton_dman, runtime as triton_runtime
@@ -233,7 +233,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
 
 def _family(family: str) -> Family:
     if family not in FAMILIES:
-        raise ValueError(f"unknown kernel family {family!r}; expected one of {', '.join(FAMILIES)}")
+        raise ArgumentError(f"unknown kernel family {family!r}; expected one of {', '.join(FAMILIES)}")
     return FAMILIES[family]
 
 

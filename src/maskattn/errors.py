@@ -9,6 +9,8 @@ propagates with its traceback. Every class whose cause is a wrong value also der
 class                       raised when
 ==========================  ==========================================================================
 ``MaskattnError``           base class; never raised itself
+``ArgumentError``           an argument (of a function, module, option or command) outside what it accepts
+``ArgumentTypeError``       an argument of the wrong type (also a ``TypeError``)
 ``ConfigError``             a configuration key or value is invalid (``--set``, YAML, ``from_dict``)
 ``DataError``               a data or input file is missing, malformed or not UTF-8 (names file:line)
 ``CheckpointError``         a checkpoint is missing, corrupt, not maskattn's or does not fit the model
@@ -22,12 +24,27 @@ class                       raised when
 
 from __future__ import annotations
 
-__all__ = ["MaskattnError", "ConfigError", "DataError", "CheckpointError", "RunFolderError", "InputError",
-           "BackendError", "DivergenceError", "UnverifiedCheckpointWarning"]
+import warnings
+
+__all__ = ["MaskattnError", "ArgumentError", "ArgumentTypeError", "ConfigError", "DataError", "CheckpointError", "RunFolderError", "InputError",
+           "BackendError", "DivergenceError", "UnverifiedCheckpointWarning", "warn_renamed", "renamed_attribute",
+           "REMOVED_IN"]
+
+#: the release that drops the old spellings of renamed names (they warn until then)
+REMOVED_IN = "0.3"
 
 
 class MaskattnError(Exception):
     """A mistake the user can fix; the message says what was wrong and what was expected."""
+
+
+class ArgumentError(MaskattnError, ValueError):
+    """An argument outside what a function, module, option or command accepts (the message names the argument,
+    the value received and what is accepted)."""
+
+
+class ArgumentTypeError(MaskattnError, TypeError):
+    """An argument of the wrong type (the message names it, the type received and what is accepted)."""
 
 
 class ConfigError(MaskattnError, ValueError):
@@ -50,7 +67,7 @@ class InputError(MaskattnError, ValueError):
     """An input a command refuses (the message names the limit and how to change it)."""
 
 
-class BackendError(MaskattnError, ValueError):
+class BackendError(ArgumentError):
     """A backend named explicitly (``backend="flex"``, …) that cannot run a call, with every backend's reasons."""
 
 
@@ -60,3 +77,26 @@ class DivergenceError(MaskattnError, FloatingPointError):
 
 class UnverifiedCheckpointWarning(UserWarning):
     """A checkpoint written before checksums existed: its contents load but cannot be verified."""
+
+
+def warn_renamed(old: str, new: str, *, stacklevel: int = 3) -> None:
+    """A ``DeprecationWarning`` that ``old`` is now called ``new``; the old name keeps working until
+    :data:`REMOVED_IN`."""
+    warnings.warn(f"{old} is now {new}; the old name will be removed in {REMOVED_IN}", DeprecationWarning,
+                  stacklevel=stacklevel)
+
+
+class renamed_attribute:
+    """A class attribute's old name: reading ``Owner.<old>`` warns (:func:`warn_renamed`) and returns
+    ``Owner.<new>``. Use as ``OLD = renamed_attribute("NEW")`` in the class body."""
+
+    def __init__(self, new: str):
+        self.new = new
+        self.old = new
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.old = name
+
+    def __get__(self, obj, owner):
+        warn_renamed(f"{owner.__name__}.{self.old}", f"{owner.__name__}.{self.new}")
+        return getattr(owner, self.new)

@@ -7,8 +7,8 @@ tensor with :meth:`Mask.materialize` (or :func:`materialize`).
 
 The directional masks follow DiSA / MTSA §2.2: with query ``i`` and key ``j``,
 
-* ``forward``  attends to keys ``j < i`` (``j <= i`` with the diagonal included),
-* ``backward`` attends to keys ``j > i`` (``j >= i`` with the diagonal included).
+* ``forward_mask``  attends to keys ``j < i`` (``j <= i`` with the diagonal included),
+* ``backward_mask`` attends to keys ``j > i`` (``j >= i`` with the diagonal included).
 
 Every positional structure of the library is defined here once: the directional masks, the causal
 mask of decoders, the band ``i − left <= j <= i + right`` (a local window, CSAN / SMAN / MTSA window
@@ -19,7 +19,7 @@ evaluates a mask for queries at absolute positions ``offset …`` with :meth:`Ma
 Example::
 
     >>> from maskattn import masks
-    >>> m = masks.forward() & masks.window(2)
+    >>> m = masks.forward_mask() & masks.window(2)
     >>> m.materialize(5).int()[0, 0]
     tensor([[1, 0, 0, 0, 0],
             [1, 1, 0, 0, 0],
@@ -36,6 +36,7 @@ import math
 
 import torch
 
+from .errors import ArgumentError, ArgumentTypeError, warn_renamed
 from .validation import check_bool, check_nonnegative_int, describe
 
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -44,6 +45,8 @@ __all__ = [
     "Mask",
     "MaskMod",
     "full",
+    "forward_mask",
+    "backward_mask",
     "forward",
     "backward",
     "causal",
@@ -74,7 +77,7 @@ class Mask:
                  band: tuple[float, float] | None = None, head_bands: tuple[tuple[float, float], ...] | None = None,
                  cache_key=None):
         if not callable(mask_mod):
-            raise TypeError(f"mask_mod must be callable (b, h, q_idx, kv_idx) -> bool, got {type(mask_mod).__name__}")
+            raise ArgumentTypeError(f"mask_mod must be callable (b, h, q_idx, kv_idx) -> bool, got {type(mask_mod).__name__}")
         self.mask_mod = mask_mod
         self.name = name
         self.static = static
@@ -95,6 +98,12 @@ class Mask:
         if self.band is None or not all(math.isfinite(side) and side >= 0 for side in self.band):
             return None
         return int(self.band[0]), int(self.band[1])
+
+    @property
+    def is_causal(self) -> bool:
+        """Does every head attend exactly to the keys at or before the query (``causal()``, ``forward_mask()``,
+        the same predicate under either name)?"""
+        return self.band == (math.inf, 0)
 
     def bands_per_head(self, heads: int) -> list[tuple[float, float]] | None:
         """``[(left, right), …]``, one band per head, when head ``c`` of ``heads`` attends exactly to ``i − left <=
@@ -178,7 +187,7 @@ def _combined(op: str, *parts):
 
 def _as_mask(other, op: str) -> Mask:
     if not isinstance(other, Mask):
-        raise TypeError(f"cannot combine a Mask with {type(other).__name__} using '{op}'; expected a Mask")
+        raise ArgumentTypeError(f"cannot combine a Mask with {type(other).__name__} using '{op}'; expected a Mask")
     return other
 
 
@@ -187,7 +196,7 @@ def full() -> Mask:
     return Mask(lambda b, h, q, kv: q == q, "full", band=(math.inf, math.inf), cache_key="full")
 
 
-def forward(include_diagonal: bool = True) -> Mask:
+def forward_mask(include_diagonal: bool = True) -> Mask:
     """Forward (past-looking) mask: key ``j`` is visible from query ``i`` when ``j < i`` (``j <= i``
     with ``include_diagonal``). DiSA/MTSA's ``M^fw`` is the strict form."""
     if check_bool(include_diagonal, "include_diagonal"):
@@ -195,7 +204,7 @@ def forward(include_diagonal: bool = True) -> Mask:
     return Mask(lambda b, h, q, kv: kv < q, "forward_strict", band=(math.inf, -1), cache_key="forward_strict")
 
 
-def backward(include_diagonal: bool = True) -> Mask:
+def backward_mask(include_diagonal: bool = True) -> Mask:
     """Backward (future-looking) mask: key ``j`` is visible from query ``i`` when ``j > i`` (``j >= i``
     with ``include_diagonal``). DiSA/MTSA's ``M^bw`` is the strict form."""
     if check_bool(include_diagonal, "include_diagonal"):
@@ -203,8 +212,20 @@ def backward(include_diagonal: bool = True) -> Mask:
     return Mask(lambda b, h, q, kv: kv > q, "backward_strict", band=(-1, math.inf), cache_key="backward_strict")
 
 
+def forward(include_diagonal: bool = True) -> Mask:
+    """Deprecated name of :func:`forward_mask` (it read as ``nn.Module.forward``); kept for one release."""
+    warn_renamed("maskattn.masks.forward()", "masks.forward_mask()")
+    return forward_mask(include_diagonal)
+
+
+def backward(include_diagonal: bool = True) -> Mask:
+    """Deprecated name of :func:`backward_mask` (it read as ``nn.Module.backward``); kept for one release."""
+    warn_renamed("maskattn.masks.backward()", "masks.backward_mask()")
+    return backward_mask(include_diagonal)
+
+
 def causal() -> Mask:
-    """Decoder mask: a query sees itself and earlier keys (the same predicate as ``forward()``). For
+    """Decoder mask: a query sees itself and earlier keys (the same predicate as ``forward_mask()``). For
     queries at absolute positions ``offset …`` (incremental decoding) use ``causal().shifted(offset)``."""
     return Mask(lambda b, h, q, kv: kv <= q, "causal", band=(math.inf, 0), cache_key="forward")
 
@@ -231,7 +252,7 @@ def sequence_window(radius: torch.Tensor) -> Mask:
     ``b`` when ``|i − j| <= radius[b]`` (MAN §4.2's SMAN₁, ``b = sqrt(L)/2`` per sentence). ``radius``
     is a ``(B,)`` float or int tensor."""
     if not isinstance(radius, torch.Tensor) or radius.dim() != 1:
-        raise TypeError(f"radius must be a 1-D tensor with one radius per sequence, got {describe(radius)}")
+        raise ArgumentTypeError(f"radius must be a 1-D tensor with one radius per sequence, got {describe(radius)}")
     return Mask(lambda b, h, q, kv: (q - kv).abs() <= radius[b], "sequence_window", static=False,
                 cache_key=("sequence_window", id(radius)))
 
@@ -240,10 +261,10 @@ def key_padding(key_padding_mask: torch.Tensor) -> Mask:
     """Mask out padded keys. ``key_padding_mask`` is ``(B, n)`` bool with ``True = padding``
     (PyTorch's ``nn.MultiheadAttention`` convention); the returned predicate is ``True = attend``."""
     if not isinstance(key_padding_mask, torch.Tensor) or key_padding_mask.dtype != torch.bool:
-        raise TypeError("key_padding_mask must be a bool tensor of shape (batch, seq_len) with True = padding, "
+        raise ArgumentTypeError("key_padding_mask must be a bool tensor of shape (batch, seq_len) with True = padding, "
                         f"got {describe(key_padding_mask)}")
     if key_padding_mask.dim() != 2:
-        raise ValueError(f"key_padding_mask must have shape (batch, seq_len), got {tuple(key_padding_mask.shape)}")
+        raise ArgumentError(f"key_padding_mask must have shape (batch, seq_len), got {tuple(key_padding_mask.shape)}")
     keep = ~key_padding_mask
     return Mask(lambda b, h, q, kv: keep[b, kv], "key_padding", static=False,
                 cache_key=("key_padding", id(key_padding_mask)))
@@ -253,10 +274,10 @@ def per_head(head_masks: Sequence[Mask]) -> Mask:
     """A different mask per head: head ``c`` uses ``head_masks[c]`` (MTSA's multi-mask)."""
     head_masks = list(head_masks)
     if not head_masks:
-        raise ValueError("head_masks must contain at least one Mask")
+        raise ArgumentError("head_masks must contain at least one Mask")
     for i, m in enumerate(head_masks):
         if not isinstance(m, Mask):
-            raise TypeError(f"head_masks[{i}] must be a Mask, got {type(m).__name__}")
+            raise ArgumentTypeError(f"head_masks[{i}] must be a Mask, got {type(m).__name__}")
     mods = [m.mask_mod for m in head_masks]
 
     def mask_mod(b, h, q, kv):
@@ -281,13 +302,13 @@ def from_name(name: str) -> Mask:
     if isinstance(name, Mask):
         return name
     if not isinstance(name, str):
-        raise TypeError(f"mask name must be a str or a Mask, got {type(name).__name__}")
+        raise ArgumentTypeError(f"mask name must be a str or a Mask, got {type(name).__name__}")
     table = {
         "full": full,
-        "forward": lambda: forward(True),
-        "backward": lambda: backward(True),
-        "forward_strict": lambda: forward(False),
-        "backward_strict": lambda: backward(False),
+        "forward": lambda: forward_mask(True),
+        "backward": lambda: backward_mask(True),
+        "forward_strict": lambda: forward_mask(False),
+        "backward_strict": lambda: backward_mask(False),
         "causal": causal,
     }
     if name in table:
@@ -298,20 +319,20 @@ def from_name(name: str) -> Mask:
         except ValueError:
             radius = None
         if radius is None or radius < 0:
-            raise ValueError(f"mask name {name!r}: expected 'window:R' with an integer R >= 0")
+            raise ArgumentError(f"mask name {name!r}: expected 'window:R' with an integer R >= 0")
         return window(radius)
-    raise ValueError(f"unknown mask name {name!r}; expected one of {', '.join(MASK_NAMES)} or 'window:R'")
+    raise ArgumentError(f"unknown mask name {name!r}; expected one of {', '.join(MASK_NAMES)} or 'window:R'")
 
 
 def materialize(mask: Mask, q_len: int, kv_len: int | None = None, *, batch: int = 1, heads: int = 1,
                 device: torch.device | str | None = None) -> torch.Tensor:
     """Dense bool tensor ``(batch, heads, q_len, kv_len)`` with ``out[b, h, i, j] = mask(b, h, i, j)``."""
     if not isinstance(mask, Mask):
-        raise TypeError(f"mask must be a maskattn.masks.Mask, got {type(mask).__name__}")
+        raise ArgumentTypeError(f"mask must be a maskattn.masks.Mask, got {type(mask).__name__}")
     kv_len = q_len if kv_len is None else kv_len
     for name, value in (("q_len", q_len), ("kv_len", kv_len), ("batch", batch), ("heads", heads)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+            raise ArgumentError(f"{name} must be a non-negative int, got {value!r}")
     b = torch.arange(batch, device=device).view(batch, 1, 1, 1)
     h = torch.arange(heads, device=device).view(1, heads, 1, 1)
     q = torch.arange(q_len, device=device).view(1, 1, q_len, 1)

@@ -1,9 +1,51 @@
 """Argument checks shared by the public functions: errors name the argument, what it got and what it
-expected, and are raised before any computation starts."""
+expected, and are raised before any computation starts.
+
+Checks run once, where data enters the library (docs/design.md §4): the public functions and module methods a
+user calls are entry points (:func:`entry_point`), and their checks run only when :func:`checking` — in the outermost entry
+point on the call stack. A layer that calls its sublayers, or a module that calls its functional core, has
+checked what it passes on, so the inner calls trust it and skip their checks.
+"""
 
 from __future__ import annotations
 
+import functools
+import threading
+
 import torch
+from .errors import ArgumentError, ArgumentTypeError
+
+#: entry points on this thread's call stack (a thread that starts later reads the default through ``getattr``)
+_calls = threading.local()
+_calls.depth = 0
+
+
+def entry_point(fn):
+    """Decorator: ``fn`` (a public function, or an ``nn.Module`` method) is where a user's data enters; inside
+    it, :func:`checking` says whether this is the outermost entry point (the user's own call).
+
+    While ``torch.compile`` traces, the count is left alone and every check runs: checks are Python-level
+    (shapes, dtypes, devices) and run once, at tracing, so they cost a compiled graph nothing — and a
+    compiled frame must not mutate the count, whose restoring ``finally`` Dynamo does not always replay."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if torch.compiler.is_compiling():
+            return fn(*args, **kwargs)
+        depth = getattr(_calls, "depth", 0)
+        _calls.depth = depth + 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _calls.depth = depth
+
+    return wrapper
+
+
+def checking() -> bool:
+    """Whether argument checks run here: True in the outermost :func:`entry_point` (and outside any, and while
+    ``torch.compile`` traces), False in one called by another entry point, which validated what it passes on."""
+    return torch.compiler.is_compiling() or getattr(_calls, "depth", 0) <= 1
 
 
 def describe(x) -> str:
@@ -14,11 +56,11 @@ def describe(x) -> str:
 
 def check_tensor(x, name: str, ndim: int, layout: str) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of shape {layout}, got {describe(x)}")
+        raise ArgumentTypeError(f"{name} must be a torch.Tensor of shape {layout}, got {describe(x)}")
     if x.dim() != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions {layout}, got shape {tuple(x.shape)}")
+        raise ArgumentError(f"{name} must have {ndim} dimensions {layout}, got shape {tuple(x.shape)}")
     if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+        raise ArgumentTypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
     return x
 
 
@@ -27,9 +69,9 @@ def check_same_float(tensors: dict[str, torch.Tensor]) -> None:
     name0, t0 = items[0]
     for name, t in items[1:]:
         if t.dtype != t0.dtype:
-            raise TypeError(f"{name} has dtype {t.dtype} but {name0} has dtype {t0.dtype}; expected one dtype")
+            raise ArgumentTypeError(f"{name} has dtype {t.dtype} but {name0} has dtype {t0.dtype}; expected one dtype")
         if t.device != t0.device:
-            raise ValueError(f"{name} is on {t.device} but {name0} is on {t0.device}; expected one device")
+            raise ArgumentError(f"{name} is on {t.device} but {name0} is on {t0.device}; expected one device")
 
 
 def broadcastable(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -44,12 +86,12 @@ def broadcastable(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
 def check_attn_mask(mask, name: str, target: tuple[int, int, int, int]) -> torch.Tensor:
     """A bool mask broadcastable to ``target`` = (B, H, n, m), returned as a 4-D view."""
     if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"{name} must be a bool tensor broadcastable to {target} (True = attend), got {describe(mask)}")
+        raise ArgumentTypeError(f"{name} must be a bool tensor broadcastable to {target} (True = attend), got {describe(mask)}")
     if mask.dtype != torch.bool:
-        raise TypeError(f"{name} must have dtype torch.bool (True = attend), got {mask.dtype}; "
+        raise ArgumentTypeError(f"{name} must have dtype torch.bool (True = attend), got {mask.dtype}; "
                         "convert a float mask with `mask > 0` or pass an additive bias where supported")
     if not broadcastable(tuple(mask.shape), target):
-        raise ValueError(f"{name} has shape {tuple(mask.shape)}, which does not broadcast to "
+        raise ArgumentError(f"{name} has shape {tuple(mask.shape)}, which does not broadcast to "
                          f"(batch, heads, queries, keys) = {target}")
     while mask.dim() < 4:
         mask = mask.unsqueeze(0)
@@ -63,42 +105,42 @@ def check_key_padding_mask(kpm, name: str, batch: int, length: int, context) -> 
     if kpm is None:
         return None
     if not isinstance(kpm, torch.Tensor):
-        raise TypeError(f"{name} must be a bool tensor of shape ({batch}, {length}) with True = padding, "
+        raise ArgumentTypeError(f"{name} must be a bool tensor of shape ({batch}, {length}) with True = padding, "
                         f"got {describe(kpm)}")
     if kpm.dtype != torch.bool:
-        raise TypeError(f"{name} must have dtype torch.bool (True = padding), got {kpm.dtype}")
+        raise ArgumentTypeError(f"{name} must have dtype torch.bool (True = padding), got {kpm.dtype}")
     if tuple(kpm.shape) != (batch, length):
         context = context() if callable(context) else context
-        raise ValueError(f"{name} has shape {tuple(kpm.shape)} but {context}; expected ({batch}, {length})")
+        raise ArgumentError(f"{name} has shape {tuple(kpm.shape)} but {context}; expected ({batch}, {length})")
     return kpm
 
 
 def check_choice(value, name: str, choices) -> str:
     if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"unknown {name} {value!r}; expected one of {', '.join(repr(c) for c in choices)}")
+        raise ArgumentError(f"unknown {name} {value!r}; expected one of {', '.join(repr(c) for c in choices)}")
     return value
 
 
 def check_probability(p, name: str) -> float:
     if isinstance(p, bool) or not isinstance(p, (int, float)):
-        raise TypeError(f"{name} must be a float in [0, 1), got {describe(p)}")
+        raise ArgumentTypeError(f"{name} must be a float in [0, 1), got {describe(p)}")
     if not 0.0 <= float(p) < 1.0:
-        raise ValueError(f"{name} must be in [0, 1), got {p}")
+        raise ArgumentError(f"{name} must be in [0, 1), got {p}")
     return float(p)
 
 
 def check_bool(value, name: str) -> bool:
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {describe(value)}")
+        raise ArgumentTypeError(f"{name} must be a bool, got {describe(value)}")
     return value
 
 
 def check_int_at_least(value, name: str, minimum: int) -> int:
     """An int (not a bool) ``>= minimum``."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int >= {minimum}, got {describe(value)}")
+        raise ArgumentTypeError(f"{name} must be an int >= {minimum}, got {describe(value)}")
     if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        raise ArgumentError(f"{name} must be >= {minimum}, got {value}")
     return value
 
 
@@ -121,16 +163,16 @@ def check_qkv(q, k, v, *, self_attention: bool = False, **extra: torch.Tensor) -
     check_same_float({"q": q, "k": k, "v": v, **extra})
     B, H, n, d_k = q.shape
     if k.shape[:2] != (B, H) or k.shape[-1] != d_k:
-        raise ValueError(f"k has shape {tuple(k.shape)} but q is {tuple(q.shape)}; expected (batch={B}, "
+        raise ArgumentError(f"k has shape {tuple(k.shape)} but q is {tuple(q.shape)}; expected (batch={B}, "
                          f"heads={H}, keys, d_k={d_k})")
     m = k.shape[2]
     if self_attention and m != n:
-        raise ValueError(f"k has shape {tuple(k.shape)} but q is {tuple(q.shape)}; self-attention expects "
+        raise ArgumentError(f"k has shape {tuple(k.shape)} but q is {tuple(q.shape)}; self-attention expects "
                          f"as many keys as queries ({n})")
     if v.shape[:3] != (B, H, m):
-        raise ValueError(f"v has shape {tuple(v.shape)} but k is {tuple(k.shape)}; expected (batch={B}, "
+        raise ArgumentError(f"v has shape {tuple(v.shape)} but k is {tuple(k.shape)}; expected (batch={B}, "
                          f"heads={H}, keys={m}, d_v)")
     for name, t in extra.items():
         if t.shape != v.shape:
-            raise ValueError(f"{name} has shape {tuple(t.shape)} but v is {tuple(v.shape)}; expected the same shape")
+            raise ArgumentError(f"{name} has shape {tuple(t.shape)} but v is {tuple(v.shape)}; expected the same shape")
     return B, H, n, m

@@ -18,8 +18,9 @@ from typing import ClassVar
 import torch
 import torch.nn as nn
 
+from ..errors import ArgumentError, ArgumentTypeError
 from .. import backends
-from ..validation import check_key_padding_mask, check_positive_int, check_probability, describe
+from ..validation import check_key_padding_mask, check_positive_int, check_probability, checking, describe
 
 __all__ = ["SelfAttention", "AttentionMaps", "AttentionCache", "check_dims", "check_input", "split_heads",
            "merge_heads", "zero_padding", "add_qkv_projections"]
@@ -29,22 +30,27 @@ def check_dims(d_model, num_heads, *, divisible: bool = True) -> tuple[int, int]
     check_positive_int(d_model, "d_model")
     check_positive_int(num_heads, "num_heads")
     if divisible and d_model % num_heads:
-        raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+        raise ArgumentError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
     return d_model, num_heads
 
 
-def check_input(x, d_model: int, key_padding_mask, name: str = "x"):
-    """Validate a module input ``(B, n, d_model)`` and its ``(B, n)`` padding mask (True = padding)."""
+def check_input(x, d_model: int, key_padding_mask, name: str = "x", mask_name: str = "key_padding_mask"):
+    """Validate a module input ``x`` ``(B, n, d_model)`` and its ``(B, n)`` padding mask (True = padding) — in
+    the outermost :func:`~maskattn.validation.entry_point` only; returns the padding mask. ``name`` and
+    ``mask_name`` are the arguments' names in messages."""
+    if not checking():
+        return key_padding_mask
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a tensor of shape (batch, seq_len, {d_model}), got {describe(x)}")
+        raise ArgumentTypeError(f"{name} must be a tensor of shape (batch, seq_len, {d_model}), got {describe(x)}")
     if x.dim() != 3 or x.shape[-1] != d_model:
-        raise ValueError(f"{name} must have shape (batch, seq_len, {d_model}), got {tuple(x.shape)}")
+        raise ArgumentError(f"{name} must have shape (batch, seq_len, {d_model}), got {tuple(x.shape)}")
     if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+        raise ArgumentTypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
     B, n, _ = x.shape
-    kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, n, lambda: f"input is {tuple(x.shape)}")
+    what = "input" if name == "x" else name
+    kpm = check_key_padding_mask(key_padding_mask, mask_name, B, n, lambda: f"{what} is {tuple(x.shape)}")
     if kpm is not None and kpm.device != x.device:
-        raise ValueError(f"key_padding_mask is on {kpm.device} but {name} is on {x.device}")
+        raise ArgumentError(f"{mask_name} is on {kpm.device} but {name} is on {x.device}")
     return kpm
 
 
@@ -142,7 +148,7 @@ class AttentionCache:
         if self.key is None:
             return self
         if not isinstance(index, torch.Tensor) or index.dim() != 1 or index.dtype not in (torch.long, torch.int):
-            raise TypeError(f"index must be a 1-D integer tensor of batch rows, got {describe(index)}")
+            raise ArgumentTypeError(f"index must be a 1-D integer tensor of batch rows, got {describe(index)}")
         index = index.to(self.key.device)
         pad = None if self.padding is None else self.padding.index_select(0, index)
         return AttentionCache(self.key.index_select(0, index), self.value.index_select(0, index), pad)
@@ -181,13 +187,13 @@ class SelfAttention(nn.Module):
         """One incremental-decoding step: ``x`` ``(B, n_new, d)`` holds the new positions, ``cache`` the keys and
         values of the earlier ones; returns ``(out, new cache)``, equal to the full causal forward's outputs at
         those positions."""
-        raise TypeError(f"{type(self).__name__} has no incremental decoding; decoder self-attention must be a causal "
+        raise ArgumentTypeError(f"{type(self).__name__} has no incremental decoding; decoder self-attention must be a causal "
                         "mha, dman or sman")
 
     def _check_causal(self, what: str) -> None:
         if not self.causal:
             option = "mask='causal'" if self.family == "dot_product" else "causal=True"
-            raise ValueError(f"{what} (incremental decoding) needs a causal {type(self).__name__}; construct it with "
+            raise ArgumentError(f"{what} (incremental decoding) needs a causal {type(self).__name__}; construct it with "
                              f"{option}")
 
     def _step_inputs(self, x: torch.Tensor, cache: AttentionCache, key_padding_mask: torch.Tensor | None):
@@ -200,10 +206,10 @@ class SelfAttention(nn.Module):
 
     def _check_cache(self, cache, batch: int) -> AttentionCache:
         if not isinstance(cache, AttentionCache):
-            raise TypeError(f"cache must be a maskattn.AttentionCache (start with module.init_cache()), got "
+            raise ArgumentTypeError(f"cache must be a maskattn.AttentionCache (start with module.init_cache()), got "
                             f"{describe(cache)}")
         self._check_causal("step")
         if cache.batch_size is not None and cache.batch_size != batch:
-            raise ValueError(f"cache holds batch size {cache.batch_size} but the input has batch size {batch}; "
+            raise ArgumentError(f"cache holds batch size {cache.batch_size} but the input has batch size {batch}; "
                              "reorder the cache with cache.reorder(index) after changing the batch")
         return cache

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..validation import check_choice
+from ..validation import check_choice, entry_point
 from ..functional.local import HEAD_EDGES, check_head_window, check_window, local_attention, local_attention_maps
 from .base import AttentionMaps, check_input, merge_heads, zero_padding
 from .multihead import MultiHeadAttention
@@ -51,6 +51,7 @@ class ConvSelfAttention(MultiHeadAttention):
         return (f"d_model={self.d_model}, num_heads={self.num_heads}, window={self.window}, "
                 f"head_window={self.head_window}, head_edges={self.head_edges!r}, backend={self.backend!r}")
 
+    @entry_point
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, n, d_model) → (B, n, d_model); padded positions are 0."""
         kpm = check_input(x, self.d_model, key_padding_mask)
@@ -60,6 +61,7 @@ class ConvSelfAttention(MultiHeadAttention):
                               backend=self.backend)
         return zero_padding(self.out_proj(merge_heads(out)), kpm)
 
+    @entry_point
     def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
         """``attention``: ``(B, H, n, n)`` for CSAN 1D; ``(B, H, n, H, n)`` for 2D, where ``[b, h, i, g, j]`` is
         the weight of query ``i`` of head ``h`` on key ``j`` of head ``g``."""

@@ -19,6 +19,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..errors import ArgumentError
+from ..validation import entry_point
 from .. import masks as M
 from ..kernels.softmax import masked_softmax
 from .base import AttentionMaps, SelfAttention, check_input, merge_heads, split_heads, zero_padding
@@ -40,7 +42,7 @@ class DiSA(SelfAttention):
         super().__init__(d_model, num_heads, dropout=dropout, backend=backend)
         self.d_head = d_model // num_heads
         if not isinstance(tanh_scale, (int, float)) or isinstance(tanh_scale, bool) or tanh_scale <= 0:
-            raise ValueError(f"tanh_scale must be a positive number, got {tanh_scale!r}")
+            raise ArgumentError(f"tanh_scale must be a positive number, got {tanh_scale!r}")
         self.tanh_scale = float(tanh_scale)
         self.mask = resolve_head_masks(head_masks, num_heads, include_diagonal=not strict_masks)
         self.input_proj = nn.Linear(d_model, d_model)
@@ -58,6 +60,7 @@ class DiSA(SelfAttention):
         allowed = M.allowed(self.mask, kpm, n, n, batch=x.shape[0], heads=self.num_heads, device=x.device)
         return h, masked_softmax(scores, allowed.unsqueeze(-1), dim=3)
 
+    @entry_point
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, n, d_model) → (B, n, d_model); padded positions are 0."""
         kpm = check_input(x, self.d_model, key_padding_mask)
@@ -68,6 +71,7 @@ class DiSA(SelfAttention):
             attended = self.fusion_gate(h, attended)
         return zero_padding(merge_heads(attended), kpm)
 
+    @entry_point
     def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
         """``attention``: the feature-wise probabilities (B, H, n, n, d_h)."""
         kpm = check_input(x, self.d_model, key_padding_mask)

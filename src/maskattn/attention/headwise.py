@@ -14,6 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..errors import ArgumentError
 from ..validation import check_probability
 from .base import split_heads
 
@@ -67,9 +68,9 @@ class HeadwiseSource2Token(nn.Module):
                  layers: int = 2, input_dropout: float = 0.0):
         super().__init__()
         if activation not in ACTIVATIONS:
-            raise ValueError(f"unknown s2t_activation {activation!r}; expected one of {', '.join(ACTIVATIONS)}")
+            raise ArgumentError(f"unknown s2t_activation {activation!r}; expected one of {', '.join(ACTIVATIONS)}")
         if isinstance(layers, bool) or layers not in (1, 2):
-            raise ValueError(f"s2t_layers must be 1 (one linear map) or 2 (MTSA Eq. 9), got {layers!r}")
+            raise ArgumentError(f"s2t_layers must be 1 (one linear map) or 2 (MTSA Eq. 9), got {layers!r}")
         self.activation = activation
         self.hidden = HeadwiseLinear(num_heads, d_in, d_hidden, input_dropout=input_dropout) if layers == 2 else None
         self.score = HeadwiseLinear(num_heads, d_hidden if layers == 2 else d_in, d_out, input_dropout=input_dropout)

@@ -24,9 +24,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..errors import ArgumentError, ArgumentTypeError
 from .. import backends
 from .. import masks as M
-from ..validation import check_choice, check_positive_int, describe
+from ..validation import check_choice, check_positive_int, describe, entry_point
 from ..functional.dman import check_mask_floor, dynamic_mask, dynamic_mask_attention, dynamic_mask_weights
 from ..functional.dot_product import attention_weights, dot_product_attention
 from ..functional.local import banded_attention
@@ -51,11 +52,11 @@ class _MaskAttention(SelfAttention):
     def __init__(self, d_model, num_heads, *, dropout, backend, activation, bias, causal):
         super().__init__(d_model, num_heads, dropout=dropout, backend=backend)
         if activation not in OUTPUT_ACTIVATIONS:
-            raise ValueError(f"unknown activation {activation!r}; expected one of None (identity, paper Eq. 5) or "
+            raise ArgumentError(f"unknown activation {activation!r}; expected one of None (identity, paper Eq. 5) or "
                              "'relu' (authors' code)")
         self.activation = activation
         if not isinstance(causal, bool):
-            raise TypeError(f"causal must be a bool, got {describe(causal)}")
+            raise ArgumentTypeError(f"causal must be a bool, got {describe(causal)}")
         self._causal = causal
         add_qkv_projections(self, d_model, bias=bias)
 
@@ -75,12 +76,14 @@ class _MaskAttention(SelfAttention):
     def _attend(self, x, q, k, v, key_padding_mask, q_offset):
         raise NotImplementedError
 
+    @entry_point
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, n, d_model) → (B, n, d_model); padded positions are 0."""
         kpm = check_input(x, self.d_model, key_padding_mask)
         q, k, v = self.project(x)
         return self._finish(self._attend(x, q, k, v, kpm, 0), kpm)
 
+    @entry_point
     def step(self, x: torch.Tensor, cache: AttentionCache,
              key_padding_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, AttentionCache]:
         kpm, q, cache, offset = self._step_inputs(x, cache, key_padding_mask)
@@ -143,6 +146,7 @@ class DynamicMaskAttention(_MaskAttention):
         D = self.max_distance
         return torch.cat([self.distance_bias[:D], self.distance_bias.new_zeros(1), self.distance_bias[D + 1:]])
 
+    @entry_point
     def dynamic_mask(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The mask ``M`` of Eq. 12 for input ``x`` ``(B, n, d)``: ``(B, H, n, n)`` in ``[0, 1]`` (floored at
         ``mask_floor``); entries of padded keys (and future keys when ``causal``) are 0. Differentiable; plot it
@@ -157,6 +161,7 @@ class DynamicMaskAttention(_MaskAttention):
                                       backend=self.backend, dropout_p=self.dropout, training=self.training,
                                       mask_floor=self.mask_floor)
 
+    @entry_point
     def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
         """``attention``: ``S_M`` of Eq. 4 (B, H, n, n); ``mask``: ``M`` of Eq. 12 (B, H, n, n)."""
         kpm = check_input(x, self.d_model, key_padding_mask)
@@ -172,12 +177,12 @@ RADIUS_MODES = ("sqrt",)
 def _check_sman_radius(radius):
     if isinstance(radius, str):
         if radius not in RADIUS_MODES:
-            raise ValueError(f"radius must be a number >= 0 or 'sqrt' (b = sqrt(L)/2, MAN §4.2), got {radius!r}")
+            raise ArgumentError(f"radius must be a number >= 0 or 'sqrt' (b = sqrt(L)/2, MAN §4.2), got {radius!r}")
         return radius
     if isinstance(radius, bool) or not isinstance(radius, (int, float)) or math.isnan(radius):
-        raise TypeError(f"radius must be a number >= 0 or 'sqrt', got {describe(radius)}")
+        raise ArgumentTypeError(f"radius must be a number >= 0 or 'sqrt', got {describe(radius)}")
     if radius < 0:
-        raise ValueError(f"radius must be >= 0 or 'sqrt', got {radius}")
+        raise ArgumentError(f"radius must be >= 0 or 'sqrt', got {radius}")
     return radius
 
 
@@ -219,6 +224,7 @@ class StaticMaskAttention(_MaskAttention):
         b = math.floor(self.radius)
         return M.band(b, 0) if self.causal else M.window(b)
 
+    @entry_point
     def static_mask(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """SM of Eq. 11 for ``x`` ``(B, n, d)`` as a float ``(B|1, 1, n, n)`` 0/1 tensor (padded keys 0)."""
         kpm = check_input(x, self.d_model, key_padding_mask)
@@ -242,13 +248,15 @@ class StaticMaskAttention(_MaskAttention):
         return dot_product_attention(q, k, v, structure.shifted(q_offset), key_padding_mask=key_padding_mask,
                                      dropout_p=self.dropout, training=self.training, backend=backend)
 
+    @entry_point
     def step(self, x: torch.Tensor, cache: AttentionCache,
              key_padding_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, AttentionCache]:
         if self.radius == "sqrt":
-            raise ValueError("radius='sqrt' depends on the whole sequence length and cannot be decoded "
+            raise ArgumentError("radius='sqrt' depends on the whole sequence length and cannot be decoded "
                              "incrementally; use a fixed radius with step()")
         return super().step(x, cache, key_padding_mask)
 
+    @entry_point
     def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
         kpm = check_input(x, self.d_model, key_padding_mask)
         q, k, _ = self.project(x)
@@ -288,6 +296,7 @@ class FullMaskAttention(_MaskAttention):
         return dot_product_attention(q, k, v, self._structure(q_offset), key_padding_mask=key_padding_mask,
                                      dropout_p=self.dropout, training=self.training, backend=self.backend)
 
+    @entry_point
     def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
         kpm = check_input(x, self.d_model, key_padding_mask)
         q, k, _ = self.project(x)

@@ -22,8 +22,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..errors import ArgumentError, ArgumentTypeError
 from .. import masks as M
-from ..validation import check_bool, check_choice, check_positive_int, check_probability, describe
+from ..validation import check_bool, check_choice, check_positive_int, check_probability, describe, entry_point
 from ..functional.tensorized import SCALES, tensorized_attention, tensorized_attention_maps
 from .base import AttentionMaps, SelfAttention, check_input, merge_heads, zero_padding
 from .headwise import ACTIVATIONS, HeadwiseFusionGate, HeadwiseLinear, HeadwiseSource2Token, project_heads
@@ -33,16 +34,16 @@ from .registry import register_attention
 def directional_head_masks(num_heads: int, *, include_diagonal: bool = True, name: str = "num_heads") -> list[M.Mask]:
     """Forward masks on the first half of the heads, backward masks on the second half (MTSA §3.2)."""
     if num_heads % 2:
-        raise ValueError(f"{name} must be even for the default forward/backward split, got {num_heads}; "
+        raise ArgumentError(f"{name} must be even for the default forward/backward split, got {num_heads}; "
                          "pass head_masks=[...] with one mask per head instead")
     half = num_heads // 2
-    return [M.forward(include_diagonal)] * half + [M.backward(include_diagonal)] * half
+    return [M.forward_mask(include_diagonal)] * half + [M.backward_mask(include_diagonal)] * half
 
 
 def check_activation(value, name: str) -> str | None:
     """``None`` (no activation) or a name of :data:`~maskattn.attention.headwise.ACTIVATIONS`."""
     if value is not None and value not in ACTIVATIONS:
-        raise ValueError(f"unknown {name} {value!r}; expected None or one of {', '.join(map(repr, ACTIVATIONS))}")
+        raise ArgumentError(f"unknown {name} {value!r}; expected None or one of {', '.join(map(repr, ACTIVATIONS))}")
     return value
 
 
@@ -52,10 +53,10 @@ def resolve_head_masks(head_masks, num_heads: int, include_diagonal: bool) -> M.
         per_head = directional_head_masks(num_heads, include_diagonal=include_diagonal)
     else:
         if isinstance(head_masks, (str, M.Mask)) or not isinstance(head_masks, Sequence):
-            raise TypeError("head_masks must be a list with one mask (a Mask or a name such as 'forward', "
+            raise ArgumentTypeError("head_masks must be a list with one mask (a Mask or a name such as 'forward', "
                             f"'backward', 'window:3') per head, got {type(head_masks).__name__}")
         if len(head_masks) != num_heads:
-            raise ValueError(f"head_masks has {len(head_masks)} entries but num_heads is {num_heads}; "
+            raise ArgumentError(f"head_masks has {len(head_masks)} entries but num_heads is {num_heads}; "
                              "expected one mask per head")
         per_head = [M.from_name(m) for m in head_masks]
     return M.per_head(per_head)
@@ -97,6 +98,7 @@ class TensorizedSelfAttention(SelfAttention):
         """The concatenated heads ``(B, n, d_model)`` → the module output (identity: no output projection)."""
         return heads
 
+    @entry_point
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, n, d_model) → (B, n, d_model); padded positions are 0."""
         kpm = check_input(x, self.d_model, key_padding_mask)
@@ -107,6 +109,7 @@ class TensorizedSelfAttention(SelfAttention):
             attended = self.fusion_gate(v, attended)
         return zero_padding(self.output(merge_heads(attended)), kpm)  # (B, n, d_model)
 
+    @entry_point
     def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
         """``attention``: the token2token probabilities (B, H, n, n); ``source2token``: the feature-wise
         source2token weights (B, H, n, d_h) (see :func:`~maskattn.functional.tensorized_attention_maps`; the
@@ -176,10 +179,10 @@ class MTSA(TensorizedSelfAttention):
             check_bool(flag, name)
         self.out_activation = check_activation(out_activation, "out_activation")
         if out_activation is not None and not out_proj:
-            raise ValueError(f"out_activation={out_activation!r} needs out_proj=True (the activation follows W_o, as "
+            raise ArgumentError(f"out_activation={out_activation!r} needs out_proj=True (the activation follows W_o, as "
                              "the authors' output layer), got out_proj=False")
         if s2t_layers == 1 and (s2t_hidden is not None or s2t_activation != "elu"):
-            raise ValueError(f"s2t_layers=1 is one linear map with no hidden layer, so s2t_hidden={s2t_hidden!r} and "
+            raise ArgumentError(f"s2t_layers=1 is one linear map with no hidden layer, so s2t_hidden={s2t_hidden!r} and "
                              f"s2t_activation={s2t_activation!r} have nothing to set; leave them at their defaults "
                              "or use s2t_layers=2")
 
@@ -210,10 +213,10 @@ class MTSA(TensorizedSelfAttention):
         with their widths and every option they set; ``d_model`` / ``num_heads`` / ``overrides`` replace them."""
         config = AUTHORS_CONFIGS.get(script) if isinstance(script, str) else None
         if config is None:
-            raise ValueError(f"unknown script {script!r}; expected one of {', '.join(map(repr, AUTHORS_CONFIGS))}")
+            raise ArgumentError(f"unknown script {script!r}; expected one of {', '.join(map(repr, AUTHORS_CONFIGS))}")
         d_model = config.d_model if d_model is None else d_model
         if d_model is None:
-            raise ValueError(f"script {script!r} takes its width from the caller (the authors pass hn); give d_model=")
+            raise ArgumentError(f"script {script!r} takes its width from the caller (the authors pass hn); give d_model=")
         return cls(d_model, config.num_heads if num_heads is None else num_heads, **{**config.options, **overrides})
 
     def output(self, heads: torch.Tensor) -> torch.Tensor:

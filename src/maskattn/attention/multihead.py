@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from ..validation import entry_point
 from ..functional.dot_product import attention_weights, dot_product_attention
 from ..masks import Mask, causal as causal_mask, from_name
 from .base import (AttentionCache, AttentionMaps, SelfAttention, add_qkv_projections, check_input, merge_heads,
@@ -35,7 +36,9 @@ class MultiHeadAttention(SelfAttention):
 
     @property
     def causal(self) -> bool:
-        return self.mask is not None and self.mask.name == "causal"
+        """Whether the mask is the causal predicate (``"causal"``, ``masks.causal()`` or ``masks.forward_mask()``):
+        such a module decodes incrementally."""
+        return self.mask is not None and self.mask.is_causal
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per-head ``q, k, v``: three ``(B, H, n, d_h)`` tensors."""
@@ -46,17 +49,20 @@ class MultiHeadAttention(SelfAttention):
                                     training=self.training, backend=self.backend)
         return self.out_proj(merge_heads(out))
 
+    @entry_point
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, n, d_model) → (B, n, d_model); padded positions are 0."""
         kpm = check_input(x, self.d_model, key_padding_mask)
         return zero_padding(self._attend(*self.project(x), self.mask, kpm), kpm)
 
+    @entry_point
     def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
         """``attention``: the probabilities ``(B, H, n, n)``."""
         kpm = check_input(x, self.d_model, key_padding_mask)
         q, k, _ = self.project(x)
         return AttentionMaps(attention=attention_weights(q, k, self.mask, key_padding_mask=kpm))
 
+    @entry_point
     def step(self, x: torch.Tensor, cache: AttentionCache,
              key_padding_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, AttentionCache]:
         kpm, q, cache, offset = self._step_inputs(x, cache, key_padding_mask)

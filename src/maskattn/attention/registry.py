@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch.nn as nn
 
+from ..errors import ArgumentError, ArgumentTypeError
 from .. import backends as backend_policy
 
 __all__ = ["register_attention", "create_attention", "list_attentions", "attention_info", "AttentionInfo",
@@ -52,14 +53,14 @@ def register_attention(name: str, *, description: str = "", **defaults) -> Calla
 
     def wrap(cls):
         if name in _REGISTRY:
-            raise ValueError(f"attention {name!r} is already registered (by {_REGISTRY[name].cls.__name__})")
+            raise ArgumentError(f"attention {name!r} is already registered (by {_REGISTRY[name].cls.__name__})")
         if getattr(cls, "family", None) not in backend_policy.FAMILIES:
-            raise TypeError(f"{cls.__name__} must declare its kernel family (one of "
+            raise ArgumentTypeError(f"{cls.__name__} must declare its kernel family (one of "
                             f"{', '.join(backend_policy.FAMILIES)})")
         info = AttentionInfo(name, cls, dict(defaults), description or (cls.__doc__ or "").strip().split("\n")[0])
         unknown = set(defaults) - set(info.options())
         if unknown:
-            raise TypeError(f"defaults {sorted(unknown)} are not keyword options of {cls.__name__}")
+            raise ArgumentTypeError(f"defaults {sorted(unknown)} are not keyword options of {cls.__name__}")
         _REGISTRY[name] = info
         return cls
 
@@ -73,7 +74,7 @@ def list_attentions() -> list[str]:
 
 def attention_info(name: str) -> AttentionInfo:
     if not isinstance(name, str) or name not in _REGISTRY:
-        raise ValueError(f"unknown attention {name!r}; registered: {', '.join(list_attentions())}")
+        raise ArgumentError(f"unknown attention {name!r}; registered: {', '.join(list_attentions())}")
     return _REGISTRY[name]
 
 
@@ -83,7 +84,7 @@ def create_attention(name: str, d_model: int, num_heads: int, **options) -> nn.M
     valid = info.options()
     unknown = sorted(set(options) - set(valid))
     if unknown:
-        raise ValueError(f"unknown option(s) {unknown} for attention {name!r}; valid options: {', '.join(valid)}")
+        raise ArgumentError(f"unknown option(s) {unknown} for attention {name!r}; valid options: {', '.join(valid)}")
     return info.cls(d_model, num_heads, **{**info.defaults, **options})
 
 

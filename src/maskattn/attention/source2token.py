@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..validation import check_choice, check_positive_int, check_probability
+from ..validation import check_choice, check_positive_int, check_probability, entry_point
 from ..kernels.softmax import masked_softmax
 from .base import check_input
 from .headwise import ACTIVATIONS
@@ -43,6 +43,7 @@ class Source2Token(nn.Module):
         scores = self.score(self.dropout(ACTIVATIONS[self.activation](self.hidden(x))))  # (B, n, d_model)
         return masked_softmax(scores, None if kpm is None else ~kpm.unsqueeze(-1), dim=1)
 
+    @entry_point
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, n, d_model) → (B, d_model)."""
         return (self.weights(x, key_padding_mask) * x).sum(dim=1)

@@ -16,6 +16,9 @@ Outputs: ``bench.csv``, ``bench.json`` (fields documented in :data:`FIELDS`) and
     from maskattn.bench import BenchSettings, run_benchmark, write_outputs
     result = run_benchmark(BenchSettings.quick(mechanisms=("mtsa", "torch_mha")))
     write_outputs(result, "bench-out")
+
+Beside it, :mod:`maskattn.bench.finetune` (``python -m maskattn.bench.finetune``, needs the ``hf`` extra): the
+training-step time of a pretrained encoder with and without maskattn conversions (docs/hf.md).
 """
 
 from .baselines import BASELINES, Algorithm1, TorchMHA, list_baselines
@@ -24,7 +27,7 @@ from .measure import count_flops, machine_info, matmul_gflops_per_s, measure_poi
 from .report import output_folder, plot, render_tables, write_csv, write_json, write_outputs
 from .runner import FIELDS, MEMORY_FRACTION, BenchResult, run_benchmark
 from .settings import (
-    PRESETS,
+    SUITES,
     QUICK,
     BenchSettings,
     Candidate,
@@ -35,7 +38,7 @@ from .settings import (
 )
 
 __all__ = [
-    "BenchSettings", "BenchResult", "Candidate", "FIELDS", "QUICK", "PRESETS", "MEMORY_FRACTION", "run_benchmark",
+    "BenchSettings", "BenchResult", "Candidate", "FIELDS", "QUICK", "SUITES", "MEMORY_FRACTION", "run_benchmark",
     "parse_lengths", "parse_names", "valid_mechanisms", "select_candidates",
     "BASELINES", "Algorithm1", "TorchMHA", "list_baselines",
     "Point", "family_of", "forward_flops", "step_flops", "estimate_bytes",

@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
+from ..errors import ArgumentError
 from .runner import FIELDS, BenchResult
 
 __all__ = ["write_outputs", "write_csv", "write_json", "plot", "render_tables"]
@@ -116,7 +117,7 @@ def output_folder(out_dir: Path | str) -> Path:
     """``out_dir`` as a folder for the outputs, created if missing (``ValueError`` if it is a file)."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"out must be a folder (bench.csv, bench.json and bench.png go there), but {out_dir} "
+        raise ArgumentError(f"out must be a folder (bench.csv, bench.json and bench.png go there), but {out_dir} "
                          "is a file")
     out_dir.mkdir(parents=True, exist_ok=True)
     return out_dir

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from ..errors import ArgumentError, ArgumentTypeError
 from .costs import Point, estimate_bytes, family_of, forward_flops, step_flops, useful_attention_flops
 from .measure import (available_bytes, count_flops, is_out_of_memory, machine_info, matmul_gflops_per_s,
                       measure_inference, measure_point)
@@ -109,7 +110,7 @@ def _build(candidate: Candidate, settings: BenchSettings, device: str, dtype: to
     try:
         module = candidate.build()
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"cannot build {candidate.label} with width={settings.width}, heads={settings.heads}: "
+        raise ArgumentError(f"cannot build {candidate.label} with width={settings.width}, heads={settings.heads}: "
                          f"{exc}") from None
     module = module.to(device=device, dtype=dtype).train(settings.mode == "train")
     return torch.compile(module, fullgraph=True) if settings.compile else module
@@ -158,7 +159,7 @@ def run_benchmark(settings: BenchSettings, *, log: Callable[[str], None] | None 
     measuring anything when a selected module cannot be built with the settings (e.g. ``heads`` too small for
     ``csan2d``)."""
     if not isinstance(settings, BenchSettings):
-        raise TypeError(f"settings must be a maskattn.bench.BenchSettings, got {type(settings).__name__}")
+        raise ArgumentTypeError(f"settings must be a maskattn.bench.BenchSettings, got {type(settings).__name__}")
     say = log or (lambda message: None)
     # the CPU memory measurement runs the profiler once per point; kineto logs each start/stop on stderr
     # at its highest level (USDT, 5) — level 6 keeps the terminal readable (an explicit setting wins)

@@ -8,26 +8,29 @@ from dataclasses import dataclass, field, fields
 import torch
 import torch.nn as nn
 
+from ..errors import ArgumentError, ArgumentTypeError, warn_renamed
 from ..validation import check_positive_int, describe
 from ..attention import attention_info, create_attention, list_attentions
 from .. import backends
 from .baselines import BASELINES, list_baselines
 
-__all__ = ["BenchSettings", "Candidate", "DTYPES", "DEVICES", "MODES", "QUICK", "PRESETS", "parse_lengths",
+__all__ = ["BenchSettings", "Candidate", "DTYPES", "DEVICES", "MODES", "QUICK", "SUITES", "parse_lengths",
            "parse_names",
            "valid_mechanisms", "all_backends", "resolve_devices", "select_candidates"]
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 #: ``auto`` = the CPU, plus CUDA when present.
-DEVICES = ("auto", "cpu", "cuda")
+#: ``auto``: CUDA when available, else the CPU (the meaning ``auto`` has in every command); ``all``: the CPU, and
+#: CUDA when available
+DEVICES = ("auto", "cpu", "cuda", "all")
 #: What one point measures: a training step (forward + backward) or inference (forward, no autograd).
 MODES = ("train", "inference")
-#: The ``--quick`` preset: a few lengths, a small model, two timed repeats.
+#: The ``--quick`` suite: a few lengths, a small model, two timed repeats.
 QUICK = {"lengths": (32, 64, 128, 256), "batch": 4, "width": 64, "heads": 4, "repeats": 2, "warmup": 1}
 
-#: Named settings (``maskattn bench --preset NAME``): the measurements behind the README and docs tables,
+#: Suites, named benchmark settings (``maskattn bench --suite NAME``): the measurements behind the README and docs tables,
 #: each a paper's comparison. Any setting can still be overridden on the command line.
-PRESETS: dict[str, dict] = {
+SUITES: dict[str, dict] = {
     "quick": QUICK,
     # MTSA Fig. 1: batch 64, d_model 300, 2 heads; MTSA against multi-head attention and Algorithm 1
     "mtsa": {"lengths": (64, 128, 256, 512, 1024), "batch": 64, "width": 300, "heads": 2, "repeats": 3,
@@ -59,10 +62,10 @@ def all_backends() -> list[str]:
 
 def _split(text, name: str) -> list[str]:
     if not isinstance(text, str):
-        raise TypeError(f"{name} must be a comma-separated string, got {describe(text)}")
+        raise ArgumentTypeError(f"{name} must be a comma-separated string, got {describe(text)}")
     items = [item.strip() for item in text.split(",")]
     if not text.strip() or any(not item for item in items):
-        raise ValueError(f"{name} must be a comma-separated list with no empty entries, got {text!r}")
+        raise ArgumentError(f"{name} must be a comma-separated list with no empty entries, got {text!r}")
     return items
 
 
@@ -73,10 +76,10 @@ def parse_lengths(text: str) -> tuple[int, ...]:
         try:
             value = int(item)
         except ValueError:
-            raise ValueError(f"lengths must be positive integers separated by commas, got {item!r} in {text!r}") \
+            raise ArgumentError(f"lengths must be positive integers separated by commas, got {item!r} in {text!r}") \
                 from None
         if value < 1:
-            raise ValueError(f"lengths must be positive integers (>= 1), got {value} in {text!r}")
+            raise ArgumentError(f"lengths must be positive integers (>= 1), got {value} in {text!r}")
         lengths.append(value)
     return tuple(lengths)
 
@@ -88,13 +91,13 @@ def parse_names(text: str, name: str) -> tuple[str, ...]:
 
 def _check_subset(values, name: str, valid: list[str], listing: str) -> tuple[str, ...]:
     if isinstance(values, str) or not all(isinstance(v, str) for v in values):
-        raise TypeError(f"{name} must be a sequence of names, got {describe(values)}")
+        raise ArgumentTypeError(f"{name} must be a sequence of names, got {describe(values)}")
     values = tuple(values)
     unknown = [v for v in values if v not in valid]
     if unknown:
-        raise ValueError(f"unknown {name} {unknown}; {listing}")
+        raise ArgumentError(f"unknown {name} {unknown}; {listing}")
     if not values:
-        raise ValueError(f"{name} is empty; {listing}")
+        raise ArgumentError(f"{name} is empty; {listing}")
     return values
 
 
@@ -111,7 +114,8 @@ class BenchSettings:
         backends: backends to run the registered mechanisms on (baselines have none); ``None`` = every
             backend each mechanism offers that can run forward and backward on the device.
         repeats: timed forward runs and timed backward runs per point; warmup: untimed steps before.
-        device: ``"auto"`` (the CPU, plus CUDA when present), ``"cpu"`` or ``"cuda"``.
+        device: ``"auto"`` (CUDA when present, else the CPU), ``"cpu"``, ``"cuda"`` or ``"all"`` (the CPU, plus CUDA
+            when present).
         mem_budget_gb: skip points whose estimated peak exceeds this (GiB); ``None`` = a fraction
             (:data:`maskattn.bench.runner.MEMORY_FRACTION`) of the memory available on each device.
         seed: seed of the parameters and inputs.
@@ -138,38 +142,38 @@ class BenchSettings:
 
     def __post_init__(self):
         if isinstance(self.lengths, (str, int)) or not hasattr(self.lengths, "__iter__"):
-            raise TypeError(f"lengths must be a sequence of positive ints, got {describe(self.lengths)}")
+            raise ArgumentTypeError(f"lengths must be a sequence of positive ints, got {describe(self.lengths)}")
         lengths = tuple(self.lengths)
         if not lengths:
-            raise ValueError("lengths is empty; expected at least one sequence length")
+            raise ArgumentError("lengths is empty; expected at least one sequence length")
         for n in lengths:
             check_positive_int(n, "each length")
         object.__setattr__(self, "lengths", lengths)
         for name in ("batch", "width", "heads", "repeats"):
             check_positive_int(getattr(self, name), name)
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int):
-            raise TypeError(f"warmup must be an int >= 0, got {describe(self.warmup)}")
+            raise ArgumentTypeError(f"warmup must be an int >= 0, got {describe(self.warmup)}")
         if self.warmup < 0:
-            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+            raise ArgumentError(f"warmup must be >= 0, got {self.warmup}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise TypeError(f"seed must be an int, got {describe(self.seed)}")
+            raise ArgumentTypeError(f"seed must be an int, got {describe(self.seed)}")
         if self.dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}")
+            raise ArgumentError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}")
         if self.device not in DEVICES:
-            raise ValueError(f"unknown device {self.device!r}; expected one of {', '.join(DEVICES)}")
+            raise ArgumentError(f"unknown device {self.device!r}; expected one of {', '.join(DEVICES)}")
         if self.mode not in MODES:
-            raise ValueError(f"unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
+            raise ArgumentError(f"unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
         if not isinstance(self.compile, bool):
-            raise TypeError(f"compile must be a bool, got {describe(self.compile)}")
+            raise ArgumentTypeError(f"compile must be a bool, got {describe(self.compile)}")
         if self.compile and self.warmup < 1:
-            raise ValueError("compile needs warmup >= 1: the first (untimed) step compiles the module")
+            raise ArgumentError("compile needs warmup >= 1: the first (untimed) step compiles the module")
         if self.device == "cuda" and not torch.cuda.is_available():
-            raise ValueError("device 'cuda' was requested but torch.cuda.is_available() is False; use 'cpu' or 'auto'")
+            raise ArgumentError("device 'cuda' was requested but torch.cuda.is_available() is False; use 'cpu' or 'auto'")
         budget = self.mem_budget_gb
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))):
-            raise TypeError(f"mem_budget_gb must be a number of GiB or None, got {describe(budget)}")
+            raise ArgumentTypeError(f"mem_budget_gb must be a number of GiB or None, got {describe(budget)}")
         if budget is not None and not budget > 0:
-            raise ValueError(f"mem_budget_gb must be a positive number of GiB, got {budget}")
+            raise ArgumentError(f"mem_budget_gb must be a positive number of GiB, got {budget}")
         if self.mechanisms is not None:
             object.__setattr__(self, "mechanisms", _check_subset(
                 self.mechanisms, "mechanisms", valid_mechanisms(),
@@ -179,16 +183,22 @@ class BenchSettings:
                 self.backends, "backends", all_backends(), f"valid backends: {', '.join(all_backends())}"))
 
     @classmethod
+    def suite(cls, name: str, **overrides) -> BenchSettings:
+        """The named settings of :data:`SUITES`, with any setting overridden."""
+        if not isinstance(name, str) or name not in SUITES:
+            raise ArgumentError(f"unknown bench suite {name!r}; expected one of {', '.join(SUITES)}")
+        return cls(**{**SUITES[name], **overrides})
+
+    @classmethod
     def preset(cls, name: str, **overrides) -> BenchSettings:
-        """The named settings of :data:`PRESETS`, with any setting overridden."""
-        if not isinstance(name, str) or name not in PRESETS:
-            raise ValueError(f"unknown bench preset {name!r}; expected one of {', '.join(PRESETS)}")
-        return cls(**{**PRESETS[name], **overrides})
+        """Old name of :meth:`suite` (a "preset" is a ``maskattn train --preset`` file)."""
+        warn_renamed("BenchSettings.preset", "BenchSettings.suite")
+        return cls.suite(name, **overrides)
 
     @classmethod
     def quick(cls, **overrides) -> BenchSettings:
-        """The ``--quick`` preset (:data:`QUICK`), with any setting overridden."""
-        return cls.preset("quick", **overrides)
+        """The ``--quick`` suite (:data:`QUICK`), with any setting overridden."""
+        return cls.suite("quick", **overrides)
 
     def to_dict(self) -> dict:
         """The settings as JSON-ready values (tuples become lists)."""
@@ -212,9 +222,12 @@ class Candidate:
 
 
 def resolve_devices(device: str) -> list[str]:
-    """``auto`` → ``["cpu"]`` plus ``"cuda"`` when present; otherwise the one device."""
-    if device == "auto":
+    """The devices measured: ``all`` → ``["cpu"]`` plus ``"cuda"`` when present; ``auto`` → CUDA when present, else
+    the CPU; otherwise the one device."""
+    if device == "all":
         return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    if device == "auto":
+        return ["cuda" if torch.cuda.is_available() else "cpu"]
     return [device]
 
 
@@ -244,7 +257,7 @@ def select_candidates(settings: BenchSettings, device: str) -> tuple[list[Candid
                                         lambda n=name, b=backend: create_attention(n, settings.width, settings.heads,
                                                                                    backend=b)))
     if not candidates:
-        raise ValueError(f"nothing to run on {device}: mechanisms {list(names)} with backends "
+        raise ArgumentError(f"nothing to run on {device}: mechanisms {list(names)} with backends "
                          f"{list(settings.backends or all_backends())} leave no runnable pair"
                          + (f" ({'; '.join(notes)})" if notes else ""))
     return candidates, notes

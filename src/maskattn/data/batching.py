@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import ArgumentError
 from .examples import Example, PairExample, TaggedExample, TextExample
 from .vocab import LabelSet, Vocabulary
 
@@ -106,9 +107,9 @@ class BucketBatchSampler:
     def __init__(self, items: Sequence[dict], batch_size: int, *, shuffle: bool = True, seed: int = 0,
                  pool_factor: int = 50, drop_last: bool = False):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+            raise ArgumentError(f"batch_size must be an int >= 1, got {batch_size!r}")
         if not items:
-            raise ValueError("cannot batch an empty dataset")
+            raise ArgumentError("cannot batch an empty dataset")
         self.lengths = [_length(it) for it in items]
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.pool_factor, self.drop_last = pool_factor, drop_last

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ..configuration import Rule, at_least, check_section, in_range, one_of, optional, pair
+from ..sections import Rule, at_least, check_section, in_range, one_of, optional, pair
 from ..errors import ConfigError
 from .parallel import OVERLONG
 from .readers import READERS

@@ -7,6 +7,7 @@ the offline tests use the latter, through the same code path.
 
 from __future__ import annotations
 
+from ..errors import ArgumentError
 from .examples import PairExample, TextExample
 from .readers import tokenize
 
@@ -28,7 +29,7 @@ def _convert(rows, split: str, *, text_field: str, label_field: str, pair_fields
         where = f"{split} split, row {number}"
         for field in ((label_field,) + (pair_fields or (text_field,))):
             if field not in row:
-                raise ValueError(f"{where}: no field {field!r}; fields: {sorted(row)}")
+                raise ArgumentError(f"{where}: no field {field!r}; fields: {sorted(row)}")
         label = row[label_field]
         if label_names is not None and isinstance(label, int):
             label = label_names[label]
@@ -36,12 +37,12 @@ def _convert(rows, split: str, *, text_field: str, label_field: str, pair_fields
         if pair_fields:
             premise, hypothesis = (tokenize(str(row[f]), lowercase=lowercase) for f in pair_fields)
             if not premise or not hypothesis:
-                raise ValueError(f"{where}: empty premise or hypothesis")
+                raise ArgumentError(f"{where}: empty premise or hypothesis")
             out.append(PairExample(premise, hypothesis, label))
         else:
             tokens = tokenize(str(row[text_field]), lowercase=lowercase)
             if not tokens:
-                raise ValueError(f"{where}: empty text")
+                raise ArgumentError(f"{where}: empty text")
             out.append(TextExample(tokens, label))
     return out
 
@@ -54,7 +55,7 @@ def load_hf_splits(name: str, *, config: str | None = None, data_files: dict | N
     try:
         import datasets
     except ImportError:
-        raise ValueError("data.source 'hf' needs the optional dependency `datasets` (pip install datasets)") from None
+        raise ArgumentError("data.source 'hf' needs the optional dependency `datasets` (pip install datasets)") from None
     loaded = datasets.load_dataset(name, config, data_files=data_files)
     splits = {}
     for split, ds in loaded.items():

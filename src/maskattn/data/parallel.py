@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import DataError
+from ..errors import ArgumentError, DataError
 from .batching import epoch_generator
 from .subword import BOS_ID, EOS_ID, PAD_ID, SubwordModel
 from .text import read_lines
@@ -53,10 +53,10 @@ class ParallelText:
 def parallel_paths(folder: str | Path, prefix: str, src_lang: str, tgt_lang: str) -> tuple[Path, Path]:
     """``<folder>/<prefix>.<src_lang>`` and ``<folder>/<prefix>.<tgt_lang>``."""
     if not src_lang or not tgt_lang:
-        raise ValueError(f"parallel data needs data.src_lang and data.tgt_lang (file suffixes such as 'en', 'de'), "
+        raise ArgumentError(f"parallel data needs data.src_lang and data.tgt_lang (file suffixes such as 'en', 'de'), "
                          f"got {src_lang!r} and {tgt_lang!r}")
     if src_lang == tgt_lang:
-        raise ValueError(f"data.src_lang and data.tgt_lang are both {src_lang!r}; they name two different files")
+        raise ArgumentError(f"data.src_lang and data.tgt_lang are both {src_lang!r}; they name two different files")
     root = Path(folder)
     return root / f"{prefix}.{src_lang}", root / f"{prefix}.{tgt_lang}"
 
@@ -90,9 +90,9 @@ def encode_pairs(text: ParallelText, subword: SubwordModel, *, max_len: int, tra
     decoder input (so at most ``max_len - 1`` subwords per side).
     """
     if overlong not in OVERLONG:
-        raise ValueError(f"unknown data.overlong {overlong!r}; expected one of {', '.join(OVERLONG)}")
+        raise ArgumentError(f"unknown data.overlong {overlong!r}; expected one of {', '.join(OVERLONG)}")
     if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 2:
-        raise ValueError(f"max_len must be an int >= 2 (one subword + </s>), got {max_len!r}")
+        raise ArgumentError(f"max_len must be an int >= 2 (one subword + </s>), got {max_len!r}")
     out = EncodedPairs([], [])
     limit = max_len - 1
     sources = subword.encode_batch(text.source)
@@ -143,7 +143,7 @@ def _pad(rows: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
 def collate_pairs(items: Sequence[dict], pad_id: int = PAD_ID) -> TranslationBatch:
     """Pad encoded pairs into a :class:`TranslationBatch`."""
     if not items:
-        raise ValueError("cannot collate an empty batch")
+        raise ArgumentError("cannot collate an empty batch")
     src = _pad([it["src"] for it in items], pad_id)
     tgt_in = _pad([it["tgt"][:-1] for it in items], pad_id)
     tgt_out = _pad([it["tgt"][1:] for it in items], pad_id)
@@ -161,13 +161,13 @@ class TokenBatchSampler:
 
     def __init__(self, items: Sequence[dict], max_tokens: int, *, shuffle: bool = True, seed: int = 0):
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+            raise ArgumentError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
         if not items:
-            raise ValueError("cannot batch an empty dataset")
+            raise ArgumentError("cannot batch an empty dataset")
         self.sizes = [pair_size(it) for it in items]
         longest = max(self.sizes)
         if longest > max_tokens:
-            raise ValueError(f"a pair is {longest} tokens wide but max_tokens is {max_tokens}; raise data.max_tokens "
+            raise ArgumentError(f"a pair is {longest} tokens wide but max_tokens is {max_tokens}; raise data.max_tokens "
                              "or lower data.max_len")
         self.keys = [(pair_size(it), len(it["src"]), len(it["tgt"])) for it in items]
         self.max_tokens, self.shuffle, self.seed = max_tokens, shuffle, seed

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import ArgumentError
 from .batching import encode_examples
 from .examples import PairExample
 from .pretrained import encode_with_tokenizer
@@ -49,7 +50,7 @@ def prepare_data(cfg, *, vocab: Vocabulary | None = None, labels: LabelSet | Non
     splits = load_splits(cfg)
     built = Vocabulary.build(sentences_of(splits.train), min_freq=cfg.min_freq, max_size=cfg.max_vocab)
     if vocab is not None and vocab != built:
-        raise ValueError(f"incompatible vocabulary: the checkpoint's vocabulary ({len(vocab)} tokens) differs from "
+        raise ArgumentError(f"incompatible vocabulary: the checkpoint's vocabulary ({len(vocab)} tokens) differs from "
                          f"the one built from the train data ({len(built)} tokens); resume with the same data and "
                          "data.min_freq / data.max_vocab")
     vocab = vocab or built
@@ -57,7 +58,7 @@ def prepare_data(cfg, *, vocab: Vocabulary | None = None, labels: LabelSet | Non
     vectors = None
     if cfg.vectors:
         if embed_dim is None:
-            raise ValueError("data.vectors needs the embedding width (model.embed_dim or model.d_model)")
+            raise ArgumentError("data.vectors needs the embedding width (model.embed_dim or model.d_model)")
         vectors, _ = load_glove(cfg.vectors, vocab, embed_dim)
     encode = (lambda examples: encode_examples(examples, vocab, labels, max_len=max_len or cfg.max_len))
     return PreparedData(splits, vocab, labels, encode(splits.train), encode(splits.dev), encode(splits.test), vectors)
@@ -67,7 +68,7 @@ def _label_set(splits: Splits, labels: LabelSet | None) -> LabelSet:
     """The train split's labels; with ``labels`` (a resumed run's) they must be the same."""
     train_labels = LabelSet(labels_of(splits.train))
     if labels is not None and labels != train_labels:
-        raise ValueError(f"incompatible labels: the checkpoint has {labels.itos}, the train data has "
+        raise ArgumentError(f"incompatible labels: the checkpoint has {labels.itos}, the train data has "
                          f"{train_labels.itos}")
     return labels or train_labels
 

@@ -19,6 +19,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..errors import ArgumentTypeError
 from .examples import PairExample, TextExample
 from .vocab import LabelSet
 
@@ -38,7 +39,7 @@ def _texts(examples: Sequence[TextExample | PairExample]) -> tuple[list[str], li
         return [" ".join(e.premise) for e in examples], [" ".join(e.hypothesis) for e in examples]
     if any(not isinstance(e, TextExample) for e in examples):
         kinds = sorted({type(e).__name__ for e in examples})
-        raise TypeError(f"a tokenizer encodes sentences or sentence pairs, got {', '.join(kinds)}")
+        raise ArgumentTypeError(f"a tokenizer encodes sentences or sentence pairs, got {', '.join(kinds)}")
     return [" ".join(e.tokens) for e in examples], None
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import ArgumentError
 from .examples import Example, TaggedExample
 
 __all__ = ["Splits", "kfold_indices", "kfold", "holdout", "HOLDOUTS", "labels_of", "check_label_sets"]
@@ -33,11 +34,11 @@ def kfold_indices(n: int, folds: int, fold: int, *, seed: int = 0) -> tuple[list
     """(train, test) indices of fold ``fold`` of ``folds``: one seeded permutation cut into ``folds``
     near-equal contiguous parts; part ``fold`` is the test set."""
     if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
-        raise ValueError(f"cv_folds must be an int >= 2, got {folds!r}")
+        raise ArgumentError(f"cv_folds must be an int >= 2, got {folds!r}")
     if isinstance(fold, bool) or not isinstance(fold, int) or not 0 <= fold < folds:
-        raise ValueError(f"fold must be an int in [0, {folds}), got {fold!r}")
+        raise ArgumentError(f"fold must be an int in [0, {folds}), got {fold!r}")
     if n < folds:
-        raise ValueError(f"cannot split {n} examples into {folds} folds")
+        raise ArgumentError(f"cannot split {n} examples into {folds} folds")
     order = _permutation(n, seed)
     bounds = [n * i // folds for i in range(folds + 1)]
     test = order[bounds[fold]:bounds[fold + 1]]
@@ -56,9 +57,9 @@ def holdout(examples: Sequence[Example], fraction: float, *, seed: int = 0, mode
     original order (``seed`` unused) — examples grouped in the file, such as SNLI's three hypotheses per
     premise, then stay on one side of the cut."""
     if not 0.0 < fraction < 1.0:
-        raise ValueError(f"dev_fraction must be in (0, 1), got {fraction!r}")
+        raise ArgumentError(f"dev_fraction must be in (0, 1), got {fraction!r}")
     if mode not in HOLDOUTS:
-        raise ValueError(f"unknown data.dev_holdout {mode!r}; expected one of {', '.join(HOLDOUTS)}")
+        raise ArgumentError(f"unknown data.dev_holdout {mode!r}; expected one of {', '.join(HOLDOUTS)}")
     cut = max(1, int(round(len(examples) * fraction)))
     if mode == "last":
         return list(examples[:len(examples) - cut]), list(examples[len(examples) - cut:])
@@ -80,5 +81,5 @@ def check_label_sets(splits: Splits, names: dict[str, str] | None = None) -> Non
         extra = labels_of(examples) - train if examples else set()
         if extra:
             where = (names or {}).get(split, split)
-            raise ValueError(f"the {split} split ({where}) has label(s) {sorted(extra)} that the train split does "
+            raise ArgumentError(f"the {split} split ({where}) has label(s) {sorted(extra)} that the train split does "
                              f"not have; train labels: {sorted(train)}")

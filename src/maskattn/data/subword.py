@@ -19,6 +19,7 @@ import io
 from collections.abc import Iterable, Sequence
 
 import sentencepiece as spm
+from ..errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["SubwordModel", "SUBWORD_TYPES", "PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID"]
 
@@ -38,16 +39,16 @@ class SubwordModel:
 
     def __init__(self, proto: bytes):
         if not isinstance(proto, (bytes, bytearray)) or not proto:
-            raise TypeError(f"proto must be the non-empty bytes of a sentencepiece model, got {type(proto).__name__}")
+            raise ArgumentTypeError(f"proto must be the non-empty bytes of a sentencepiece model, got {type(proto).__name__}")
         self.proto = bytes(proto)
         self._sp = spm.SentencePieceProcessor()
         try:
             self._sp.LoadFromSerializedProto(self.proto)
         except RuntimeError as exc:
-            raise ValueError(f"not a sentencepiece model ({exc})") from None
+            raise ArgumentError(f"not a sentencepiece model ({exc})") from None
         specials = (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id())
         if specials != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-            raise ValueError(f"subword model has special ids pad/unk/bos/eos = {specials}; expected (0, 1, 2, 3)")
+            raise ArgumentError(f"subword model has special ids pad/unk/bos/eos = {specials}; expected (0, 1, 2, 3)")
 
     @classmethod
     def train(cls, texts: Iterable[str], *, vocab_size: int = 8000, model_type: str = "bpe",
@@ -57,12 +58,12 @@ class SubwordModel:
         ``vocab_size`` is an upper bound: on a small corpus the model gets fewer pieces rather than failing.
         """
         if model_type not in SUBWORD_TYPES:
-            raise ValueError(f"unknown subword model_type {model_type!r}; expected one of {', '.join(SUBWORD_TYPES)}")
+            raise ArgumentError(f"unknown subword model_type {model_type!r}; expected one of {', '.join(SUBWORD_TYPES)}")
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 8:
-            raise ValueError(f"vocab_size must be an int >= 8 (4 special ids + pieces), got {vocab_size!r}")
+            raise ArgumentError(f"vocab_size must be an int >= 8 (4 special ids + pieces), got {vocab_size!r}")
         sentences = [t for t in texts if t.strip()]
         if not sentences:
-            raise ValueError("cannot train a subword model on empty text")
+            raise ArgumentError("cannot train a subword model on empty text")
         writer = io.BytesIO()
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences), model_writer=writer, model_type=model_type, vocab_size=vocab_size,
@@ -80,7 +81,7 @@ class SubwordModel:
     def encode(self, text: str) -> list[int]:
         """Ids of ``text`` (no bos/eos); unseen characters become ``unk_id``."""
         if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
+            raise ArgumentTypeError(f"text must be a str, got {type(text).__name__}")
         return self._sp.encode(text)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
@@ -95,7 +96,7 @@ class SubwordModel:
         ids = [int(i) for i in ids]
         bad = [i for i in ids if not 0 <= i < len(self)]
         if bad:
-            raise ValueError(f"ids {bad[:5]} are outside the subword vocabulary (size {len(self)})")
+            raise ArgumentError(f"ids {bad[:5]} are outside the subword vocabulary (size {len(self)})")
         return self._sp.decode([i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)])
 
     def __eq__(self, other) -> bool:

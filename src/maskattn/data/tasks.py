@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ArgumentError, ConfigError
 from .hf import load_hf_splits
 from .readers import READERS
 from .splits import Splits, check_label_sets, holdout, kfold
@@ -24,15 +24,15 @@ SOURCES = ("files", "hf", "order")
 
 def _files(cfg) -> tuple[Splits, dict[str, str]]:
     if cfg.dir is None:
-        raise ValueError("data.dir is not set; pass the dataset folder, e.g. --data ../shared/data/trec")
+        raise ArgumentError("data.dir is not set; pass the dataset folder, e.g. --data ../shared/data/trec")
     if cfg.format not in READERS:
-        raise ValueError(f"unknown data.format {cfg.format!r}; expected one of {', '.join(READERS)}")
+        raise ArgumentError(f"unknown data.format {cfg.format!r}; expected one of {', '.join(READERS)}")
     if not cfg.train:
-        raise ValueError("data.train (the train file name inside data.dir) is not set")
+        raise ArgumentError("data.train (the train file name inside data.dir) is not set")
     read = READERS[cfg.format]
     root = Path(cfg.dir)
     if not root.is_dir():
-        raise ValueError(f"data.dir {root} is not a directory")
+        raise ArgumentError(f"data.dir {root} is not a directory")
     paths = {split: str(root / getattr(cfg, split)) for split in ("train", "dev", "test") if getattr(cfg, split)}
     options = {"skip_empty": True} if cfg.skip_empty and cfg.format in ("tsv", "trec", "trec_fine") else {}
     loaded = {split: read(path, lowercase=cfg.lowercase, **options) for split, path in paths.items()}
@@ -47,7 +47,7 @@ def _hf(cfg) -> tuple[Splits, dict[str, str]]:
     loaded = load_hf_splits(cfg.hf_name, config=cfg.hf_config, data_files=cfg.hf_data_files, text_field=cfg.text_field,
                             label_field=cfg.label_field, pair_fields=pair, lowercase=cfg.lowercase)
     if "train" not in loaded:
-        raise ValueError(f"dataset {cfg.hf_name!r} has no 'train' split; splits: {sorted(loaded)}")
+        raise ArgumentError(f"dataset {cfg.hf_name!r} has no 'train' split; splits: {sorted(loaded)}")
     dev = loaded.get("validation", loaded.get("dev", []))
     names = {split: f"{cfg.hf_name}[{split}]" for split in loaded}
     return Splits(loaded["train"], dev, loaded.get("test", [])), names
@@ -56,7 +56,7 @@ def _hf(cfg) -> tuple[Splits, dict[str, str]]:
 def load_splits(cfg) -> Splits:
     """Load, split and check a dataset described by a :class:`maskattn.train.config.DataConfig`."""
     if cfg.source not in SOURCES:
-        raise ValueError(f"unknown data.source {cfg.source!r}; expected one of {', '.join(SOURCES)}")
+        raise ArgumentError(f"unknown data.source {cfg.source!r}; expected one of {', '.join(SOURCES)}")
     if cfg.source == "order":
         train, dev, test = order_splits(*cfg.order_sizes, min_len=cfg.order_lengths[0], max_len=cfg.order_lengths[1],
                                         seed=cfg.split_seed)
@@ -64,7 +64,7 @@ def load_splits(cfg) -> Splits:
     splits, names = _files(cfg) if cfg.source == "files" else _hf(cfg)
     if cfg.cv_folds:
         if splits.test:
-            raise ValueError("data.cv_folds is set but the dataset has a test split; use one or the other")
+            raise ArgumentError("data.cv_folds is set but the dataset has a test split; use one or the other")
         splits.train, splits.test = kfold(splits.train, cfg.cv_folds, cfg.fold, seed=cfg.split_seed)
         names["test"] = f"fold {cfg.fold} of {cfg.cv_folds} of {names.get('train', 'train')}"
     if not splits.dev:

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 import torch
+from ..errors import ArgumentError
 
 __all__ = ["Vocabulary", "LabelSet", "PAD", "UNK"]
 
@@ -20,9 +21,9 @@ class Vocabulary:
     def __init__(self, tokens: Sequence[str]):
         tokens = list(tokens)
         if tokens[:2] != [PAD, UNK]:
-            raise ValueError(f"a vocabulary must start with {PAD!r}, {UNK!r}; got {tokens[:2]}")
+            raise ArgumentError(f"a vocabulary must start with {PAD!r}, {UNK!r}; got {tokens[:2]}")
         if len(set(tokens)) != len(tokens):
-            raise ValueError("vocabulary tokens must be unique")
+            raise ArgumentError("vocabulary tokens must be unique")
         self.itos = tokens
         self.stoi = {t: i for i, t in enumerate(tokens)}
 
@@ -32,7 +33,7 @@ class Vocabulary:
     def build(cls, sentences: Iterable[Sequence[str]], *, min_freq: int = 1, max_size: int | None = None) -> Vocabulary:
         """Tokens seen at least ``min_freq`` times, most frequent first, at most ``max_size`` of them."""
         if isinstance(min_freq, bool) or not isinstance(min_freq, int) or min_freq < 1:
-            raise ValueError(f"min_freq must be an int >= 1, got {min_freq!r}")
+            raise ArgumentError(f"min_freq must be an int >= 1, got {min_freq!r}")
         counts = Counter(t for sentence in sentences for t in sentence)
         ranked = sorted((t for t, c in counts.items() if c >= min_freq and t not in (PAD, UNK)),
                         key=lambda t: (-counts[t], t))
@@ -67,7 +68,7 @@ class LabelSet:
     def __init__(self, labels: Iterable[str]):
         self.itos = sorted(set(labels))
         if not self.itos:
-            raise ValueError("a label set needs at least one label")
+            raise ArgumentError("a label set needs at least one label")
         self.stoi = {label: i for i, label in enumerate(self.itos)}
 
     def __len__(self) -> int:
@@ -78,7 +79,7 @@ class LabelSet:
 
     def encode(self, label: str, where: str = "") -> int:
         if label not in self.stoi:
-            raise ValueError(f"{where + ': ' if where else ''}unknown label {label!r}; expected one of {self.itos}")
+            raise ArgumentError(f"{where + ': ' if where else ''}unknown label {label!r}; expected one of {self.itos}")
         return self.stoi[label]
 
     def decode(self, ids: torch.Tensor | Iterable[int]) -> list[str]:

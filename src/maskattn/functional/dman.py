@@ -27,8 +27,9 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..errors import ArgumentError
 from .. import backends
-from ..validation import check_key_padding_mask, check_probability, check_qkv, check_tensor
+from ..validation import check_key_padding_mask, check_probability, check_qkv, check_tensor, checking, entry_point
 from ..kernels.dman import dynamic_mask_kernel
 from ..kernels.flex import flex_attention_call
 from ..kernels.precision import in_working_precision
@@ -47,7 +48,7 @@ def check_mask_floor(mask_floor) -> float | None:
         return None
     if isinstance(mask_floor, bool) or not isinstance(mask_floor, (int, float)) or not 0 < mask_floor < 1:
         hint = " (in a recipe write 1.0e-10: YAML reads 1e-10 as a string)" if isinstance(mask_floor, str) else ""
-        raise ValueError(f"mask_floor must be None (exact log M) or a number in (0, 1) such as 1e-10 (the authors' "
+        raise ArgumentError(f"mask_floor must be None (exact log M) or a number in (0, 1) such as 1e-10 (the authors' "
                          f"clamp), got {mask_floor!r}{hint}")
     return float(mask_floor)
 
@@ -83,23 +84,26 @@ def _check_parameters(query_logit, distance_bias, head_bias, B, H, n, dtype, dev
     check_tensor(distance_bias, "distance_bias", 1, "(2·max_distance + 1,)")
     check_tensor(head_bias, "head_bias", 1, "(heads,)")
     if tuple(query_logit.shape) != (B, n):
-        raise ValueError(f"query_logit has shape {tuple(query_logit.shape)}; expected (batch, queries) = {(B, n)}")
+        raise ArgumentError(f"query_logit has shape {tuple(query_logit.shape)}; expected (batch, queries) = {(B, n)}")
     if distance_bias.numel() < 3 or distance_bias.numel() % 2 == 0:
-        raise ValueError(f"distance_bias must have 2·max_distance + 1 entries (odd, >= 3) for t − s in "
+        raise ArgumentError(f"distance_bias must have 2·max_distance + 1 entries (odd, >= 3) for t − s in "
                          f"[−max_distance, max_distance], got {distance_bias.numel()}")
     if head_bias.numel() != H:
-        raise ValueError(f"head_bias has {head_bias.numel()} entries but there are {H} heads")
+        raise ArgumentError(f"head_bias has {head_bias.numel()} entries but there are {H} heads")
     for name, t in (("query_logit", query_logit), ("distance_bias", distance_bias), ("head_bias", head_bias)):
         if t.device != device:  # dtypes may differ (float32 parameters, bfloat16 activations under autocast)
-            raise ValueError(f"{name} is on {t.device} but q is on {device}")
+            raise ArgumentError(f"{name} is on {t.device} but q is on {device}")
 
 
 def _validate(q, k, v, query_logit, distance_bias, head_bias, key_padding_mask, q_offset):
+    """``(B, H, n, m, key_padding_mask)``, the inputs checked in the outermost entry point only."""
+    if not checking():
+        return (*q.shape[:3], k.shape[2], key_padding_mask)
     B, H, n, m = check_qkv(q, k, v)
     _check_parameters(query_logit, distance_bias, head_bias, B, H, n, q.dtype, q.device)
     kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, m, lambda: f"k has batch {B} and {m} keys")
     if isinstance(q_offset, bool) or not isinstance(q_offset, int) or q_offset < 0:
-        raise ValueError(f"q_offset must be an int >= 0 (absolute position of the first query), got {q_offset!r}")
+        raise ArgumentError(f"q_offset must be an int >= 0 (absolute position of the first query), got {q_offset!r}")
     return B, H, n, m, kpm
 
 
@@ -124,6 +128,7 @@ def _allowed(B, H, n, m, q_offset, causal, kpm, device) -> torch.Tensor | None:
     return allowed_pairs(structure, kpm, n, m, batch=B, heads=1, device=device)
 
 
+@entry_point
 def dynamic_mask(query_logit: torch.Tensor, distance_bias: torch.Tensor, head_bias: torch.Tensor, *,
                  kv_len: int | None = None, q_offset: int = 0, causal: bool = False,
                  key_padding_mask: torch.Tensor | None = None, mask_floor: float | None = None) -> torch.Tensor:
@@ -132,12 +137,14 @@ def dynamic_mask(query_logit: torch.Tensor, distance_bias: torch.Tensor, head_bi
     are 0."""
     z = dynamic_mask_logits(query_logit, distance_bias, head_bias, kv_len=kv_len, q_offset=q_offset)
     B, H, n, m = z.shape
-    kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, m, lambda: f"the mask has {m} keys")
+    kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, m, lambda: f"the mask has {m} keys") \
+        if checking() else key_padding_mask
     allowed = _allowed(B, H, n, m, q_offset, causal, kpm, z.device)
     mask = _mask(z, check_mask_floor(mask_floor))
     return mask if allowed is None else mask * allowed
 
 
+@entry_point
 def dynamic_mask_weights(q, k, query_logit, distance_bias, head_bias, *, causal=False, key_padding_mask=None,
                          q_offset=0, mask_floor=None) -> tuple[torch.Tensor, torch.Tensor]:
     """The attention map ``S_M`` of Eq. 4 with DMAN's mask and the mask ``M`` itself, both ``(B, H, n, m)``,
@@ -151,6 +158,7 @@ def dynamic_mask_weights(q, k, query_logit, distance_bias, head_bias, *, causal=
     return probs, mask if allowed is None else mask * allowed
 
 
+@entry_point
 def dynamic_mask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_logit: torch.Tensor,
                            distance_bias: torch.Tensor, head_bias: torch.Tensor, *, causal: bool = False,
                            key_padding_mask: torch.Tensor | None = None, q_offset: int = 0,
@@ -176,8 +184,10 @@ def dynamic_mask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qu
         ``(B, H, n, d_v)``; rows with no allowed key are 0.
     """
     B, H, n, m, kpm = _validate(q, k, v, query_logit, distance_bias, head_bias, key_padding_mask, q_offset)
-    drop = check_probability(dropout_p, "dropout_p") if training else 0.0
-    mask_floor = check_mask_floor(mask_floor)
+    if checking():
+        check_probability(dropout_p, "dropout_p")
+        mask_floor = check_mask_floor(mask_floor)
+    drop = dropout_p if training else 0.0
     if is_empty(q, k):
         return empty_output(q, v, k, query_logit, distance_bias, head_bias)
     chosen = backends.resolve("dman", backend, backends.Situation.of(
@@ -197,6 +207,7 @@ def dynamic_mask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qu
                                 mask_floor=mask_floor)
 
 
+@entry_point
 def dynamic_mask_attention_reference(q, k, v, query_logit, distance_bias, head_bias, *, causal=False,
                                      key_padding_mask=None, q_offset=0, mask_floor=None):
     """Eq. 12 + Eq. 4 written out in float64: ``M = sigmoid(a_t + P[clip(t − s)] + U_h)`` (``max(M, ε)``

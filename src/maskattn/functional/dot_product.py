@@ -15,8 +15,9 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..errors import ArgumentError
 from .. import backends
-from ..validation import check_attn_mask, check_key_padding_mask, check_probability, check_qkv
+from ..validation import check_attn_mask, check_key_padding_mask, check_probability, check_qkv, checking, entry_point
 from ..kernels.flex import flex_attention_call
 from ..kernels.softmax import masked_softmax
 from ..masks import Mask, allowed as allowed_pairs, predicate
@@ -73,11 +74,14 @@ def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, allowe
 
 
 def _validate(q, k, v, mask, key_padding_mask, dropout_p):
+    """``(mask, key_padding_mask)`` checked (a bool mask as a 4-D view) — in the outermost entry point only."""
+    if not checking():
+        return mask, key_padding_mask
     B, H, n, m = check_qkv(q, k, v)
     if mask is not None and not isinstance(mask, Mask):
         mask = check_attn_mask(mask, "mask", (B, H, n, m))
         if mask.device != q.device:
-            raise ValueError(f"mask is on {mask.device} but q is on {q.device}")
+            raise ArgumentError(f"mask is on {mask.device} but q is on {q.device}")
     kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, m, lambda: f"k has batch {B} and {m} keys")
     check_probability(dropout_p, "dropout_p")
     return mask, kpm
@@ -97,6 +101,7 @@ def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: Mask | torch.Tenso
     return masked_softmax(scores, allowed_pairs(mask, key_padding_mask, n, m, batch=B, heads=H, device=q.device))
 
 
+@entry_point
 def dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask | torch.Tensor | None = None,
                           *, key_padding_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
                           training: bool = False, backend: str = "auto", scale: float | None = None) -> torch.Tensor:
@@ -132,6 +137,7 @@ def dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mas
     return fused_attention(q, k, v, allowed=allowed, dropout_p=drop, scale=scale)
 
 
+@entry_point
 def dot_product_attention_reference(q, k, v, mask=None, *, key_padding_mask=None, scale=None) -> torch.Tensor:
     """:func:`dot_product_attention` written out in float64 — the test oracle."""
     mask, kpm = _validate(q, k, v, mask, key_padding_mask, 0.0)

@@ -44,8 +44,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from ..errors import ArgumentError, ArgumentTypeError
 from .. import backends
-from ..validation import check_choice, check_key_padding_mask, check_probability, check_qkv, describe
+from ..validation import check_choice, check_key_padding_mask, check_probability, check_qkv, checking, describe, entry_point
 from ..kernels.banded import banded_kernel, gather_heads
 from ..kernels.flex import flex_attention_call
 from ..kernels.triton.band import band_triton
@@ -75,10 +76,10 @@ __all__ = [
 def check_window(window, name: str = "window") -> int:
     """An odd positive int ``M + 1`` (the number of positions centred on the query)."""
     if isinstance(window, bool) or not isinstance(window, int):
-        raise TypeError(f"{name} must be an odd positive int (M+1 positions centred on the query), "
+        raise ArgumentTypeError(f"{name} must be an odd positive int (M+1 positions centred on the query), "
                         f"got {describe(window)}")
     if window < 1 or window % 2 == 0:
-        raise ValueError(f"{name} must be an odd positive int (M+1 positions centred on the query), got {window}")
+        raise ArgumentError(f"{name} must be an odd positive int (M+1 positions centred on the query), got {window}")
     return window
 
 
@@ -86,7 +87,7 @@ def check_head_window(head_window, num_heads: int) -> int:
     """An odd positive int ``N + 1`` no larger than ``num_heads``."""
     check_window(head_window, "head_window")
     if head_window > num_heads:
-        raise ValueError(f"head_window ({head_window}) must not exceed the number of heads ({num_heads}); "
+        raise ArgumentError(f"head_window ({head_window}) must not exceed the number of heads ({num_heads}); "
                          "CSAN's area spans N+1 <= H heads")
     return head_window
 
@@ -95,17 +96,20 @@ def check_radius(radius) -> tuple[int, int]:
     """A band radius as ``(left, right)``: an int ``r >= 0`` means ``(r, r)``."""
     pair = radius if isinstance(radius, tuple) else (radius, radius)
     if len(pair) != 2 or any(isinstance(r, bool) or not isinstance(r, int) for r in pair):
-        raise TypeError(f"radius must be an int >= 0 or a tuple (left, right) of ints >= 0, got {describe(radius)}")
+        raise ArgumentTypeError(f"radius must be an int >= 0 or a tuple (left, right) of ints >= 0, got {describe(radius)}")
     if pair[0] < 0 or pair[1] < 0:
-        raise ValueError(f"radius must be >= 0 (|i - j| <= radius), got {radius}")
+        raise ArgumentError(f"radius must be >= 0 (|i - j| <= radius), got {radius}")
     return pair
 
 
 def _check_inputs(q, k, v, key_padding_mask):
+    """The key padding mask, the inputs checked in the outermost entry point only."""
+    if not checking():
+        return key_padding_mask
     B, H, n, _ = check_qkv(q, k, v, self_attention=True)
     kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, n, lambda: f"q has batch {B} and {n} positions")
     if kpm is not None and kpm.device != q.device:
-        raise ValueError(f"key_padding_mask is on {kpm.device} but q is on {q.device}")
+        raise ArgumentError(f"key_padding_mask is on {kpm.device} but q is on {q.device}")
     return kpm
 
 
@@ -113,7 +117,7 @@ def _check_scale(scale, d_k: int) -> float:
     if scale is None:
         return 1.0 / math.sqrt(d_k)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
-        raise ValueError(f"scale must be a positive float or None (1/sqrt(d_k)), got {describe(scale)}")
+        raise ArgumentError(f"scale must be a positive float or None (1/sqrt(d_k)), got {describe(scale)}")
     return float(scale)
 
 
@@ -227,6 +231,7 @@ def _dispatch(q, k, v, left, right, index, valid, kpm, *, scale, score_mod, drop
 # public API
 # --------------------------------------------------------------------------------------------------
 
+@entry_point
 def banded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, radius: int | tuple[int, int], *,
                      score_mod: ScoreMod | None = None, key_padding_mask: torch.Tensor | None = None,
                      scale: float | None = None, dropout_p: float = 0.0, training: bool = False,
@@ -255,24 +260,29 @@ def banded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, radius: 
         ``(B, H, n, d_v)``; rows with no allowed key (all keys in the band are padding) are 0.
     """
     kpm = _check_inputs(q, k, v, key_padding_mask)
-    left, right = check_radius(radius)
-    if score_mod is not None and not callable(score_mod):
-        raise TypeError(f"score_mod must be a callable (elementwise on the scaled score) or None, got "
-                        f"{describe(score_mod)}")
-    check_probability(dropout_p, "dropout_p")
+    if checking():
+        left, right = check_radius(radius)
+        if score_mod is not None and not callable(score_mod):
+            raise ArgumentTypeError(f"score_mod must be a callable (elementwise on the scaled score) or None, got "
+                            f"{describe(score_mod)}")
+        check_probability(dropout_p, "dropout_p")
+    else:
+        left, right = radius if isinstance(radius, tuple) else (radius, radius)
     return _dispatch(q, k, v, left, right, None, None, kpm, scale=_check_scale(scale, q.shape[-1]),
                      score_mod=score_mod, dropout_p=dropout_p, training=training, backend=backend)
 
 
 def _local_args(q, k, v, window, head_window, key_padding_mask, head_edges, scale):
     kpm = _check_inputs(q, k, v, key_padding_mask)
-    r = check_window(window) // 2
-    check_head_window(head_window, q.shape[1])
-    check_choice(head_edges, "head_edges", HEAD_EDGES)
+    if checking():
+        check_window(window)
+        check_head_window(head_window, q.shape[1])
+        check_choice(head_edges, "head_edges", HEAD_EDGES)
     index, valid = head_area(q.shape[1], head_window, head_edges, q.device)
-    return kpm, r, index, valid, _check_scale(scale, q.shape[-1])
+    return kpm, window // 2, index, valid, _check_scale(scale, q.shape[-1])
 
 
+@entry_point
 def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window: int = 11, head_window: int = 1,
                     key_padding_mask: torch.Tensor | None = None, head_edges: str = "truncate",
                     scale: float | None = None, dropout_p: float = 0.0, training: bool = False,
@@ -297,11 +307,13 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window
         ``(B, H, n, d_v)``; a query whose area holds only padding returns 0.
     """
     kpm, r, index, valid, scale = _local_args(q, k, v, window, head_window, key_padding_mask, head_edges, scale)
-    check_probability(dropout_p, "dropout_p")
+    if checking():
+        check_probability(dropout_p, "dropout_p")
     return _dispatch(q, k, v, r, r, index, valid, kpm, scale=scale, score_mod=None, dropout_p=dropout_p,
                      training=training, backend=backend)
 
 
+@entry_point
 def local_attention_maps(q: torch.Tensor, k: torch.Tensor, *, window: int = 11, head_window: int = 1,
                          key_padding_mask: torch.Tensor | None = None, head_edges: str = "truncate",
                          scale: float | None = None) -> torch.Tensor:

@@ -19,8 +19,9 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..errors import ArgumentError, ArgumentTypeError
 from .. import backends
-from ..validation import broadcastable, check_attn_mask, check_probability, check_qkv, describe
+from ..validation import broadcastable, check_attn_mask, check_probability, check_qkv, checking, describe, entry_point
 from ..kernels.flex import flex_attention_call
 from ..masks import Mask, as_dense, predicate
 from .dot_product import attention_weights, depends_on_batch, dot_product_attention, fused_attention, is_empty
@@ -29,38 +30,46 @@ __all__ = ["mask_attention", "mask_attention_reference", "mask_attention_weights
 
 
 def _check_mask_weights(mask_weights, target, device) -> torch.Tensor | None:
+    """``mask_weights`` as a 4-D view, checked in the outermost entry point."""
     if mask_weights is None:
         return None
-    if not isinstance(mask_weights, torch.Tensor):
-        raise TypeError(f"mask_weights must be a float tensor with values in [0, 1], broadcastable to "
-                        f"(batch, heads, queries, keys) = {target}, got {describe(mask_weights)}")
-    if not mask_weights.is_floating_point():
-        raise TypeError(f"mask_weights must be a floating-point tensor with values in [0, 1], got dtype "
-                        f"{mask_weights.dtype}; convert a bool mask with `.float()` or pass it as attn_mask")
-    if not broadcastable(tuple(mask_weights.shape), target):
-        raise ValueError(f"mask_weights has shape {tuple(mask_weights.shape)}, which does not broadcast to "
-                         f"(batch, heads, queries, keys) = {target}")
-    if mask_weights.device != device:
-        raise ValueError(f"mask_weights is on {mask_weights.device} but q is on {device}")
-    if mask_weights.numel() and not torch.compiler.is_compiling():  # a value check reads the tensor on the host
-        w = mask_weights.detach()
-        if not bool(((w >= 0) & (w <= 1)).all()):
-            lo, hi = float(w.min()), float(w.max())
-            raise ValueError(f"mask_weights must lie in [0, 1] (MAN Eq. 4: M_ij ∈ [0, 1]); got values in "
-                             f"[{lo}, {hi}]" + (" (with NaN)" if bool(torch.isnan(w).any()) else ""))
+    if checking():
+        _check_weight_values(mask_weights, target, device)
     while mask_weights.dim() < 4:
         mask_weights = mask_weights.unsqueeze(0)
     return mask_weights
 
 
+def _check_weight_values(mask_weights, target, device) -> None:
+    if not isinstance(mask_weights, torch.Tensor):
+        raise ArgumentTypeError(f"mask_weights must be a float tensor with values in [0, 1], broadcastable to "
+                        f"(batch, heads, queries, keys) = {target}, got {describe(mask_weights)}")
+    if not mask_weights.is_floating_point():
+        raise ArgumentTypeError(f"mask_weights must be a floating-point tensor with values in [0, 1], got dtype "
+                        f"{mask_weights.dtype}; convert a bool mask with `.float()` or pass it as attn_mask")
+    if not broadcastable(tuple(mask_weights.shape), target):
+        raise ArgumentError(f"mask_weights has shape {tuple(mask_weights.shape)}, which does not broadcast to "
+                         f"(batch, heads, queries, keys) = {target}")
+    if mask_weights.device != device:
+        raise ArgumentError(f"mask_weights is on {mask_weights.device} but q is on {device}")
+    if mask_weights.numel() and not torch.compiler.is_compiling():  # a value check reads the tensor on the host
+        w = mask_weights.detach()
+        if not bool(((w >= 0) & (w <= 1)).all()):
+            lo, hi = float(w.min()), float(w.max())
+            raise ArgumentError(f"mask_weights must lie in [0, 1] (MAN Eq. 4: M_ij ∈ [0, 1]); got values in "
+                             f"[{lo}, {hi}]" + (" (with NaN)" if bool(torch.isnan(w).any()) else ""))
+
+
 def _validate(q, k, v, mask_weights, attn_mask):
-    B, H, n, m = check_qkv(q, k, v)
-    target = (B, H, n, m)
+    """``((B, H, n, m), mask_weights, attn_mask)`` (as 4-D views), checked in the outermost entry point."""
+    target = check_qkv(q, k, v) if checking() else (*q.shape[:3], k.shape[2])
     mw = _check_mask_weights(mask_weights, target, q.device)
     if attn_mask is not None and not isinstance(attn_mask, Mask):
-        attn_mask = check_attn_mask(attn_mask, "attn_mask", target)
-        if attn_mask.device != q.device:
-            raise ValueError(f"attn_mask is on {attn_mask.device} but q is on {q.device}")
+        if checking():
+            attn_mask = check_attn_mask(attn_mask, "attn_mask", target)
+            if attn_mask.device != q.device:
+                raise ArgumentError(f"attn_mask is on {attn_mask.device} but q is on {q.device}")
+        attn_mask = attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape))
     return target, mw, attn_mask
 
 
@@ -79,6 +88,7 @@ def _admissible(mw: torch.Tensor, attn_mask, target) -> torch.Tensor:
     return (mw > 0) if dense is None else (mw > 0) & dense
 
 
+@entry_point
 def mask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask_weights: torch.Tensor | None = None, *,
                    attn_mask: torch.Tensor | Mask | None = None, backend: str = "auto", dropout_p: float = 0.0,
                    training: bool = False) -> torch.Tensor:
@@ -99,7 +109,8 @@ def mask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask_weigh
         all-ones mask is plain scaled dot-product attention (SAN, Eq. 6).
     """
     target, mw, attn_mask = _validate(q, k, v, mask_weights, attn_mask)
-    check_probability(dropout_p, "dropout_p")
+    if checking():
+        check_probability(dropout_p, "dropout_p")
     if mw is None or is_empty(q, k):
         return dot_product_attention(q, k, v, attn_mask, backend=backend, dropout_p=dropout_p, training=training)
     drop = dropout_p if training else 0.0
@@ -118,6 +129,7 @@ def mask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask_weigh
     return fused_attention(q, k, v, allowed=admissible, bias=log_m, dropout_p=drop)
 
 
+@entry_point
 def mask_attention_weights(q: torch.Tensor, k: torch.Tensor, mask_weights: torch.Tensor | None = None, *,
                            attn_mask: torch.Tensor | Mask | None = None) -> torch.Tensor:
     """The attention map ``S_M(Q, K)`` of Eq. 4, ``(B, H, n, m)`` (rows sum to 1, or 0 when empty)."""
@@ -145,6 +157,7 @@ def eq4_float64(q, k, v, mask_weights, allowed=None):
     return torch.matmul(probs, v), probs
 
 
+@entry_point
 def mask_attention_reference(q, k, v, mask_weights=None, *, attn_mask=None) -> torch.Tensor:
     """MAN Eq. 4 written out in float64 (``M ⊙ exp(QKᵀ/√d_k)``, row-normalised, times ``V``) — the
     test oracle for :func:`mask_attention`. Returns a float64 ``(B, H, n, d_v)``."""

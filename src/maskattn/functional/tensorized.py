@@ -24,8 +24,10 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..errors import ArgumentError
 from .. import backends
-from ..validation import check_attn_mask, check_choice, check_key_padding_mask, check_probability, check_qkv
+from ..validation import (check_attn_mask, check_choice, check_key_padding_mask, check_probability, check_qkv, checking,
+                          entry_point)
 from ..kernels.flex import flex_attention_call
 from ..kernels.sigmoid import masked_sigmoid_attention
 from ..kernels.softmax import masked_softmax
@@ -55,18 +57,22 @@ def _token2token(q, k, scale):
 
 
 def _validate(q, k, v, s2t, mask, key_padding_mask, scale, backend, dropout_p):
+    """``(mask, key_padding_mask)`` checked (a bool mask as a 4-D view) — in the outermost entry point only."""
+    if not checking():
+        return mask, key_padding_mask
     B, H, n, m = check_qkv(q, k, v, s2t=s2t)
     check_choice(scale, "scale", SCALES)
     check_probability(dropout_p, "dropout_p")
     if mask is not None and not isinstance(mask, Mask):
         mask = check_attn_mask(mask, "mask", (B, H, n, m))
         if mask.device != q.device:
-            raise ValueError(f"mask is on {mask.device} but q is on {q.device}")
+            raise ArgumentError(f"mask is on {mask.device} but q is on {q.device}")
     kpm = check_key_padding_mask(key_padding_mask, "key_padding_mask", B, m,
                                  lambda: f"k has batch {B} and {m} keys")
     return mask, kpm
 
 
+@entry_point
 def tensorized_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s2t: torch.Tensor,
                          mask: torch.Tensor | Mask | None = None, *, scale: str = "log_sigmoid",
                          backend: str = "auto", key_padding_mask: torch.Tensor | None = None,
@@ -139,6 +145,7 @@ def _reference(q, k, v, s2t, mask, kpm, scale, drop):
     return (probs * v.unsqueeze(2)).sum(dim=3)  # Eq. 12
 
 
+@entry_point
 def tensorized_attention_reference(q, k, v, s2t, mask=None, *, scale="log_sigmoid", key_padding_mask=None):
     """The explicit ``n × n × d_v`` form of MTSA Eq. 10–12, computed in float64 — the test oracle."""
     mask, kpm = _validate(q, k, v, s2t, mask, key_padding_mask, scale, "reference", 0.0)
@@ -146,6 +153,7 @@ def tensorized_attention_reference(q, k, v, s2t, mask=None, *, scale="log_sigmoi
     return out
 
 
+@entry_point
 def tensorized_attention_maps(q, k, s2t, mask=None, *, scale="log_sigmoid", key_padding_mask=None):
     """The maps a person plots for MTSA (Fig. 3 of the paper).
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..errors import ArgumentError
 from .padding import key_padding_from
 
 
@@ -46,7 +47,7 @@ class ConvertedSelfAttention(nn.Module):
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 past_key_values=None, **kwargs) -> tuple[torch.Tensor, None]:
         if past_key_values is not None:
-            raise ValueError(f"past_key_values must be None for a converted {self.mechanism} layer (encoder "
+            raise ArgumentError(f"past_key_values must be None for a converted {self.mechanism} layer (encoder "
                              f"self-attention keeps no cache), got {type(past_key_values).__name__}")
         B, n, _ = hidden_states.shape
         heads = (B, n, self.num_attention_heads, self.attention_head_size)

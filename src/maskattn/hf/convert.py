@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch.nn as nn
 from transformers import PreTrainedModel
 
+from ..errors import ArgumentError, ArgumentTypeError
 from .base import ConvertedSelfAttention
 from .dman import DynamicMaskSelfAttention
 from .interface import use_key_padding_implementation
@@ -35,14 +36,14 @@ class ConversionWarning(UserWarning):
 
 def _encoder_layers(model) -> nn.ModuleList:
     if not isinstance(model, PreTrainedModel):
-        raise TypeError(f"model must be a transformers PreTrainedModel (e.g. from AutoModel.from_pretrained or "
+        raise ArgumentTypeError(f"model must be a transformers PreTrainedModel (e.g. from AutoModel.from_pretrained or "
                         f"maskattn.hf.load_encoder), got {type(model).__name__}")
     model_type = model.config.model_type
     if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(f"convert does not support model_type {model_type!r} ({type(model).__name__}); "
+        raise ArgumentError(f"convert does not support model_type {model_type!r} ({type(model).__name__}); "
                          f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
     if model.config.is_decoder or model.config.add_cross_attention:
-        raise ValueError(f"convert supports encoders only; this {model_type} has is_decoder="
+        raise ArgumentError(f"convert supports encoders only; this {model_type} has is_decoder="
                          f"{model.config.is_decoder}, add_cross_attention={model.config.add_cross_attention}")
     return model.base_model.encoder.layer
 
@@ -53,16 +54,16 @@ def _layer_indices(layers, count: int) -> list[int]:
         return list(range(count))
     items = [layers] if isinstance(layers, int) and not isinstance(layers, bool) else layers
     if isinstance(items, (str, bytes)) or not isinstance(items, (Sequence, range)) or len(items) == 0:
-        raise TypeError(f"layers must be None (all), an int or a non-empty list of {valid}, got {describe(layers)}")
+        raise ArgumentTypeError(f"layers must be None (all), an int or a non-empty list of {valid}, got {describe(layers)}")
     indices = []
     for item in items:
         if isinstance(item, bool) or not isinstance(item, int):
-            raise TypeError(f"layers must hold {valid}, got {describe(item)}")
+            raise ArgumentTypeError(f"layers must hold {valid}, got {describe(item)}")
         if not -count <= item < count:
-            raise ValueError(f"layer index {item} is out of range: layers must be {valid}")
+            raise ArgumentError(f"layer index {item} is out of range: layers must be {valid}")
         indices.append(item % count)
     if len(set(indices)) != len(indices):
-        raise ValueError(f"layers {list(items)} name a layer twice ({sorted(indices)} counted from the bottom)")
+        raise ArgumentError(f"layers {list(items)} name a layer twice ({sorted(indices)} counted from the bottom)")
     return sorted(indices)
 
 
@@ -99,14 +100,14 @@ def convert(model: PreTrainedModel, mechanism: str, layers: int | Sequence[int] 
     """
     encoder_layers = _encoder_layers(model)
     if not isinstance(mechanism, str) or mechanism not in MECHANISMS:
-        raise ValueError(f"unknown mechanism {mechanism!r}; expected one of {', '.join(repr(m) for m in MECHANISMS)}")
+        raise ArgumentError(f"unknown mechanism {mechanism!r}; expected one of {', '.join(repr(m) for m in MECHANISMS)}")
     cls = MECHANISMS[mechanism]
     indices = _layer_indices(layers, len(encoder_layers))
     resolved = cls.check_options(options, model.config.num_attention_heads)
     for i in indices:
         current = encoder_layers[i].attention.self
         if isinstance(current, ConvertedSelfAttention):
-            raise ValueError(f"layer {i} is already converted to {current.mechanism!r}; convert a layer once "
+            raise ArgumentError(f"layer {i} is already converted to {current.mechanism!r}; convert a layer once "
                              "(start again from the pretrained model to change its mechanism)")
     for i in indices:
         encoder_layers[i].attention.self = cls(encoder_layers[i].attention.self, **resolved)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from ..errors import ArgumentError
 from .local import DEFAULTS, check_local_options, local_attend
 from .padding import key_padding_from, key_padding_mask_function
 
@@ -80,11 +81,11 @@ def register(mechanism: str | None = None, /, **options) -> str | tuple[str, ...
     """
     if mechanism is None:
         if options:
-            raise ValueError(f"options {sorted(options)} need a mechanism, e.g. register('csan2d', window=7); "
+            raise ArgumentError(f"options {sorted(options)} need a mechanism, e.g. register('csan2d', window=7); "
                              f"mechanisms: {', '.join(REGISTRABLE)}")
         return (*(register(m) for m in REGISTRABLE), _add(SDPA, softmax_attention))
     if not isinstance(mechanism, str) or mechanism not in REGISTRABLE:
-        raise ValueError(f"unknown mechanism {mechanism!r} for register(); expected one of "
+        raise ArgumentError(f"unknown mechanism {mechanism!r} for register(); expected one of "
                          f"{', '.join(repr(m) for m in REGISTRABLE)} (DMAN and MTSA have parameters: use "
                          "maskattn.hf.convert)")
     resolved = check_local_options(mechanism, options, None)

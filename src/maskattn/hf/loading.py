@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+from ..errors import ArgumentError, ArgumentTypeError
 from .convert import CONVERSIONS_KEY, ConversionWarning, convert
 from .options import describe
 
@@ -23,10 +24,10 @@ def check_model_folder(path) -> Path:
     """``path`` as a Path after checking it holds ``config.json``, weights and a tokenizer; the error names
     everything that is missing."""
     if not isinstance(path, (str, Path)):
-        raise TypeError(f"path must be a str or Path of a local model folder, got {describe(path)}")
+        raise ArgumentTypeError(f"path must be a str or Path of a local model folder, got {describe(path)}")
     folder = Path(path)
     if not folder.is_dir():
-        raise ValueError(f"{str(path)!r} is not a folder; expected a local model folder (config.json, weights, "
+        raise ArgumentError(f"{str(path)!r} is not a folder; expected a local model folder (config.json, weights, "
                          "tokenizer) — maskattn.hf never downloads")
     missing = []
     if not (folder / "config.json").is_file():
@@ -36,7 +37,7 @@ def check_model_folder(path) -> Path:
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         missing.append(f"a tokenizer (one of {', '.join(TOKENIZER_FILES)})")
     if missing:
-        raise ValueError(f"{str(folder)!r} is not a model folder: missing {'; '.join(missing)}")
+        raise ArgumentError(f"{str(folder)!r} is not a model folder: missing {'; '.join(missing)}")
     return folder
 
 
@@ -52,7 +53,7 @@ def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
     elif (folder / "model.safetensors").is_file():
         files = ["model.safetensors"]
     else:
-        raise ValueError(f"{str(folder)!r} records maskattn conversions but has no safetensors weights "
+        raise ArgumentError(f"{str(folder)!r} records maskattn conversions but has no safetensors weights "
                          "(model.safetensors or model.safetensors.index.json); save it with save_pretrained")
     return {name: tensor for file in files for name, tensor in load_file(folder / file).items()}
 
@@ -78,12 +79,12 @@ def _load_converted(model_class, folder: Path, records: list[dict], kwargs: dict
             continue
         stored = next((c for c in (name, name.removeprefix(f"{prefix}."), f"{prefix}.{name}") if c in added), None)
         if stored is None:
-            raise ValueError(f"{str(folder)!r} records maskattn conversions but its weights lack {name!r}; was the "
+            raise ArgumentError(f"{str(folder)!r} records maskattn conversions but its weights lack {name!r}; was the "
                              "model saved after convert?")
         with torch.no_grad():
             param.copy_(added.pop(stored))
     if added:
-        raise ValueError(f"{str(folder)!r} holds maskattn parameters that its recorded conversions do not create: "
+        raise ArgumentError(f"{str(folder)!r} holds maskattn parameters that its recorded conversions do not create: "
                          f"{sorted(added)}")
     return model
 

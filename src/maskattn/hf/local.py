@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import ArgumentError
 from ..functional import banded_attention, local_attention
 from .base import ConvertedSelfAttention
 from .options import check_choice, check_int, check_known, check_odd
@@ -38,7 +39,7 @@ def check_local_options(mechanism: str, options: dict, num_heads: int | None) ->
     if "head_window" in resolved:
         check_odd(resolved["head_window"], "head_window", "N + 1 heads centred on the query's head, CSAN Eq. 7")
         if num_heads is not None and resolved["head_window"] > num_heads:
-            raise ValueError(f"head_window must not exceed the model's {num_heads} heads, got "
+            raise ArgumentError(f"head_window must not exceed the model's {num_heads} heads, got "
                              f"{resolved['head_window']}")
         check_choice(resolved["head_edges"], "head_edges", HEAD_EDGES)
     if "radius" in resolved:

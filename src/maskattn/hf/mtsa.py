@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from ..errors import ArgumentError
 from .. import masks
 from ..functional import SCALES, tensorized_attention
 from .base import ConvertedSelfAttention
@@ -37,14 +38,14 @@ def _head_mask_names(head_masks, num_heads: int) -> list[str]:
         return ["full"] * num_heads
     if head_masks == "directional":
         if num_heads % 2:
-            raise ValueError(f"head_masks='directional' needs an even number of heads (forward on the first "
+            raise ArgumentError(f"head_masks='directional' needs an even number of heads (forward on the first "
                              f"half, backward on the second, MTSA §3.2), got {num_heads} heads")
         return ["forward"] * (num_heads // 2) + ["backward"] * (num_heads // 2)
     if isinstance(head_masks, str) or not isinstance(head_masks, Sequence):
-        raise ValueError(f"head_masks must be 'full', 'directional' or a list with one mask name per head "
+        raise ArgumentError(f"head_masks must be 'full', 'directional' or a list with one mask name per head "
                          f"({', '.join(masks.MASK_NAMES)} or 'window:R'), got {describe(head_masks)}")
     if len(head_masks) != num_heads:
-        raise ValueError(f"head_masks has {len(head_masks)} entries; expected one per head ({num_heads})")
+        raise ArgumentError(f"head_masks has {len(head_masks)} entries; expected one per head ({num_heads})")
     for name in head_masks:
         masks.from_name(name)  # raises a ValueError naming the unknown mask
     return list(head_masks)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from transformers.masking_utils import bidirectional_mask_function
 
+from ..errors import ArgumentError
 from .options import describe
 
 
@@ -32,16 +33,16 @@ def key_padding_mask_function(batch_size: int, q_length: int, kv_length: int, q_
     """
     if mask_function is not bidirectional_mask_function:
         pattern = getattr(mask_function, "__name__", mask_function)
-        raise ValueError(f"maskattn's attention implementations serve bidirectional encoder self-attention only; "
+        raise ArgumentError(f"maskattn's attention implementations serve bidirectional encoder self-attention only; "
                          f"transformers asked for the mask pattern {pattern!r} (a decoder, a cache or an added "
                          "mask function)")
     if not (isinstance(q_offset, int) and isinstance(kv_offset, int) and q_offset == 0 and kv_offset == 0):
-        raise ValueError(f"maskattn's attention implementations take no cache; got q_offset={q_offset!r}, "
+        raise ArgumentError(f"maskattn's attention implementations take no cache; got q_offset={q_offset!r}, "
                          f"kv_offset={kv_offset!r}, expected 0 and 0")
     if attention_mask is None:
         return None
     if tuple(attention_mask.shape) != (batch_size, kv_length):
-        raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}; expected (batch, sequence) = "
+        raise ArgumentError(f"attention_mask has shape {tuple(attention_mask.shape)}; expected (batch, sequence) = "
                          f"({batch_size}, {kv_length})")
     return attention_mask[:, None, None, :]  # (B, n) -> (B, 1, 1, n)
 
@@ -61,7 +62,7 @@ def key_padding_from(attention_mask, query: torch.Tensor, implementation: str) -
         return ~attention_mask[:, 0, 0, :]
     got = (f"a {attention_mask.dtype} tensor of shape {tuple(attention_mask.shape)}"
            if isinstance(attention_mask, torch.Tensor) else describe(attention_mask))
-    raise ValueError(f"attention_mask reached a maskattn attention layer as {got}; expected None or the "
+    raise ArgumentError(f"attention_mask reached a maskattn attention layer as {got}; expected None or the "
                      f"(batch, 1, 1, keys) = ({B}, 1, 1, {n}) bool key-padding mask built by maskattn's mask "
                      f"function. The model's attention implementation is {implementation!r}: keep one of "
                      "maskattn's (maskattn.hf.register() lists them) and pass a 2-D attention_mask "

@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import torch
 
+from ..errors import ArgumentError, ArgumentTypeError
 from ..validation import describe
 from ..models.seq2seq import Seq2Seq
 
@@ -63,11 +64,11 @@ def _inference(model: torch.nn.Module) -> Iterator[None]:
 def _check_token(value, name: str, model: Seq2Seq) -> int:
     V = model.tgt_vocab_size
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int token id, got {describe(value)}")
+        raise ArgumentTypeError(f"{name} must be an int token id, got {describe(value)}")
     if not 0 <= value < V:
-        raise ValueError(f"{name} must be a target id in [0, {V - 1}], got {value}")
+        raise ArgumentError(f"{name} must be a target id in [0, {V - 1}], got {value}")
     if value == model.pad_id:
-        raise ValueError(f"{name} ({value}) equals the model's pad_id; padding is masked, so {name} needs its own id")
+        raise ArgumentError(f"{name} ({value}) equals the model's pad_id; padding is masked, so {name} needs its own id")
     return value
 
 
@@ -76,18 +77,18 @@ def _limits(model, src_ids: torch.Tensor, max_len, max_len_a, max_len_b) -> torc
     cap = model.max_target_tokens
     if max_len is not None:
         if isinstance(max_len, bool) or not isinstance(max_len, int):
-            raise TypeError(f"max_len must be an int or None, got {describe(max_len)}")
+            raise ArgumentTypeError(f"max_len must be an int or None, got {describe(max_len)}")
         if max_len < 0:
-            raise ValueError(f"max_len must be >= 0, got {max_len}")
+            raise ArgumentError(f"max_len must be >= 0, got {max_len}")
         if cap is not None and max_len > cap:
-            raise ValueError(f"max_len {max_len} exceeds what the model can decode: {cap} tokens (its positional "
+            raise ArgumentError(f"max_len {max_len} exceeds what the model can decode: {cap} tokens (its positional "
                              f"max_len {model.max_len} minus the BOS position)")
         return torch.full((src_ids.shape[0],), max_len, dtype=torch.long, device=src_ids.device)
     for name, value in (("max_len_a", max_len_a), ("max_len_b", max_len_b)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise TypeError(f"{name} must be a finite number, got {describe(value)}")
+            raise ArgumentTypeError(f"{name} must be a finite number, got {describe(value)}")
     if max_len_a < 0:
-        raise ValueError(f"max_len_a must be >= 0, got {max_len_a}")
+        raise ArgumentError(f"max_len_a must be >= 0, got {max_len_a}")
     lengths = (src_ids != model.pad_id).sum(dim=1).to(torch.float64)  # (B,) sources without padding
     limits = torch.floor(max_len_a * lengths + max_len_b).clamp(min=0)
     if cap is not None:
@@ -97,7 +98,7 @@ def _limits(model, src_ids: torch.Tensor, max_len, max_len_a, max_len_b) -> torc
 
 def _start(model, src_ids, bos_id, eos_id, max_len, max_len_a, max_len_b):
     if not isinstance(model, Seq2Seq):
-        raise TypeError(f"model must be a maskattn Seq2Seq, got {describe(model)}")
+        raise ArgumentTypeError(f"model must be a maskattn Seq2Seq, got {describe(model)}")
     bos_id = _check_token(bos_id, "bos_id", model)
     eos_id = _check_token(eos_id, "eos_id", model)
     memory, padding = model.encode(src_ids)  # validates src_ids
@@ -154,15 +155,15 @@ def beam_search(model: Seq2Seq, src_ids: torch.Tensor, *, beam_size: int = 5, le
     GNMT ``alpha`` (0.6 in Wu et al. 2016 and Vaswani et al. 2017).
     """
     if isinstance(beam_size, bool) or not isinstance(beam_size, int):
-        raise TypeError(f"beam_size must be an int >= 1, got {describe(beam_size)}")
+        raise ArgumentTypeError(f"beam_size must be an int >= 1, got {describe(beam_size)}")
     if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+        raise ArgumentError(f"beam_size must be >= 1, got {beam_size}")
     if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
-        raise TypeError(f"length_penalty must be a number >= 0 (GNMT alpha), got {describe(length_penalty)}")
+        raise ArgumentTypeError(f"length_penalty must be a number >= 0 (GNMT alpha), got {describe(length_penalty)}")
     if not (math.isfinite(length_penalty) and length_penalty >= 0):
-        raise ValueError(f"length_penalty must be a finite number >= 0 (GNMT alpha), got {length_penalty}")
+        raise ArgumentError(f"length_penalty must be a finite number >= 0 (GNMT alpha), got {length_penalty}")
     if not isinstance(return_nbest, bool):
-        raise TypeError(f"return_nbest must be a bool, got {describe(return_nbest)}")
+        raise ArgumentTypeError(f"return_nbest must be a bool, got {describe(return_nbest)}")
     K = beam_size
     with _inference(model):
         bos_id, eos_id, state, limits = _start(model, src_ids, bos_id, eos_id, max_len, max_len_a, max_len_b)

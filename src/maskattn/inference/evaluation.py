@@ -9,10 +9,9 @@ from pathlib import Path
 from ..data.parallel import read_parallel
 from ..data.readers import READERS
 from ..errors import DataError, InputError
-from .classification import evaluate
-from .device import resolve_device
+from ..metrics import corpus_scores, evaluate
+from ..device import resolve_device
 from .loading import load_model, load_translator
-from .scoring import corpus_scores
 from .translator import Translator
 
 __all__ = ["evaluate_file", "evaluate_translation"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch.nn as nn
 
 from ..checkpoint import Checkpoint, load_checkpoint, load_weights
-from ..configuration import from_dict
+from ..sections import from_dict
 from ..data.batching import encode_examples
 from ..data.config import DataConfig
 from ..data.examples import Example
@@ -21,11 +21,11 @@ from ..data.pretrained import encode_with_tokenizer, tokenizer_fingerprint
 from ..data.subword import SubwordModel
 from ..data.vocab import LabelSet, Vocabulary
 from ..errors import CheckpointError, ConfigError
+from ..metrics import input_limit, pretrained_input_limit
 from ..models.config import ModelConfig
 from ..models.factory import build_model
 from ..models.pretrained import build_pretrained
-from .classification import input_limit, pretrained_input_limit
-from .device import resolve_device
+from ..device import resolve_device
 from .translator import Translator
 
 __all__ = ["ModelSettings", "LoadedModel", "load_model", "load_translator", "subword_from_checkpoint",
@@ -55,8 +55,8 @@ class LoadedModel:
 
     @property
     def input_limit(self) -> int | None:
-        """The most tokens of a sentence the model reads (:func:`~.classification.input_limit`; for a pretrained
-        encoder :func:`~.classification.pretrained_input_limit`, in its tokenizer's tokens)."""
+        """The most tokens of a sentence the model reads (:func:`maskattn.metrics.input_limit`; for a pretrained
+        encoder :func:`maskattn.metrics.pretrained_input_limit`, in its tokenizer's tokens)."""
         if self.tokenizer is not None:
             return pretrained_input_limit(self.config.data, self.model.max_tokens)
         return input_limit(self.config.data, self.config.model)

@@ -8,8 +8,8 @@ from pathlib import Path
 from ..data.examples import PairExample, TextExample
 from ..data.readers import tokenize
 from ..errors import InputError
-from .classification import predict_ids
-from .device import resolve_device
+from ..metrics import predict_ids
+from ..device import resolve_device
 from .loading import LoadedModel, load_model
 
 __all__ = ["predict"]

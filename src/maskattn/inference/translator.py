@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn as nn
 
+from ..errors import ArgumentError, ArgumentTypeError
 from ..validation import check_positive_int
 from ..data.subword import BOS_ID, EOS_ID, PAD_ID, SubwordModel
 from .decoding import beam_search, greedy_decode
@@ -35,9 +36,9 @@ class Translator:
     def __init__(self, model: nn.Module, subword: SubwordModel, *, max_len: int,
                  device: torch.device | str = "cpu"):
         if not isinstance(subword, SubwordModel):
-            raise TypeError(f"subword must be a SubwordModel, got {type(subword).__name__}")
+            raise ArgumentTypeError(f"subword must be a SubwordModel, got {type(subword).__name__}")
         if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 2:
-            raise ValueError(f"max_len must be an int >= 2, got {max_len!r}")
+            raise ArgumentError(f"max_len must be an int >= 2, got {max_len!r}")
         self.model, self.subword, self.max_len, self.device = model, subword, max_len, torch.device(device)
 
     def encode_source(self, line: str) -> tuple[list[int], bool]:
@@ -76,11 +77,11 @@ class Translator:
         """One detokenised translation per line (empty lines stay empty). ``on_truncate`` receives the
         1-based numbers of the lines that were cut to the model's ``max_len`` and the subwords kept of them."""
         if isinstance(lines, str):
-            raise TypeError("lines must be a sequence of sentences, not one str")
+            raise ArgumentTypeError("lines must be a sequence of sentences, not one str")
         todo, sources, truncated = [], [], []
         for number, line in enumerate(lines, start=1):
             if not isinstance(line, str):
-                raise TypeError(f"line {number} is a {type(line).__name__}, expected str")
+                raise ArgumentTypeError(f"line {number} is a {type(line).__name__}, expected str")
             if not line.strip():
                 continue
             ids, cut = self.encode_source(line)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ..validation import check_choice, check_positive_int, check_probability, describe
+from ..errors import ArgumentError, ArgumentTypeError
+from ..validation import check_choice, check_positive_int, check_probability, describe, entry_point
 from ..attention import AttentionCache, AttentionMaps, CrossAttention, SelfAttention, create_attention
 from ..attention.base import check_input, zero_padding
 from .recipe import LayerRecipe, canonical_name
@@ -93,7 +94,7 @@ class LayerCache:
     def reorder(self, index: torch.Tensor) -> LayerCache:
         """Select / repeat batch rows of every sublayer's state (beam search)."""
         if not isinstance(index, torch.Tensor) or index.dim() != 1 or index.dtype not in (torch.long, torch.int):
-            raise TypeError(f"index must be a 1-D integer tensor of batch rows, got {describe(index)}")
+            raise ArgumentTypeError(f"index must be a 1-D integer tensor of batch rows, got {describe(index)}")
         return LayerCache(
             tuple(None if c is None else c.reorder(index) for c in self.self_attention),
             tuple(None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index))
@@ -110,15 +111,15 @@ def _self_attention(name: str, options: dict, d_model: int, num_heads: int, sett
     if causal:
         fixed = {"mask", "causal"} & set(options)
         if fixed:
-            raise ValueError(f"decoder layer {where!r}: option(s) {sorted(fixed)} of {name!r} cannot be set; decoder "
+            raise ArgumentError(f"decoder layer {where!r}: option(s) {sorted(fixed)} of {name!r} cannot be set; decoder "
                              "self-attention is always causal")
         if name not in ("mha", "dman", "sman"):
-            raise ValueError(f"decoder layer {where!r}: sublayer {name!r} cannot be a decoder self-attention (it must "
+            raise ArgumentError(f"decoder layer {where!r}: sublayer {name!r} cannot be a decoder self-attention (it must "
                              "be causal and decode incrementally); expected one of mha, san, dman, sman")
         options.update({"mask": "causal"} if name == "mha" else {"causal": True})
     block = create_attention(name, d_model, num_heads, **options)
     if causal and getattr(block, "radius", None) == "sqrt":
-        raise ValueError(f"decoder layer {where!r}: sman(radius='sqrt') depends on the whole target length and cannot be decoded "
+        raise ArgumentError(f"decoder layer {where!r}: sman(radius='sqrt') depends on the whole target length and cannot be decoded "
                          "incrementally; use a fixed radius such as sman(radius=4)")
     return block
 
@@ -147,14 +148,14 @@ class ChainLayer(nn.Module):
         check_positive_int(d_model, "d_model")
         check_choice(kind, "kind", tuple(FFN_WIDTH_FACTORS))
         if isinstance(sublayers, str) or not isinstance(sublayers, Sequence) or not sublayers:
-            raise TypeError(f"sublayers must be a non-empty list of (name, options) pairs, got {describe(sublayers)}")
+            raise ArgumentTypeError(f"sublayers must be a non-empty list of (name, options) pairs, got {describe(sublayers)}")
         self.d_model, self.kind, self.causal = d_model, kind, bool(causal)
         self.names: list[str] = []
         where = ">".join(name for name, _ in sublayers if name != "cross")
         blocks = []
         for i, pair in enumerate(sublayers):
             if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], dict)):
-                raise TypeError(f"sublayers[{i}] must be a (name, options) pair, got {describe(pair)}")
+                raise ArgumentTypeError(f"sublayers[{i}] must be a (name, options) pair, got {describe(pair)}")
             name, options = pair
             if name == "ffn":
                 options = dict(options)
@@ -184,7 +185,7 @@ class ChainLayer(nn.Module):
         if decoder:
             attention_at = [i for i, (name, _) in enumerate(sublayers) if name != "ffn"]
             if not attention_at:
-                raise ValueError(f"decoder layer {str(layer)!r} has no self-attention sublayer; add one of mha, san, "
+                raise ArgumentError(f"decoder layer {str(layer)!r} has no self-attention sublayer; add one of mha, san, "
                                  "dman, sman")
             sublayers.insert(attention_at[-1] + 1, ("cross", {}))
         return cls(d_model, num_heads, sublayers, settings, kind="man" if layer.chain else "transformer",
@@ -203,11 +204,12 @@ class ChainLayer(nn.Module):
         return {f"{i}:{name}": block for i, (name, block) in enumerate(zip(self.names, self.sublayers))
                 if name not in ("ffn", "cross")}
 
+    @entry_point
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None,
                 memory: torch.Tensor | None = None, memory_padding: torch.Tensor | None = None) -> torch.Tensor:
         kpm = check_input(x, self.d_model, key_padding_mask)
         if "cross" in self.names and memory is None:
-            raise ValueError("this layer has an encoder-decoder attention sublayer; pass memory=encoder output")
+            raise ArgumentError("this layer has an encoder-decoder attention sublayer; pass memory=encoder output")
         for name, block, residual in zip(self.names, self.sublayers, self.residuals):
             if name == "ffn":
                 x = residual(x, block)
@@ -217,6 +219,7 @@ class ChainLayer(nn.Module):
                 x = residual(x, lambda h, block=block: block(h, key_padding_mask=kpm))
         return zero_padding(x, kpm)
 
+    @entry_point
     def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None,
                        memory: torch.Tensor | None = None,
                        memory_padding: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, AttentionMaps]]:
@@ -237,9 +240,9 @@ class ChainLayer(nn.Module):
         """An empty incremental-decoding cache (a causal layer); ``memory`` / ``memory_padding`` are the encoder
         output and its padding when the layer has an encoder–decoder attention sublayer."""
         if not self.causal:
-            raise ValueError("init_cache needs a causal layer (a decoder layer, or MANLayer(causal=True))")
+            raise ArgumentError("init_cache needs a causal layer (a decoder layer, or MANLayer(causal=True))")
         if "cross" in self.names and memory is None:
-            raise ValueError("this layer has an encoder-decoder attention sublayer; pass memory=encoder output")
+            raise ArgumentError("this layer has an encoder-decoder attention sublayer; pass memory=encoder output")
         return LayerCache(
             tuple(block.init_cache() if name not in ("ffn", "cross") else None
                   for name, block in zip(self.names, self.sublayers)),
@@ -247,12 +250,13 @@ class ChainLayer(nn.Module):
                   for name, block in zip(self.names, self.sublayers)),
             memory_padding)
 
+    @entry_point
     def step(self, x: torch.Tensor, cache: LayerCache,
              key_padding_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, LayerCache]:
         """One incremental-decoding step: ``x`` ``(B, n_new, d)`` holds the new positions; returns ``(out, new
         cache)``, equal to the full causal forward's outputs at those positions."""
         if not isinstance(cache, LayerCache) or len(cache.self_attention) != len(self.names):
-            raise TypeError(f"cache must be a LayerCache from this layer's init_cache() ({len(self.names)} "
+            raise ArgumentTypeError(f"cache must be a LayerCache from this layer's init_cache() ({len(self.names)} "
                             f"sublayers), got {describe(cache)}")
         kpm = check_input(x, self.d_model, key_padding_mask)
         caches = list(cache.self_attention)
@@ -317,14 +321,14 @@ class MANLayer(ChainLayer):
                  backend: str = "auto", dman_options: dict | None = None, sman_options: dict | None = None,
                  san_options: dict | None = None):
         if isinstance(order, str) or not isinstance(order, Sequence) or not order:
-            raise ValueError(f"order must be a non-empty sequence of sublayer names from {MAN_SUBLAYERS}, got "
+            raise ArgumentError(f"order must be a non-empty sequence of sublayer names from {MAN_SUBLAYERS}, got "
                              f"{order!r}")
         for i, kind in enumerate(order):
             if kind not in MAN_SUBLAYERS:
-                raise ValueError(f"unknown order element {kind!r} at position {i} of {tuple(order)!r}; expected one "
+                raise ArgumentError(f"unknown order element {kind!r} at position {i} of {tuple(order)!r}; expected one "
                                  f"of {', '.join(repr(k) for k in MAN_SUBLAYERS)}")
         if san_options is not None and causal:
-            raise ValueError(f"san_options={san_options!r} builds SAN as 'man_san', which a causal layer cannot use "
+            raise ArgumentError(f"san_options={san_options!r} builds SAN as 'man_san', which a causal layer cannot use "
                              "(causal=True: decoder self-attention is mha, dman or sman); pass san_options=None or "
                              "causal=False")
         options = {"dman": dict(dman_options or {}), "sman": dict(sman_options or {}), "san": dict(san_options or {})}
@@ -340,7 +344,7 @@ class MANLayer(ChainLayer):
         ``"wmt_base"``, ``"wmt_big"``) with every setting of their architecture and training script;
         ``overrides`` replace any constructor argument."""
         if not isinstance(setup, str) or setup not in AUTHORS_SETUPS:
-            raise ValueError(f"unknown setup {setup!r}; expected one of {', '.join(map(repr, AUTHORS_SETUPS))}")
+            raise ArgumentError(f"unknown setup {setup!r}; expected one of {', '.join(map(repr, AUTHORS_SETUPS))}")
         return cls(**{**AUTHORS_SETUPS[setup], **overrides})
 
 

@@ -7,6 +7,7 @@ import math
 import torch
 import torch.nn as nn
 
+from ..errors import ArgumentError
 from ..validation import check_choice, check_positive_int
 
 __all__ = ["PositionalEncoding", "POSITIONAL"]
@@ -37,6 +38,6 @@ class PositionalEncoding(nn.Module):
         sequence (incremental decoding)."""
         n = x.shape[1]
         if offset + n > self.max_len:
-            raise ValueError(f"sequence length {offset + n} exceeds the positional encoding's max_len {self.max_len}; "
+            raise ArgumentError(f"sequence length {offset + n} exceeds the positional encoding's max_len {self.max_len}; "
                              "raise max_len or truncate inputs")
         return x + self.table[offset:offset + n].to(x.dtype)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from ..errors import ArgumentError, ArgumentTypeError
 from ..validation import describe
 from ..attention.registry import list_attentions
 
@@ -60,14 +61,14 @@ def _split_top(text: str, sep: str) -> list[str]:
         depth += ch in "([{"
         depth -= ch in ")]}"
         if depth < 0:
-            raise ValueError(f"unbalanced brackets in recipe {text!r}")
+            raise ArgumentError(f"unbalanced brackets in recipe {text!r}")
         if ch == sep and depth == 0:
             parts.append(current)
             current = ""
         else:
             current += ch
     if depth:
-        raise ValueError(f"unbalanced brackets in recipe {text!r}")
+        raise ArgumentError(f"unbalanced brackets in recipe {text!r}")
     return parts + [current]
 
 
@@ -77,10 +78,10 @@ def _parse_options(text: str, where: str) -> dict:
         if not item.strip():
             continue
         if "=" not in item:
-            raise ValueError(f"{where}: option {item.strip()!r} must be written key=value")
+            raise ArgumentError(f"{where}: option {item.strip()!r} must be written key=value")
         key, value = (t.strip() for t in item.split("=", 1))
         if not key.isidentifier():
-            raise ValueError(f"{where}: option name {key!r} is not an identifier")
+            raise ArgumentError(f"{where}: option name {key!r} is not an identifier")
         options[key] = yaml.safe_load(value) if value else None
     return options
 
@@ -88,7 +89,7 @@ def _parse_options(text: str, where: str) -> dict:
 def _check_sublayer(name: str, where: str) -> str:
     valid = ["ffn", "san", *list_attentions()]
     if name not in valid:
-        raise ValueError(f"{where}: unknown sublayer {name!r}; expected one of {', '.join(valid)}")
+        raise ArgumentError(f"{where}: unknown sublayer {name!r}; expected one of {', '.join(valid)}")
     return name
 
 
@@ -100,22 +101,22 @@ def parse_recipe(recipe: str | Sequence[str]) -> list[LayerRecipe]:
     elif isinstance(recipe, Sequence) and recipe and all(isinstance(g, str) for g in recipe):
         groups = list(recipe)
     else:
-        raise TypeError(f"recipe must be a string such as 'mtsa x2' or a non-empty list of such strings, "
+        raise ArgumentTypeError(f"recipe must be a string such as 'mtsa x2' or a non-empty list of such strings, "
                         f"got {describe(recipe)}")
     layers = []
     for group in groups:
         group = group.strip()
         if not group:
-            raise ValueError(f"empty layer group in recipe {recipe!r}")
+            raise ArgumentError(f"empty layer group in recipe {recipe!r}")
         match = _REPEAT.match(group)
         body, times = match["layer"].strip(), int(match["times"] or 1)
         if times < 1:
-            raise ValueError(f"recipe group {group!r}: repeat count must be >= 1")
+            raise ArgumentError(f"recipe group {group!r}: repeat count must be >= 1")
         sublayers = []
         for part in _split_top(body, ">"):
             m = _SUBLAYER.match(part.strip())
             if not m:
-                raise ValueError(f"recipe group {group!r}: cannot parse sublayer {part.strip()!r}; expected "
+                raise ArgumentError(f"recipe group {group!r}: cannot parse sublayer {part.strip()!r}; expected "
                                  "name or name(key=value, ...)")
             name = _check_sublayer(m["name"], f"recipe group {group!r}")
             sublayers.append((name, _parse_options(m["options"] or "", f"recipe group {group!r}")))

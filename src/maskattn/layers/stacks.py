@@ -20,9 +20,10 @@ from collections.abc import Sequence
 import torch
 import torch.nn as nn
 
-from ..validation import check_choice, check_positive_int, check_probability, describe
+from ..errors import ArgumentError, ArgumentTypeError
+from ..validation import check_choice, check_positive_int, check_probability, describe, entry_point
 from ..attention import AttentionMaps
-from ..attention.base import zero_padding
+from ..attention.base import check_input, zero_padding
 from ..functional.local import check_window
 from ..kernels.flex import block_mask_scope
 from .chain import ChainLayer, EncoderLayer, LayerCache, LayerSettings
@@ -81,7 +82,7 @@ class Encoder(nn.Module):
         self.positional = None if positional == "none" else PositionalEncoding(d_model, positional, max_len)
         self.input_dropout = nn.Dropout(check_probability(dropout, "dropout"))
         if isinstance(layers, (str, nn.Module)) or not isinstance(layers, Sequence) or len(layers) == 0:
-            raise TypeError(f"layers must be a non-empty list of registry names, (name, options) pairs or "
+            raise ArgumentTypeError(f"layers must be a non-empty list of registry names, (name, options) pairs or "
                             f"nn.Modules, got {describe(layers)}")
         self.d_model = d_model
         built, names = [], []
@@ -95,7 +96,7 @@ class Encoder(nn.Module):
             elif isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], str) and isinstance(spec[1], dict):
                 name, options = spec
             else:
-                raise TypeError(f"layers[{i}] must be a registry name, a (name, options) pair or an nn.Module, "
+                raise ArgumentTypeError(f"layers[{i}] must be a registry name, a (name, options) pair or an nn.Module, "
                                 f"got {describe(spec)}")
             built.append(EncoderLayer(d_model, num_heads, attention=name, attention_options=options,
                                       ffn_dim=ffn_dim, dropout=dropout, norm=norm))
@@ -133,8 +134,7 @@ class Encoder(nn.Module):
         return [layer.attention_sublayers() if isinstance(layer, ChainLayer) else {} for layer in self.layers]
 
     def _embed(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(f"x must be a tensor of shape (batch, seq_len, {self.d_model}), got {describe(x)}")
+        check_input(x, self.d_model, key_padding_mask)
         if self.positional is not None:
             x = zero_padding(self.input_dropout(self.positional(x)), key_padding_mask)
         return x
@@ -142,6 +142,7 @@ class Encoder(nn.Module):
     def _close(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
         return x if self.final_norm is None else zero_padding(self.final_norm(x), key_padding_mask)
 
+    @entry_point
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         with _shared_block_masks():  # the layers build each padding-dependent FlexAttention block mask once
             x = self._embed(x, key_padding_mask)
@@ -149,6 +150,7 @@ class Encoder(nn.Module):
                 x = layer(x, key_padding_mask=key_padding_mask)
             return self._close(x, key_padding_mask)
 
+    @entry_point
     def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> StackMaps:
         """The maps of every attention sublayer in one pass of the stack over ``x``: per layer, bottom first,
         ``{"<position>:<name>": AttentionMaps}`` (keys of :meth:`attention_sublayers`), each computed by the
@@ -180,12 +182,16 @@ class Decoder(nn.Module):
                                     for layer in layers)
         self.recipe = recipe_string(layers)
         self.final_norm = nn.LayerNorm(d_model) if settings.norm == "pre" else None
+        self.d_model = d_model
 
     def _close(self, x: torch.Tensor, padding: torch.Tensor | None) -> torch.Tensor:
         return zero_padding(x if self.final_norm is None else self.final_norm(x), padding)
 
+    @entry_point
     def forward(self, x: torch.Tensor, padding: torch.Tensor | None, memory: torch.Tensor,
                 memory_padding: torch.Tensor | None) -> torch.Tensor:
+        check_input(x, self.d_model, padding, "x", "padding")
+        check_input(memory, self.d_model, memory_padding, "memory", "memory_padding")
         with _shared_block_masks():
             for layer in self.layers:
                 x = layer(x, padding, memory, memory_padding)
@@ -194,8 +200,10 @@ class Decoder(nn.Module):
     def init_cache(self, memory: torch.Tensor, memory_padding: torch.Tensor | None) -> tuple[LayerCache, ...]:
         return tuple(layer.init_cache(memory, memory_padding) for layer in self.layers)
 
+    @entry_point
     def step(self, x: torch.Tensor, caches: tuple[LayerCache, ...],
              padding: torch.Tensor | None = None) -> tuple[torch.Tensor, tuple[LayerCache, ...]]:
+        check_input(x, self.d_model, padding, "x", "padding")
         new = []
         for layer, cache in zip(self.layers, caches):
             x, cache = layer.step(x, cache, padding)
@@ -213,7 +221,7 @@ def csan_encoder(d_model: int, num_heads: int, num_layers: int = 6, csan_layers:
     :class:`Encoder`."""
     check_positive_int(num_layers, "num_layers")
     if isinstance(csan_layers, bool) or not isinstance(csan_layers, int) or not 0 <= csan_layers <= num_layers:
-        raise ValueError(f"csan_layers must be an int in [0, num_layers={num_layers}], got {describe(csan_layers)}")
+        raise ArgumentError(f"csan_layers must be an int in [0, num_layers={num_layers}], got {describe(csan_layers)}")
     check_window(head_window, "head_window")
     name = "csan1d" if head_window == 1 else "csan2d"
     local = (name, dict(window=window, head_window=head_window, head_edges=head_edges, backend=backend))

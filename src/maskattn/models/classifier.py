@@ -3,46 +3,33 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn as nn
 
-from ..errors import ConfigError
-from ..validation import check_probability
+from ..errors import ArgumentError
 from ..attention import AttentionMaps
 from ..layers import Encoder
-from .embedding import TokenEmbedding
-from .fusion import build_fusion
 from .heads import MLP, Pool
 
-__all__ = ["SentenceEncoder", "SentenceClassifier"]
-
-
-def embedding_scale(cfg) -> float:
-    """``cfg.embed_scale``, or by default ``√d_model`` before sinusoidal positions and 1 otherwise."""
-    if cfg.embed_scale is not None:
-        return float(cfg.embed_scale)
-    return math.sqrt(cfg.d_model) if cfg.positional == "sinusoidal" else 1.0
+__all__ = ["SentenceEncoder", "EncoderClassifier", "SentenceClassifier"]
 
 
 class SentenceEncoder(nn.Module):
-    """``ids (B, n)`` + padding mask ``(B, n)`` (True = padding) → sentence embedding ``(B, out_dim)``."""
+    """``ids (B, n)`` + padding mask ``(B, n)`` (True = padding) → sentence embedding ``(B, out_dim)``: word
+    embeddings → context fusion (a layer-recipe :class:`~maskattn.Encoder` or a baseline) → pooling (MTSA §4.3).
 
-    def __init__(self, cfg, vocab_size: int, *, pad_id: int = 0, pretrained: torch.Tensor | None = None,
-                 pool: bool = True):
+    Args:
+        embed: the word embeddings, ``(B, n)`` ids → ``(B, n, d)``.
+        fusion: the context fusion, ``fusion(x, key_padding_mask=…)`` with an ``out_dim``.
+        pooling: ``source2token`` (MTSA Eq. 9 pooling), ``mean``, ``max`` or ``cls`` (:class:`~maskattn.models.heads.Pool`);
+            None: no pooling (taggers read the tokens, :meth:`tokens`).
+    """
+
+    def __init__(self, embed: nn.Module, fusion: nn.Module, pooling: str | None = "source2token"):
         super().__init__()
-        embed_dropout = cfg.dropout if cfg.embed_dropout is None else cfg.embed_dropout
-        self.embed = TokenEmbedding(vocab_size, cfg.d_model, embed_dim=cfg.embed_dim, pad_id=pad_id,
-                                    dropout=check_probability(embed_dropout, "model.embed_dropout"),
-                                    pretrained=pretrained, freeze=cfg.freeze_embeddings, scale=embedding_scale(cfg),
-                                    init=cfg.embed_init)
-        self.fusion = build_fusion(cfg, cfg.d_model)
-        if pool and cfg.pooling == "cls":
-            raise ConfigError("model.pool 'cls' takes the first token, the [CLS] token of a pretrained encoder "
-                              "(model.pretrained); maskattn's own encoders have none: use source2token, mean or max")
-        self.pool = Pool(self.fusion.out_dim, cfg.pooling) if pool else None  # taggers use the tokens only
-        self.out_dim = self.fusion.out_dim
+        self.embed, self.fusion = embed, fusion
+        self.pool = Pool(fusion.out_dim, pooling) if pooling is not None else None
+        self.out_dim = fusion.out_dim
 
     def tokens(self, ids: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
         """Context-aware token representations ``(B, n, out_dim)``."""
@@ -64,7 +51,7 @@ class SentenceEncoder(nn.Module):
         """
         encoder = getattr(self.fusion, "encoder", None)
         if not isinstance(encoder, Encoder):
-            raise ValueError(f"the context fusion {type(self.fusion).__name__} has no attention layers; attention maps "
+            raise ArgumentError(f"the context fusion {type(self.fusion).__name__} has no attention layers; attention maps "
                              "need a layer-recipe encoder such as 'mtsa' or 'dman>san>ffn x6'")
         embedded = self.embed(ids)
         layers = encoder.attention_maps(embedded, key_padding_mask=padding_mask)
@@ -74,18 +61,25 @@ class SentenceEncoder(nn.Module):
         return layers, pool
 
 
-class SentenceClassifier(nn.Module):
+class EncoderClassifier(nn.Module):
+    """A :class:`SentenceEncoder` and an MLP head (``mlp_layers`` hidden layers of ``mlp_hidden``, default the
+    encoder's width) over ``inputs_per_example`` encoder outputs side by side: the classifiers' common part."""
+
+    inputs_per_example = 1
+
+    def __init__(self, encoder: SentenceEncoder, num_classes: int, *, mlp_hidden: int | None = None,
+                 mlp_layers: int = 1, activation: str = "relu", dropout: float = 0.0):
+        super().__init__()
+        self.encoder = encoder
+        d = encoder.out_dim
+        self.head = MLP(self.inputs_per_example * d, mlp_hidden or d, num_classes, layers=mlp_layers,
+                        activation=activation, dropout=dropout)
+
+
+class SentenceClassifier(EncoderClassifier):
     """Sentence classifier: embeddings → context fusion → source2token pooling → MLP.
 
     ``forward(tokens, padding_mask)`` → class logits ``(B, num_classes)``."""
-
-    def __init__(self, cfg, vocab_size: int, num_classes: int, *, pad_id: int = 0,
-                 pretrained: torch.Tensor | None = None):
-        super().__init__()
-        self.encoder = SentenceEncoder(cfg, vocab_size, pad_id=pad_id, pretrained=pretrained)
-        d = self.encoder.out_dim
-        self.head = MLP(d, cfg.mlp_hidden or d, num_classes, layers=cfg.mlp_layers, activation=cfg.activation,
-                        dropout=cfg.dropout)
 
     def forward(self, tokens: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
         return self.head(self.encoder(tokens, padding_mask))

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ..configuration import Rule, at_least, check_section, in_range, one_of, optional, positive
+from ..sections import Rule, at_least, check_section, in_range, one_of, optional, positive
 from ..errors import ConfigError
 
 __all__ = ["ModelConfig", "MODEL_TYPES", "PRETRAINED_TYPES", "PRETRAINED_KEYS"]
@@ -48,9 +48,10 @@ class ModelConfig:
     recipes and ``encoder_options`` to baselines. ``embed_scale``: factor on the word vectors (default: ``√d_model``
     with sinusoidal positions, as in Vaswani et al. 2017, else 1).
 
-    ``seq2seq`` takes its layer recipes from ``preset`` (``transformer``, ``man``, ``csan``,
-    ``mtsa-encoder``; :attr:`Seq2Seq.PRESETS`) with ``encoder_layers`` / ``decoder_layers`` changing the
-    depths — or, without a preset, from ``encoder`` and ``decoder``. It also uses ``d_model``, ``num_heads``,
+    ``seq2seq`` takes its layer recipes from ``architecture`` (``transformer``, ``man``, ``csan``,
+    ``mtsa-encoder``; :attr:`Seq2Seq.ARCHITECTURES`) with ``encoder_layers`` / ``decoder_layers`` changing the
+    depths — or, without one, from ``encoder`` and ``decoder`` (``preset``, the key's name before 0.2, is read
+    as ``architecture`` with a deprecation warning). It also uses ``d_model``, ``num_heads``,
     ``ffn_dim``, ``dropout``, ``attention_dropout``, ``norm``, ``positional``, ``max_len`` (longest source
     or target in subwords), ``backend``, ``share_embeddings`` (one embedding matrix for source and target;
     they share the joint subword vocabulary) and ``tie_output`` (output projection = target embeddings).
@@ -90,7 +91,7 @@ class ModelConfig:
     embed_scale: float | None = None
     embed_dropout: float | None = None
     embed_init: float = 0.05
-    preset: str | None = None
+    architecture: str | None = None
     decoder: str | list | None = None
     encoder_layers: int | None = None
     decoder_layers: int | None = None
@@ -99,7 +100,10 @@ class ModelConfig:
     pretrained: str | None = None
     convert: dict | list | None = None
 
-    # choices listed by the modules that use them (model.norm, positional, pool, activation, backend, preset)
+    #: old key names, read as the new ones with a deprecation warning (until maskattn.errors.REMOVED_IN)
+    RENAMED: ClassVar[dict[str, str]] = {"preset": "architecture"}
+
+    # choices listed by the modules that use them (model.norm, positional, pool, activation, backend, architecture)
     # are checked when the model is built
     RULES: ClassVar[dict[str, Rule]] = {
         "type": one_of(*MODEL_TYPES),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+from ..errors import ArgumentError
 
 __all__ = ["TokenEmbedding"]
 
@@ -19,7 +20,7 @@ class TokenEmbedding(nn.Module):
                  scale: float = 1.0, init: float = 0.05):
         super().__init__()
         if isinstance(init, bool) or not isinstance(init, (int, float)) or not init > 0:
-            raise ValueError(f"model.embed_init must be a positive number (the bound of the uniform initialisation), "
+            raise ArgumentError(f"model.embed_init must be a positive number (the bound of the uniform initialisation), "
                              f"got {init!r}")
         self.scale = scale
         embed_dim = embed_dim or d_model
@@ -27,7 +28,7 @@ class TokenEmbedding(nn.Module):
         nn.init.uniform_(self.embedding.weight, -init, init)
         if pretrained is not None:
             if tuple(pretrained.shape) != (vocab_size, embed_dim):
-                raise ValueError(f"pretrained vectors have shape {tuple(pretrained.shape)}; expected "
+                raise ArgumentError(f"pretrained vectors have shape {tuple(pretrained.shape)}; expected "
                                  f"(vocab size {vocab_size}, embed_dim {embed_dim})")
             self.embedding.weight.data.copy_(pretrained)
         with torch.no_grad():

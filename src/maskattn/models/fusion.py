@@ -14,7 +14,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..layers import Encoder
 
-__all__ = ["BiRNN", "MultiCNN", "HierarchicalCNN", "RecipeFusion", "BASELINES", "build_fusion", "list_fusions"]
+__all__ = ["BiRNN", "MultiCNN", "HierarchicalCNN", "RecipeFusion", "BASELINES", "list_fusions"]
 
 
 def _zero_padding(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -99,18 +99,3 @@ BASELINES = {
 def list_fusions() -> list[str]:
     """The baseline context-fusion names (anything else is parsed as a layer recipe)."""
     return sorted(BASELINES)
-
-
-def build_fusion(cfg, d_in: int) -> nn.Module:
-    """Context fusion from a :class:`~maskattn.models.config.ModelConfig`."""
-    if isinstance(cfg.encoder, str) and cfg.encoder.strip() in BASELINES:
-        try:
-            return BASELINES[cfg.encoder.strip()](d_in, **cfg.encoder_options)
-        except TypeError as exc:
-            raise ValueError(f"model.encoder_options {cfg.encoder_options} do not fit {cfg.encoder!r}: {exc}") from None
-    if cfg.encoder_options:
-        raise ValueError(f"model.encoder_options only apply to the baselines {list_fusions()}; for the recipe "
-                         f"{cfg.encoder!r} write options inline, e.g. 'csan1d(window=5)'")
-    return RecipeFusion(d_in, cfg.encoder, num_heads=cfg.num_heads, ffn=cfg.ffn, ffn_dim=cfg.ffn_dim,
-                        dropout=cfg.dropout, attention_dropout=cfg.attention_dropout, norm=cfg.norm,
-                        backend=cfg.backend, positional=cfg.positional, max_len=cfg.max_len)

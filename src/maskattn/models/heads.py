@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..errors import ArgumentError
 from ..attention import Source2Token
 
 __all__ = ["Pool", "MLP", "POOLS"]
@@ -20,7 +21,7 @@ class Pool(nn.Module):
     def __init__(self, d_model: int, kind: str = "source2token", *, dropout: float = 0.0):
         super().__init__()
         if kind not in POOLS:
-            raise ValueError(f"unknown model.pool {kind!r}; expected one of {', '.join(POOLS)}")
+            raise ArgumentError(f"unknown model.pool {kind!r}; expected one of {', '.join(POOLS)}")
         self.kind = kind
         self.attention = Source2Token(d_model, dropout=dropout) if kind == "source2token" else None
 
@@ -45,7 +46,7 @@ class MLP(nn.Module):
         super().__init__()
         acts = {"relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU, "tanh": nn.Tanh}
         if activation not in acts:
-            raise ValueError(f"unknown model.activation {activation!r}; expected one of {', '.join(acts)}")
+            raise ArgumentError(f"unknown model.activation {activation!r}; expected one of {', '.join(acts)}")
         blocks, width = [], d_in
         for _ in range(layers):
             blocks += [nn.Dropout(dropout), nn.Linear(width, hidden), acts[activation]()]

@@ -1,5 +1,5 @@
 """Encoder–decoder Transformer for translation (Vaswani et al., 2017) whose encoder and decoder layers are
-written as layer recipes, so each paper's translation setup is one preset:
+written as layer recipes, so each paper's translation setup is one named architecture (:attr:`Seq2Seq.ARCHITECTURES`):
 
 * ``"transformer"`` — multi-head self-attention (SAN) in both stacks (Vaswani et al. 2017, base: 6 + 6 layers).
 * ``"man"`` — every layer a MAN layer DMAN → SAN → FFN with FFN width ``2·d_model`` (MAN §3.1: "we replace
@@ -30,6 +30,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..errors import ArgumentError, ArgumentTypeError, renamed_attribute, warn_renamed
 from ..validation import check_choice, check_positive_int, check_probability, describe
 from ..attention.base import check_dims
 from ..attention import AttentionMaps
@@ -69,10 +70,10 @@ class DecoderState:
         """A state whose row ``i`` is row ``index[i]`` of this one (``index``: 1-D integer tensor; rows may be
         dropped or repeated) — beam search follows its beams and drops finished sentences with it."""
         if not isinstance(index, torch.Tensor) or index.dim() != 1 or index.dtype not in (torch.long, torch.int):
-            raise TypeError(f"index must be a 1-D integer tensor of batch rows, got {describe(index)}")
+            raise ArgumentTypeError(f"index must be a 1-D integer tensor of batch rows, got {describe(index)}")
         B = self.batch_size
         if index.numel() and (int(index.min()) < 0 or int(index.max()) >= B):
-            raise ValueError(f"index must hold rows in [0, {B - 1}] (the state's batch size is {B}), got values "
+            raise ArgumentError(f"index must hold rows in [0, {B - 1}] (the state's batch size is {B}), got values "
                              f"in [{int(index.min())}, {int(index.max())}]")
         index = index.to(device=self.memory.device, dtype=torch.long)
         return DecoderState(
@@ -129,8 +130,8 @@ class Seq2Seq(nn.Module):
     carry no information.
     """
 
-    #: Named configurations: encoder/decoder recipes (6 + 6 layers) and options; see the module docstring.
-    PRESETS: dict[str, dict] = {
+    #: Named architectures: encoder/decoder recipes (6 + 6 layers) and options; see the module docstring.
+    ARCHITECTURES: dict[str, dict] = {
         "transformer": {"encoder": "mha x6", "decoder": "mha x6"},
         "man": {"encoder": "dman>san>ffn x6", "decoder": "dman>san>ffn x6"},
         "csan": {"encoder": "csan2d x3, mha x3", "decoder": "mha x6"},
@@ -153,12 +154,12 @@ class Seq2Seq(nn.Module):
         self.max_len = check_positive_int(max_len, "max_len")
         for name, flag in (("share_embeddings", share_embeddings), ("tie_output", tie_output)):
             if not isinstance(flag, bool):
-                raise TypeError(f"{name} must be a bool, got {describe(flag)}")
+                raise ArgumentTypeError(f"{name} must be a bool, got {describe(flag)}")
         smaller_vocab = min(src_vocab_size, tgt_vocab_size)
         if isinstance(pad_id, bool) or not isinstance(pad_id, int) or not 0 <= pad_id < smaller_vocab:
-            raise ValueError(f"pad_id must be an int id in both vocabularies [0, {smaller_vocab}), got {describe(pad_id)}")
+            raise ArgumentError(f"pad_id must be an int id in both vocabularies [0, {smaller_vocab}), got {describe(pad_id)}")
         if share_embeddings and src_vocab_size != tgt_vocab_size:
-            raise ValueError(f"share_embeddings needs one vocabulary, but src_vocab_size is {src_vocab_size} and "
+            raise ArgumentError(f"share_embeddings needs one vocabulary, but src_vocab_size is {src_vocab_size} and "
                              f"tgt_vocab_size is {tgt_vocab_size}")
         self.d_model, self.num_heads, self.pad_id = d_model, num_heads, pad_id
         self.positional = positional
@@ -191,47 +192,58 @@ class Seq2Seq(nn.Module):
         return f"encoder={self.encoder_recipe!r}, decoder={self.decoder_recipe!r}"
 
     @classmethod
-    def from_preset(cls, name: str, src_vocab_size: int, tgt_vocab_size: int, *, encoder_layers: int | None = None,
-                    decoder_layers: int | None = None, **overrides) -> Seq2Seq:
-        """A model from :attr:`PRESETS` with ``overrides`` of any constructor argument (``d_model=256``, …).
+    def from_architecture(cls, name: str, src_vocab_size: int, tgt_vocab_size: int, *,
+                          encoder_layers: int | None = None, decoder_layers: int | None = None,
+                          **overrides) -> Seq2Seq:
+        """A model of a named architecture (:attr:`ARCHITECTURES`) with ``overrides`` of any constructor argument
+        (``d_model=256``, …).
 
         ``encoder_layers`` / ``decoder_layers`` change the depth: each run of equal layers in the recipe keeps
         its share (``"csan"`` at 2 encoder layers is ``"csan2d, mha"``: CSAN in the lower half).
         """
-        if not isinstance(name, str) or name not in cls.PRESETS:
-            raise ValueError(f"unknown preset {name!r}; expected one of {', '.join(repr(p) for p in cls.PRESETS)}")
-        config = {**cls.PRESETS[name], **overrides}
+        if not isinstance(name, str) or name not in cls.ARCHITECTURES:
+            raise ArgumentError(f"unknown architecture {name!r}; expected one of "
+                             f"{', '.join(repr(p) for p in cls.ARCHITECTURES)}")
+        config = {**cls.ARCHITECTURES[name], **overrides}
         for key, depth in (("encoder", encoder_layers), ("decoder", decoder_layers)):
             if depth is not None:
                 check_positive_int(depth, f"{key}_layers")
                 config[key] = recipe_string(_scale_recipe(parse_recipe(config[key]), depth))
         return cls(src_vocab_size, tgt_vocab_size, **config)
 
+    PRESETS = renamed_attribute("ARCHITECTURES")
+
+    @classmethod
+    def from_preset(cls, name: str, src_vocab_size: int, tgt_vocab_size: int, **options) -> Seq2Seq:
+        """Old name of :meth:`from_architecture` (a "preset" is a ``maskattn train --preset`` file)."""
+        warn_renamed("Seq2Seq.from_preset", "Seq2Seq.from_architecture")
+        return cls.from_architecture(name, src_vocab_size, tgt_vocab_size, **options)
+
     # ------------------------------------------------------------------ validation
 
     def _check_ids(self, ids, name: str, vocab_size: int) -> torch.Tensor:
         if not isinstance(ids, torch.Tensor):
-            raise TypeError(f"{name} must be a 2-D integer tensor (batch, length) of token ids, got {describe(ids)}")
+            raise ArgumentTypeError(f"{name} must be a 2-D integer tensor (batch, length) of token ids, got {describe(ids)}")
         if ids.dtype not in (torch.long, torch.int, torch.int16, torch.int8, torch.uint8):
-            raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {ids.dtype}")
+            raise ArgumentTypeError(f"{name} must hold integer token ids (torch.long), got dtype {ids.dtype}")
         if ids.dim() != 2:
-            raise ValueError(f"{name} must have shape (batch, length), got {tuple(ids.shape)}")
+            raise ArgumentError(f"{name} must have shape (batch, length), got {tuple(ids.shape)}")
         if ids.shape[0] == 0 or ids.shape[1] == 0:
-            raise ValueError(f"{name} is empty (shape {tuple(ids.shape)}); expected at least one row and one token")
+            raise ArgumentError(f"{name} is empty (shape {tuple(ids.shape)}); expected at least one row and one token")
         if torch.compiler.is_compiling():
             # reading the range is a host synchronisation and a graph break (Tensor.item) in every compiled step —
             # on a GPU, 16 recompilations in 50 steps (docs/gpu.md); compiled, the embedding's own check stands
             return ids.long()
         low, high = torch.stack(torch.aminmax(ids)).tolist()  # one host read, not two
         if low < 0 or high >= vocab_size:
-            raise ValueError(f"{name} holds ids in [{low}, {high}] but the vocabulary has {vocab_size} entries "
+            raise ArgumentError(f"{name} holds ids in [{low}, {high}] but the vocabulary has {vocab_size} entries "
                              f"(valid ids 0 … {vocab_size - 1})")
         return ids.long()
 
     def _check_positions(self, length: int, name: str, offset: int = 0) -> None:
         if self.positional != "none" and offset + length > self.max_len:
             where = f"positions {offset} … {offset + length - 1}" if offset else f"length {length}"
-            raise ValueError(f"{name} has {where} but the model's max_len is {self.max_len} (positional "
+            raise ArgumentError(f"{name} has {where} but the model's max_len is {self.max_len} (positional "
                              f"encodings 0 … {self.max_len - 1}); truncate the input or build the model with a "
                              "larger max_len")
 
@@ -277,7 +289,7 @@ class Seq2Seq(nn.Module):
         ``tgt_in_ids[:, t]`` from ``tgt_in_ids[:, :t+1]`` and the whole source."""
         tgt_in_ids = self._check_ids(tgt_in_ids, "tgt_in_ids", self.tgt_vocab_size)
         if isinstance(src_ids, torch.Tensor) and src_ids.dim() == 2 and src_ids.shape[0] != tgt_in_ids.shape[0]:
-            raise ValueError(f"src_ids has batch size {src_ids.shape[0]} but tgt_in_ids has {tgt_in_ids.shape[0]}")
+            raise ArgumentError(f"src_ids has batch size {src_ids.shape[0]} but tgt_in_ids has {tgt_in_ids.shape[0]}")
         self._check_positions(tgt_in_ids.shape[1], "tgt_in_ids")
         memory, memory_padding = self.encode(src_ids)
         padding = tgt_in_ids == self.pad_id
@@ -291,11 +303,11 @@ class Seq2Seq(nn.Module):
         decoder layer, and empty self-attention caches."""
         if not isinstance(memory, torch.Tensor) or memory.dim() != 3 or memory.shape[-1] != self.d_model \
                 or not memory.is_floating_point():
-            raise ValueError(f"memory must be a float tensor of shape (batch, src_len, {self.d_model}) from "
+            raise ArgumentError(f"memory must be a float tensor of shape (batch, src_len, {self.d_model}) from "
                              f"encode(), got {describe(memory)}")
         if not isinstance(src_padding_mask, torch.Tensor) or src_padding_mask.dtype != torch.bool \
                 or tuple(src_padding_mask.shape) != tuple(memory.shape[:2]):
-            raise ValueError(f"src_padding_mask must be a bool tensor of shape {tuple(memory.shape[:2])} (True = "
+            raise ArgumentError(f"src_padding_mask must be a bool tensor of shape {tuple(memory.shape[:2])} (True = "
                              f"padding) from encode(), got {describe(src_padding_mask)}")
         return DecoderState(memory, src_padding_mask, self.decoder.init_cache(memory, src_padding_mask))
 
@@ -303,10 +315,10 @@ class Seq2Seq(nn.Module):
         """Feed the next target tokens ``(B, t_new)`` (positions ``len(state) …``); returns their logits
         ``(B, t_new, tgt_vocab_size)`` — equal to :meth:`forward`'s at those positions — and the new state."""
         if not isinstance(state, DecoderState):
-            raise TypeError(f"state must be a DecoderState from init_state(), got {describe(state)}")
+            raise ArgumentTypeError(f"state must be a DecoderState from init_state(), got {describe(state)}")
         tgt_ids_new = self._check_ids(tgt_ids_new, "tgt_ids_new", self.tgt_vocab_size)
         if tgt_ids_new.shape[0] != state.batch_size:
-            raise ValueError(f"tgt_ids_new has batch size {tgt_ids_new.shape[0]} but the state has "
+            raise ArgumentError(f"tgt_ids_new has batch size {tgt_ids_new.shape[0]} but the state has "
                              f"{state.batch_size}; reorder the state with state.reorder(index) first")
         offset = len(state)
         self._check_positions(tgt_ids_new.shape[1], "the decoded target", offset)

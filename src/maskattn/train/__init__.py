@@ -6,7 +6,7 @@ kill, the embedded default job. Using the trained checkpoints: :mod:`maskattn.in
 from ..checkpoint import FORMAT, Checkpoint, load_checkpoint, load_weights
 from .api import cross_validate, resume, train
 from .checkpoint import save_checkpoint
-from .config import LoopConfig, OptimConfig, RunConfig, from_dict, list_presets, load_config, preset_path
+from .config import OptimConfig, RunConfig, TrainConfig, from_dict, list_presets, load_config, preset_path
 from .default_job import DEFAULT_JOB, run_default_job
 from .logger import MetricsLogger, read_metrics
 from .run_folder import RunFolder
@@ -15,6 +15,12 @@ from .trainer import Trainer
 __all__ = [
     "train", "resume", "cross_validate",
     "FORMAT", "Checkpoint", "load_checkpoint", "save_checkpoint", "load_weights",
-    "RunConfig", "OptimConfig", "LoopConfig", "from_dict", "load_config", "list_presets", "preset_path",
+    "RunConfig", "OptimConfig", "TrainConfig", "from_dict", "load_config", "list_presets", "preset_path",
     "DEFAULT_JOB", "run_default_job", "MetricsLogger", "read_metrics", "RunFolder", "Trainer",
 ]
+
+
+def __getattr__(name: str):
+    if name == "LoopConfig":
+        return config.LoopConfig  # warns: renamed TrainConfig
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """Run configuration: four sections (``data``, ``model``, ``optim``, ``train``) as dataclasses, loaded
 from YAML, overridden by ``section.key=value`` flags, validated strictly (an unknown key fails with the
-list of valid keys, a value outside its section's ``RULES`` with the allowed range; :mod:`maskattn.configuration`),
+list of valid keys, a value outside its section's ``RULES`` with the allowed range; :mod:`maskattn.sections`),
 and saved in full inside every checkpoint."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from typing import ClassVar
 
 import yaml
 
-from ..configuration import Rule, at_least, check_section, from_dict, in_range, one_of, optional, pair, positive
+from ..sections import Rule, at_least, check_section, from_dict, in_range, one_of, optional, pair, positive
 from ..data.config import DataConfig
 from ..data.text import read_text
-from ..errors import ConfigError
+from ..errors import ConfigError, warn_renamed
 from ..models.config import ModelConfig
 from .optim import DECAY_TARGETS, OPTIMIZERS, SCHEDULES
 
-__all__ = ["OptimConfig", "LoopConfig", "RunConfig", "from_dict", "load_config", "apply_overrides",
+__all__ = ["OptimConfig", "TrainConfig", "RunConfig", "from_dict", "load_config", "apply_overrides",
            "PRESETS_DIR", "list_presets", "preset_path", "METRICS"]
 
 METRICS = ("accuracy", "f1", "loss", "bleu", "chrf")  # train.metric; each task computes some of them
@@ -82,7 +82,7 @@ class OptimConfig:
 
 
 @dataclass
-class LoopConfig:
+class TrainConfig:
     """The training loop. ``max_steps`` / ``max_epochs``: stop at whichever comes first (0 = no limit
     for that one); ``eval_every``: steps between dev evaluations and checkpoints (0 = once per epoch);
     ``patience``: stop after this many evaluations without a better ``metric`` (0 = never); ``amp``:
@@ -149,7 +149,7 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    train: LoopConfig = field(default_factory=LoopConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -210,3 +210,10 @@ def _deep_merge(a: dict, b: dict) -> dict:
     for key, value in b.items():
         out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
+
+
+def __getattr__(name: str):
+    if name == "LoopConfig":  # the `train` section's class before it was named after its section
+        warn_renamed("maskattn.train.LoopConfig", "TrainConfig")
+        return TrainConfig
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from ..errors import ConfigError
+from ..errors import ArgumentError, ConfigError
 from .config import RunConfig
 from .files import atomic_write
 from .run_folder import RunFolder
@@ -116,7 +116,7 @@ def _run_folds(cfg: RunConfig, out_dir: Path, console: Console | None) -> dict:
 def _aggregate(summaries: list[dict], metric: str, folds: int, out_dir: Path) -> dict:
     missing = [s["fold"] for s in summaries if metric not in s.get("test", {})]
     if missing:
-        raise ValueError(f"train.metric {metric!r} is not among the test metrics of fold(s) {missing}")
+        raise ArgumentError(f"train.metric {metric!r} is not among the test metrics of fold(s) {missing}")
     values = [s["test"][metric] for s in summaries]
     return {"folds": summaries, "metric": metric, "completed": len(summaries), "cv_folds": folds,
             "mean": statistics.mean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,

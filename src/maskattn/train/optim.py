@@ -11,9 +11,9 @@ import torch
 import torch.nn as nn
 from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau
 
-from ..errors import ConfigError
+from ..errors import ArgumentError, ConfigError
 
-__all__ = ["build_optimizer", "build_scheduler", "parameter_groups", "OPTIMIZERS", "SCHEDULES", "DECAY_TARGETS"]
+__all__ = ["build_optimizer", "build_scheduler", "Schedule", "parameter_groups", "OPTIMIZERS", "SCHEDULES", "DECAY_TARGETS"]
 
 OPTIMIZERS = ("adam", "adamw", "adadelta", "sgd")
 SCHEDULES = ("constant", "warmup", "linear", "inverse_sqrt", "plateau")
@@ -68,7 +68,7 @@ def build_optimizer(cfg, model: nn.Module) -> torch.optim.Optimizer:
         return torch.optim.Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps, weight_decay=cfg.weight_decay)
     if cfg.name == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    raise ValueError(f"unknown optim.name {cfg.name!r}; expected one of {', '.join(OPTIMIZERS)}")
+    raise ArgumentError(f"unknown optim.name {cfg.name!r}; expected one of {', '.join(OPTIMIZERS)}")
 
 
 def _lr_factor(schedule: str, warmup: int, total: int | None):
@@ -90,18 +90,47 @@ def _lr_factor(schedule: str, warmup: int, total: int | None):
             "constant": lambda step: 1.0}[schedule]
 
 
-def build_scheduler(cfg, optimizer: torch.optim.Optimizer, total_steps: int | None = None):
-    """A step-wise ``LambdaLR`` (constant / warmup / linear / inverse_sqrt; call ``step()`` after every
-    optimiser step) or an evaluation-wise ``ReduceLROnPlateau`` (call ``step(dev_metric)`` after every
-    evaluation). ``linear`` (the usual fine-tuning schedule) rises linearly to ``lr`` at the last of
-    ``warmup_steps`` steps, then decays linearly to reach 0 just after the last of the run's ``total_steps``
-    (which it needs), so every step trains."""
+class Schedule:
+    """A learning-rate schedule and when it moves, so that the training loop never asks which one it is: the
+    step-wise schedules move in :meth:`after_step` (after every optimiser step), ``plateau`` in
+    :meth:`after_evaluation` (after every dev evaluation, from the dev metric); the other call does nothing.
+    ``state_dict`` / ``load_state_dict`` are the scheduler's (checkpoints)."""
+
+    def __init__(self, scheduler, *, per_evaluation: bool):
+        self.scheduler = scheduler
+        self.per_evaluation = per_evaluation
+
+    def after_step(self) -> None:
+        if not self.per_evaluation:
+            self.scheduler.step()
+
+    def after_evaluation(self, value: float) -> None:
+        """``value``: the dev metric, higher = better."""
+        if self.per_evaluation:
+            self.scheduler.step(value)
+
+    def get_last_lr(self) -> list[float]:
+        return [group["lr"] for group in self.scheduler.optimizer.param_groups]
+
+    def state_dict(self) -> dict:
+        return self.scheduler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.scheduler.load_state_dict(state)
+
+
+def build_scheduler(cfg, optimizer: torch.optim.Optimizer, total_steps: int | None = None) -> Schedule:
+    """The :class:`Schedule` of ``optim.schedule``: a step-wise ``LambdaLR`` (constant / warmup / linear /
+    inverse_sqrt) or an evaluation-wise ``ReduceLROnPlateau``. ``linear`` (the usual fine-tuning schedule) rises
+    linearly to ``lr`` at the last of ``warmup_steps`` steps, then decays linearly to reach 0 just after the last
+    of the run's ``total_steps`` (which it needs), so every step trains."""
     if cfg.schedule not in SCHEDULES:
-        raise ValueError(f"unknown optim.schedule {cfg.schedule!r}; expected one of {', '.join(SCHEDULES)}")
+        raise ArgumentError(f"unknown optim.schedule {cfg.schedule!r}; expected one of {', '.join(SCHEDULES)}")
     if cfg.schedule == "plateau":
-        return ReduceLROnPlateau(optimizer, mode="max", factor=cfg.plateau_factor, patience=cfg.plateau_patience,
-                                 min_lr=cfg.min_lr)
+        return Schedule(ReduceLROnPlateau(optimizer, mode="max", factor=cfg.plateau_factor,
+                                          patience=cfg.plateau_patience, min_lr=cfg.min_lr), per_evaluation=True)
     if cfg.schedule == "linear" and (total_steps is None or total_steps < cfg.warmup_steps):
         raise ConfigError(f"optim.schedule 'linear' decays towards 0 at the run's last step, which must not come "
                           f"before the end of optim.warmup_steps {cfg.warmup_steps}; the run has {total_steps} steps")
-    return LambdaLR(optimizer, _lr_factor(cfg.schedule, cfg.warmup_steps, total_steps))
+    return Schedule(LambdaLR(optimizer, _lr_factor(cfg.schedule, cfg.warmup_steps, total_steps)),
+                    per_evaluation=False)

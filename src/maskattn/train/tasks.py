@@ -32,9 +32,9 @@ from ..data.pipeline import PreparedData, prepare_data, prepare_pretrained_data
 from ..data.pretrained import tokenizer_fingerprint
 from ..data.subword import PAD_ID, SUBWORD_TYPES, SubwordModel
 from ..data.vocab import LabelSet, Vocabulary
-from ..errors import CheckpointError, ConfigError
-from ..inference import (Translator, check_tokenizer, corpus_scores, evaluate, input_limit, pretrained_input_limit,
-                         subword_from_checkpoint, summed_loss)
+from ..errors import ArgumentError, CheckpointError, ConfigError
+from ..inference import Translator, check_tokenizer, subword_from_checkpoint
+from ..metrics import corpus_scores, evaluate, input_limit, pretrained_input_limit, summed_loss
 from ..models.factory import build_model
 from ..models.pretrained import PretrainedClassifier, encoder_max_tokens, load_pretrained_encoder
 from .config import RunConfig
@@ -77,7 +77,7 @@ class Task(Protocol):
 def _label_smoothing(cfg: RunConfig, default: float) -> float:
     eps = default if cfg.optim.label_smoothing is None else cfg.optim.label_smoothing
     if not 0.0 <= eps < 1.0:
-        raise ValueError(f"optim.label_smoothing must be in [0, 1), got {eps!r}")
+        raise ArgumentError(f"optim.label_smoothing must be in [0, 1), got {eps!r}")
     return eps
 
 
@@ -89,7 +89,7 @@ class ClassificationTask:
     def __init__(self, cfg: RunConfig, device: torch.device, checkpoint: Checkpoint | None = None):
         self.metrics = ("accuracy", "f1", "loss") if cfg.model.type == "tagger" else ("accuracy", "loss")
         if cfg.data.format == "parallel":
-            raise ValueError(f"data.format 'parallel' is translation data; set model.type=seq2seq (model.type is "
+            raise ArgumentError(f"data.format 'parallel' is translation data; set model.type=seq2seq (model.type is "
                              f"{cfg.model.type!r})")
         self.cfg, self.device = cfg, device
         self.label_smoothing = _label_smoothing(cfg, 0.0)
@@ -174,27 +174,27 @@ class TranslationTask:
     def __init__(self, cfg: RunConfig, device: torch.device, checkpoint: Checkpoint | None = None):
         data = cfg.data
         if data.format != "parallel":
-            raise ValueError(f"model.type seq2seq reads parallel text: set data.format=parallel (got {data.format!r})")
+            raise ArgumentError(f"model.type seq2seq reads parallel text: set data.format=parallel (got {data.format!r})")
         if data.source != "files":
-            raise ValueError(f"translation reads files (data.source=files), got data.source={data.source!r}")
+            raise ArgumentError(f"translation reads files (data.source=files), got data.source={data.source!r}")
         if data.dir is None:
-            raise ValueError("data.dir is not set; pass the dataset folder, e.g. --data ../shared/data/multi30k")
+            raise ArgumentError("data.dir is not set; pass the dataset folder, e.g. --data ../shared/data/multi30k")
         if not Path(data.dir).is_dir():
-            raise ValueError(f"data.dir {data.dir} is not a directory")
+            raise ArgumentError(f"data.dir {data.dir} is not a directory")
         if not data.train:
-            raise ValueError("data.train (the train file prefix inside data.dir, e.g. 'train') is not set")
+            raise ArgumentError("data.train (the train file prefix inside data.dir, e.g. 'train') is not set")
         if not data.dev:
-            raise ValueError("translation needs a dev split: set data.dev (file prefix, e.g. 'val')")
+            raise ArgumentError("translation needs a dev split: set data.dev (file prefix, e.g. 'val')")
         if data.lowercase:
-            raise ValueError("data.lowercase is not supported for translation (BLEU is computed on cased text)")
+            raise ArgumentError("data.lowercase is not supported for translation (BLEU is computed on cased text)")
         if data.subword not in SUBWORD_TYPES:
-            raise ValueError(f"unknown data.subword {data.subword!r}; expected one of {', '.join(SUBWORD_TYPES)}")
+            raise ArgumentError(f"unknown data.subword {data.subword!r}; expected one of {', '.join(SUBWORD_TYPES)}")
         self.max_len = data.max_len or cfg.model.max_len
         if self.max_len > cfg.model.max_len:
-            raise ValueError(f"data.max_len {data.max_len} exceeds model.max_len {cfg.model.max_len} (the longest "
+            raise ArgumentError(f"data.max_len {data.max_len} exceeds model.max_len {cfg.model.max_len} (the longest "
                              "sequence the model's positions cover)")
         if self.max_len > data.max_tokens:
-            raise ValueError(f"data.max_tokens {data.max_tokens} is smaller than one sequence of data.max_len "
+            raise ArgumentError(f"data.max_tokens {data.max_tokens} is smaller than one sequence of data.max_len "
                              f"{self.max_len}; raise data.max_tokens or lower data.max_len")
         self.cfg, self.device = cfg, device
         self.label_smoothing = _label_smoothing(cfg, TRANSLATION_LABEL_SMOOTHING)
@@ -217,7 +217,7 @@ class TranslationTask:
                                             overlong=data.overlong) for split, text in self.text.items()}
         self.train_items = self.encoded["train"].items
         if not self.train_items:
-            raise ValueError(f"no training pairs left in {train.src_path} / {train.tgt_path} (empty, or every pair is "
+            raise ArgumentError(f"no training pairs left in {train.src_path} / {train.tgt_path} (empty, or every pair is "
                              f"longer than data.max_len {self.max_len})")
         self.sampler = TokenBatchSampler(self.train_items, data.max_tokens, seed=cfg.train.seed)
         self.model = build_model(cfg.model, len(self.subword), 0, pad_id=PAD_ID)
@@ -249,14 +249,14 @@ class TranslationTask:
     def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
         """``loss`` (per target token) and ``ppl`` always; ``bleu`` and ``chrf`` on the test split and when
         ``train.metric`` needs them (decoding with ``eval_beam`` on dev, ``test_beam`` on test)."""
-        loop = self.cfg.train
+        train_config = self.cfg.train
         loss = self.dev_loss(model, split)
         result = {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
-        if split == "test" or loop.metric != "loss":
+        if split == "test" or train_config.metric != "loss":
             text = self.text[split]
             translator = Translator(model, self.subword, max_len=self.max_len, device=self.device)
-            hyps = translator.translate(text.source, beam=loop.eval_beam if split == "dev" else loop.test_beam,
-                                        length_penalty=loop.length_penalty, batch_size=loop.eval_batch_size)
+            hyps = translator.translate(text.source, beam=train_config.eval_beam if split == "dev" else train_config.test_beam,
+                                        length_penalty=train_config.length_penalty, batch_size=train_config.eval_batch_size)
             scores = corpus_scores(hyps, text.target)
             result.update(bleu=scores["bleu"], chrf=scores["chrf"])
         return result

@@ -33,10 +33,9 @@ from rich.markup import escape
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from ..validation import check_probability
 from ..checkpoint import Checkpoint, load_checkpoint, load_weights
 from ..errors import CheckpointError, ConfigError, DivergenceError
-from ..inference import resolve_device
+from ..device import resolve_device
 from . import acceleration
 from .checkpoint import capture_rng, optimizer_from_flat, optimizer_to_flat, restore_rng, save_checkpoint
 from .config import RunConfig, from_dict
@@ -79,18 +78,18 @@ class Trainer:
     def __init__(self, cfg: RunConfig, *, console: Console | None = None, overwrite: bool = False,
                  _checkpoint: Checkpoint | None = None):
         self.cfg = cfg
-        loop = cfg.train
-        if loop.max_steps <= 0 and loop.max_epochs <= 0:
+        train_config = cfg.train
+        if train_config.max_steps <= 0 and train_config.max_epochs <= 0:
             raise ConfigError("set train.max_steps or train.max_epochs (both are 0: the run would never end)")
-        if loop.num_threads:
-            torch.set_num_threads(loop.num_threads)
-        self.device = resolve_device(loop.device)
+        if train_config.num_threads:
+            torch.set_num_threads(train_config.num_threads)
+        self.device = resolve_device(train_config.device)
         self.dist: DistContext = init_distributed(self.device)
         if self.device.type == "cuda" and self.dist.enabled:
             self.device = torch.device("cuda", self.dist.local_rank)
             torch.cuda.set_device(self.device)
         self.console = console or Console()
-        self.out_dir = Path(loop.out_dir)
+        self.out_dir = Path(train_config.out_dir)
         self.folder = RunFolder(self.out_dir)
         try:
             if self.dist.is_main:
@@ -104,17 +103,17 @@ class Trainer:
         """Everything of construction after the run folder is held: the task, model, optimiser, the restored
         checkpoint, then the run folder's files (an overwritten run is deleted only once everything else is
         built, so a mistake in the new configuration leaves it in place)."""
-        cfg, loop = self.cfg, self.cfg.train
+        cfg, train_config = self.cfg, self.cfg.train
         replace = ckpt is None and self.dist.is_main
         if replace and not overwrite:
             self.folder.refuse_existing_run()
-        seed_everything(loop.seed)
+        seed_everything(train_config.seed)
         if ckpt is not None and ckpt.model_type != cfg.model.type:
             raise CheckpointError(f"checkpoint {ckpt.path} holds a {ckpt.model_type!r} model, the config a "
                                   f"{cfg.model.type!r} model")
         self.task: Task = build_task(cfg, self.device, ckpt)
-        if loop.metric not in self.task.metrics:
-            raise ConfigError(f"train.metric {loop.metric!r} is not computed for model.type {cfg.model.type!r}; "
+        if train_config.metric not in self.task.metrics:
+            raise ConfigError(f"train.metric {train_config.metric!r} is not computed for model.type {cfg.model.type!r}; "
                              f"expected one of {', '.join(self.task.metrics)}")
         self.sampler = self.task.sampler
         self.model = self.task.model.to(self.device)
@@ -122,10 +121,10 @@ class Trainer:
         self.scheduler = build_scheduler(cfg.optim, self.optimizer, self.total_steps())
         self.step, self.epoch, self.position = 0, 0, 0
         self.best_metric, self.best_step, self.bad_evals = None, None, 0
-        self.ema = build_ema(self.model, loop.ema_decay)
+        self.ema = build_ema(self.model, train_config.ema_decay)
         if ckpt is not None:
             self._restore(ckpt)
-        self.amp_dtype = acceleration.autocast_dtype(loop.amp, self.device)
+        self.amp_dtype = acceleration.autocast_dtype(train_config.amp, self.device)
         acceleration.check_trainable_backends(self.model, self.device,
                                               self.amp_dtype or next(self.model.parameters()).dtype)
         self.scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
@@ -133,7 +132,7 @@ class Trainer:
         self.ddp = DistributedDataParallel(self.model) if self.dist.enabled else None
         self.train_module = self.ddp or self.model
         self.recompiles = None
-        if loop.compile:
+        if train_config.compile:
             self.train_module = acceleration.compile_model(self.train_module)
             self.recompiles = acceleration.RecompileMonitor()
         if replace and overwrite:
@@ -233,8 +232,7 @@ class Trainer:
             self.scaler.update()
         else:
             self.optimizer.step()
-        if self.cfg.optim.schedule != "plateau":
-            self.scheduler.step()
+        self.scheduler.after_step()
         if self.ema is not None:
             self.ema.update_parameters(self.model)
         if self.recompiles is not None and (message := self.recompiles.check()):
@@ -257,22 +255,21 @@ class Trainer:
     def _evaluate_and_checkpoint(self) -> bool:
         """Dev evaluation, its row in the log, best / last checkpoints, schedule and early stopping; True = stop.
         The row is logged first: a checkpoint is never ahead of the log (module docstring)."""
-        loop = self.cfg.train
+        train_config = self.cfg.train
         metrics = self.evaluate("dev")
-        value = metrics[loop.metric]  # the task computes every metric it accepts (checked in __init__)
+        value = metrics[train_config.metric]  # the task computes every metric it accepts (checked in __init__)
         self.logger.log(step=self.step, epoch=self.epoch, split="dev", **metrics, elapsed_s=self._elapsed())
-        if self.cfg.optim.schedule == "plateau":
-            self.scheduler.step(-value if loop.metric == "loss" else value)
-        improved = _better(loop.metric, value, self.best_metric)
+        self.scheduler.after_evaluation(-value if train_config.metric == "loss" else value)
+        improved = _better(train_config.metric, value, self.best_metric)
         if improved:
             self.best_metric, self.best_step, self.bad_evals = value, self.step, 0
             self.save("best", resumable=False)
         else:
             self.bad_evals += 1
-        if loop.keep_last:
+        if train_config.keep_last:
             self.save("last", resumable=True)
         barrier(self.dist)
-        return bool(loop.patience) and self.bad_evals >= loop.patience
+        return bool(train_config.patience) and self.bad_evals >= train_config.patience
 
     def _elapsed(self) -> float:
         return round(time.perf_counter() - self._start, 3)
@@ -306,13 +303,13 @@ class Trainer:
     def _train(self, total: int) -> None:
         """The loop: optimiser steps, train rows every ``log_every`` steps, evaluations and checkpoints, until
         step ``total`` or early stopping."""
-        loop = self.cfg.train
+        train_config = self.cfg.train
         self._start = time.perf_counter()
         speed_key = f"{self.task.unit}_per_s"
         self._train_units, self._train_seconds = 0, 0.0  # throughput of the training steps alone
         window_loss, window_units, window_start, window_steps = 0.0, 0, time.perf_counter(), 0
         stop = self.step >= total
-        with TrainProgress(total, console=self.console, enabled=loop.progress and self.dist.is_main,
+        with TrainProgress(total, console=self.console, enabled=train_config.progress and self.dist.is_main,
                            start=self.step, unit="tok" if self.task.unit == "tokens" else "ex") as bar:
             while not stop:
                 batches = self.sampler.batches(self.epoch)
@@ -329,7 +326,7 @@ class Trainer:
                     window_loss += loss
                     window_units += units
                     window_steps += 1
-                    if self.step % loop.log_every == 0 or self.step == total:
+                    if self.step % train_config.log_every == 0 or self.step == total:
                         speed = window_units / max(1e-9, time.perf_counter() - window_start)
                         self.logger.log(step=self.step, epoch=self.epoch, split="train",
                                         loss=window_loss / window_steps, lr=self.optimizer.param_groups[0]["lr"],
@@ -341,8 +338,8 @@ class Trainer:
                         self.epoch, self.position = self.epoch + 1, 0
                     stop = self.step >= total
                     end_of_epoch = self.position == 0
-                    if (loop.eval_every and self.step % loop.eval_every == 0) or \
-                            (not loop.eval_every and end_of_epoch) or stop:
+                    if (train_config.eval_every and self.step % train_config.eval_every == 0) or \
+                            (not train_config.eval_every and end_of_epoch) or stop:
                         stop = self._evaluate_and_checkpoint() or stop
                     if end_of_epoch:
                         break
@@ -370,6 +367,6 @@ def build_ema(model: nn.Module, decay: float) -> AveragedModel | None:
     """The exponential moving average of ``model``'s parameters (Polyak averaging; ``torch.optim.swa_utils``):
     after every optimiser step ``ema ← decay · ema + (1 − decay) · θ``, starting from the first step's
     weights. ``decay`` 0: none. Buffers are copied, not averaged (they are constant tables here)."""
-    if check_probability(decay, "train.ema_decay") == 0.0:
+    if decay == 0.0:  # the section's rule has checked it (train.ema_decay in [0, 1))
         return None
     return AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(float(decay)), use_buffers=False)

@@ -10,6 +10,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from ..errors import ArgumentError, ArgumentTypeError
 from ..validation import describe
 from .panels import Heatmap
 
@@ -21,10 +22,10 @@ _MAX_TICK_LABELS = 40  # beyond this many rows / columns, tick labels would over
 
 def _check_grid(rows) -> list[list[Heatmap]]:
     if isinstance(rows, Heatmap) or not isinstance(rows, Sequence) or not rows:
-        raise TypeError(f"rows must be a non-empty list of rows of Heatmap panels, got {describe(rows)}")
+        raise ArgumentTypeError(f"rows must be a non-empty list of rows of Heatmap panels, got {describe(rows)}")
     for i, row in enumerate(rows):
         if not isinstance(row, Sequence) or not row or not all(isinstance(p, Heatmap) for p in row):
-            raise TypeError(f"rows[{i}] must be a non-empty list of Heatmap panels, got {describe(row)}")
+            raise ArgumentTypeError(f"rows[{i}] must be a non-empty list of Heatmap panels, got {describe(row)}")
     return [list(row) for row in rows]
 
 
@@ -55,7 +56,7 @@ def draw_grid(rows: Sequence[Sequence[Heatmap]], *, title: str | None = None, ce
     array of its image (``ax.images[0].get_array()``)."""
     grid = _check_grid(rows)
     if not (isinstance(cell_inches, (int, float)) and not isinstance(cell_inches, bool) and cell_inches > 0):
-        raise ValueError(f"cell_inches must be a positive number, got {describe(cell_inches)}")
+        raise ArgumentError(f"cell_inches must be a positive number, got {describe(cell_inches)}")
     ncols = max(len(row) for row in grid)
     largest = max(max(p.values.shape) for row in grid for p in row)
     side = max(3.0, min(6.0, largest * cell_inches + 1.4))  # inches per panel, labels included
@@ -79,7 +80,7 @@ def save_grid(rows: Sequence[Sequence[Heatmap]], path: str | Path, *, title: str
     parent folders are created)."""
     path = Path(path)
     if path.suffix.lower() not in IMAGE_SUFFIXES:
-        raise ValueError(f"output file {path} must end in one of {', '.join(IMAGE_SUFFIXES)}")
+        raise ArgumentError(f"output file {path} must end in one of {', '.join(IMAGE_SUFFIXES)}")
     fig = draw_grid(rows, title=title)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi)

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from rich.table import Table
 
+from ..errors import ArgumentError, ArgumentTypeError
 from ..validation import describe
 from ..analysis import localness_per_sequence
 from .maps import describe_layers, find_sublayers
@@ -113,10 +114,10 @@ class LocalnessTable:
 
 def _check_windows(windows) -> tuple[int, ...]:
     if isinstance(windows, (str, int)) or not isinstance(windows, Sequence) or not windows:
-        raise TypeError(f"windows must be a non-empty list of ints >= 0, got {describe(windows)}")
+        raise ArgumentTypeError(f"windows must be a non-empty list of ints >= 0, got {describe(windows)}")
     for w in windows:
         if isinstance(w, bool) or not isinstance(w, int) or w < 0:
-            raise ValueError(f"windows must hold ints >= 0 (distance w of MAN Eq. 13), got {w!r}")
+            raise ArgumentError(f"windows must hold ints >= 0 (distance w of MAN Eq. 13), got {w!r}")
     return tuple(windows)
 
 
@@ -128,11 +129,11 @@ def localness_values(source: MapSource, sentences: Sequence[Sequence[int]], mech
     (encoded ids, e.g. :attr:`EncodedFile.ids <maskattn.viz.sources.EncodedFile>`), each sentence counting
     once, padded queries excluded (:func:`maskattn.analysis.localness_per_sequence`)."""
     if not isinstance(source, MapSource):
-        raise TypeError(f"source must be a MapSource (maskattn.viz.load_for_maps), got {describe(source)}")
+        raise ArgumentTypeError(f"source must be a MapSource (maskattn.viz.load_for_maps), got {describe(source)}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {describe(batch_size)}")
+        raise ArgumentError(f"batch_size must be an int >= 1, got {describe(batch_size)}")
     if isinstance(sentences, (str, bytes)) or not isinstance(sentences, Sequence) or not sentences:
-        raise ValueError(f"sentences must be a non-empty list of encoded sentences (id lists), got "
+        raise ArgumentError(f"sentences must be a non-empty list of encoded sentences (id lists), got "
                          f"{describe(sentences)}")
     windows = _check_windows(windows)
     stack = source.stack
@@ -142,7 +143,7 @@ def localness_values(source: MapSource, sentences: Sequence[Sequence[int]], mech
         keys.setdefault(layer, key)
     missing = [layer for layer in layers if layer not in keys]
     if missing:
-        raise ValueError(f"layer {missing[0]} has no {mechanism!r} sublayer; the encoder layers are "
+        raise ArgumentError(f"layer {missing[0]} has no {mechanism!r} sublayer; the encoder layers are "
                          + describe_layers(stack.layer_names))
     per_sentence: dict[tuple[int, int], list[torch.Tensor]] = {(layer, w): [] for layer in layers for w in windows}
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))  # similar lengths: little padding

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from ..errors import ArgumentError, ArgumentTypeError
 from ..validation import describe
 from ..attention import AttentionMaps, list_attentions
 from ..inference import LoadedModel, Translator
@@ -80,10 +81,10 @@ def check_layers(layers: Sequence[int] | None, layer_names: Sequence[str]) -> li
     if layers is None:
         return list(range(1, count + 1))
     if isinstance(layers, (str, int)) or not isinstance(layers, Sequence) or not layers:
-        raise TypeError(f"layers must be a non-empty list of 1-based layer indices, got {describe(layers)}")
+        raise ArgumentTypeError(f"layers must be a non-empty list of 1-based layer indices, got {describe(layers)}")
     for layer in layers:
         if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= count:
-            raise ValueError(f"layer {layer!r} is out of range: the encoder has {count} layer{'s' if count > 1 else ''} "
+            raise ArgumentError(f"layer {layer!r} is out of range: the encoder has {count} layer{'s' if count > 1 else ''} "
                              f"(1..{count}; {describe_layers(layer_names)})")
     return list(layers)
 
@@ -96,13 +97,13 @@ def find_sublayers(modules: Sequence[dict[str, nn.Module]], layer_names: Sequenc
     nothing matches."""
     chosen = check_layers(layers, layer_names)
     if mechanism is not None and mechanism not in mechanism_names():
-        raise ValueError(f"unknown mechanism {mechanism!r}; expected one of {', '.join(mechanism_names())}")
+        raise ArgumentError(f"unknown mechanism {mechanism!r}; expected one of {', '.join(mechanism_names())}")
     found = [(layer, key) for layer in chosen for key in modules[layer - 1]
              if mechanism is None or _kind(key.split(":", 1)[1]) == _kind(mechanism)]
     if not found:
         where = "the encoder" if layers is None else f"layer{'s' if len(chosen) > 1 else ''} {', '.join(map(str, chosen))}"
         what = "attention sublayers" if mechanism is None else f"{mechanism!r} sublayers"
-        raise ValueError(f"{where} has no {what}; the encoder layers are {describe_layers(layer_names)}")
+        raise ArgumentError(f"{where} has no {what}; the encoder layers are {describe_layers(layer_names)}")
     return found
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import ArgumentError
 from .. import masks as M
 from ..validation import describe
 from ..attention import MTSA, ConvSelfAttention, DiSA, DynamicMaskAttention, FastDiSA, StaticMaskAttention
@@ -53,15 +54,15 @@ class Heatmap:
 
     def __post_init__(self):
         if not isinstance(self.values, torch.Tensor) or self.values.dim() != 2:
-            raise ValueError(f"Heatmap values must be a 2-D tensor (rows, columns), got {describe(self.values)}")
+            raise ArgumentError(f"Heatmap values must be a 2-D tensor (rows, columns), got {describe(self.values)}")
         rows, cols = self.values.shape
         if self.highlight is not None and not (0 <= self.highlight[0] < rows and 0 <= self.highlight[1] < cols):
-            raise ValueError(f"Heatmap {self.title!r}: highlight {self.highlight} is outside the {rows} × {cols} values")
+            raise ArgumentError(f"Heatmap {self.title!r}: highlight {self.highlight} is outside the {rows} × {cols} values")
         if len(self.row_labels) != rows or len(self.col_labels) != cols:
-            raise ValueError(f"Heatmap {self.title!r}: {len(self.row_labels)} row labels and {len(self.col_labels)} "
+            raise ArgumentError(f"Heatmap {self.title!r}: {len(self.row_labels)} row labels and {len(self.col_labels)} "
                              f"column labels for values of shape {(rows, cols)}")
         if not self.vmax > self.vmin:
-            raise ValueError(f"Heatmap {self.title!r}: vmax ({self.vmax}) must be greater than vmin ({self.vmin})")
+            raise ArgumentError(f"Heatmap {self.title!r}: vmax ({self.vmax}) must be greater than vmin ({self.vmin})")
 
 
 #: Rows of panels, drawn top to bottom (a row per sublayer, as the rows of MTSA Fig. 3).
@@ -89,7 +90,7 @@ def _mask_panel(title: str, values: torch.Tensor, rows: Sequence[str], cols: Seq
 
 def _check_length(length) -> int:
     if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-        raise ValueError(f"length must be an int >= 1 (the number of positions), got {describe(length)}")
+        raise ArgumentError(f"length must be an int >= 1 (the number of positions), got {describe(length)}")
     return length
 
 
@@ -99,7 +100,7 @@ def _spec_int(spec: str, text: str, what: str) -> int:
     except ValueError:
         value = -1
     if value < 0:
-        raise ValueError(f"mask {spec!r}: {what} must be an integer >= 0, got {text!r}")
+        raise ArgumentError(f"mask {spec!r}: {what} must be an integer >= 0, got {text!r}")
     return value
 
 
@@ -110,10 +111,10 @@ def _one_mask(spec: str, length: int) -> M.Mask:
     if spec.startswith("key_padding:"):
         real = _spec_int(spec, spec.split(":", 1)[1], "the number of real tokens L")
         if not 1 <= real <= length:
-            raise ValueError(f"mask {spec!r}: L (real tokens before the padding) must be in 1..{length} for length "
+            raise ArgumentError(f"mask {spec!r}: L (real tokens before the padding) must be in 1..{length} for length "
                              f"{length}")
         return M.key_padding(torch.arange(length)[None, :] >= real)  # (1, n), True = padding
-    raise ValueError(f"unknown mask {spec!r}; expected one of {', '.join(MASK_SPECS)} (combine with '&', "
+    raise ArgumentError(f"unknown mask {spec!r}; expected one of {', '.join(MASK_SPECS)} (combine with '&', "
                      "e.g. 'forward&window:2')")
 
 
@@ -127,7 +128,7 @@ def mask_panel(spec: str, length: int, *, num_heads: int = 4, query: int | None 
       (see :func:`csan_area`; ``query`` and ``head`` default to the middle ones).
     """
     if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"mask name must be a non-empty string, one of {', '.join(MASK_SPECS)}; got {describe(spec)}")
+        raise ArgumentError(f"mask name must be a non-empty string, one of {', '.join(MASK_SPECS)}; got {describe(spec)}")
     spec = spec.strip()
     n = _check_length(length)
     positions = [str(i) for i in range(n)]
@@ -138,7 +139,7 @@ def mask_panel(spec: str, length: int, *, num_heads: int = 4, query: int | None 
         else:
             parts = size.lower().split("x")
             if len(parts) != 2:
-                raise ValueError(f"mask {spec!r}: expected 'csan2d:WxN' (window W positions × N heads, e.g. 3x3)")
+                raise ArgumentError(f"mask {spec!r}: expected 'csan2d:WxN' (window W positions × N heads, e.g. 3x3)")
             window, head_window = (_spec_int(spec, p, what) for p, what in zip(parts, ("the window W", "the heads N")))
         area = csan_area(n, num_heads, window=window, head_window=head_window, query=query, head=head,
                          head_edges=head_edges)
@@ -158,7 +159,7 @@ def mask_panels(specs: Sequence[str], length: int, **options) -> list[Heatmap]:
     """:func:`mask_panel` for each name of ``specs`` (``options``: ``num_heads``, ``query``, ``head``,
     ``head_edges``)."""
     if isinstance(specs, str) or not isinstance(specs, Sequence) or not specs:
-        raise ValueError(f"specs must be a non-empty list of mask names ({', '.join(MASK_SPECS)}), got "
+        raise ArgumentError(f"specs must be a non-empty list of mask names ({', '.join(MASK_SPECS)}), got "
                          f"{describe(specs)}")
     return [mask_panel(spec, length, **options) for spec in specs]
 
@@ -174,16 +175,16 @@ def csan_area(length: int, num_heads: int, *, window: int, head_window: int = 1,
     """
     n = _check_length(length)
     if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-        raise ValueError(f"num_heads must be an int >= 1, got {describe(num_heads)}")
+        raise ArgumentError(f"num_heads must be an int >= 1, got {describe(num_heads)}")
     check_window(window)
     check_head_window(head_window, num_heads)
     if head_edges not in HEAD_EDGES:
-        raise ValueError(f"head_edges must be one of {', '.join(HEAD_EDGES)}, got {head_edges!r}")
+        raise ArgumentError(f"head_edges must be one of {', '.join(HEAD_EDGES)}, got {head_edges!r}")
     query = n // 2 if query is None else query
     head = num_heads // 2 if head is None else head
     for name, value, limit in (("query", query, n), ("head", head, num_heads)):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < limit:
-            raise ValueError(f"{name} must be an int in 0..{limit - 1}, got {describe(value)}")
+            raise ArgumentError(f"{name} must be an int in 0..{limit - 1}, got {describe(value)}")
     offsets = torch.arange(head_window) - head_window // 2
     heads = head + offsets
     heads = heads % num_heads if head_edges == "circular" else heads[(heads >= 0) & (heads < num_heads)]
@@ -253,7 +254,7 @@ def attention_grid(sentence: SentenceMaps, layers: Sequence[int] | None = None,
             grid += sublayer_rows(sub, sentence.tokens)
     if pool:
         if sentence.pool is None:
-            raise ValueError("the model does not pool with source2token attention (a classifier with model.pool "
+            raise ArgumentError("the model does not pool with source2token attention (a classifier with model.pool "
                              "'source2token' does; translation encoders never pool); there are no pooling weights "
                              "to draw")
         grid.append([_attention_panel("sentence pooling\nsource2token (token level)", sentence.pool.mean(-1)[None],

@@ -37,7 +37,7 @@ from ..data.pipeline import sentences_of
 from ..data.readers import READERS, read_sentences, tokenize
 from ..data.subword import UNK_ID
 from ..data.text import read_lines
-from ..errors import InputError
+from ..errors import ArgumentError, ArgumentTypeError, InputError
 from ..inference import LoadedModel, Translator, load_model, load_translator
 from ..layers import Encoder
 from ..models.classifier import SentenceEncoder
@@ -88,9 +88,9 @@ class EncodedFile:
 
 def _check_sentence_text(sentence) -> str:
     if not isinstance(sentence, str):
-        raise TypeError(f"sentence must be a string, got {describe(sentence)}")
+        raise ArgumentTypeError(f"sentence must be a string, got {describe(sentence)}")
     if not sentence.strip():
-        raise ValueError("the sentence is empty; give at least one token")
+        raise ArgumentError("the sentence is empty; give at least one token")
     return sentence
 
 
@@ -129,7 +129,7 @@ class MapSource(ABC):
         ``{"<position>:<name>": AttentionMaps}`` (batch first), the source2token pooling weights ``(B, n, d)`` or
         ``None``, and the padding mask ``(B, n)`` (True = padding)."""
         if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence) or not ids or not all(ids):
-            raise ValueError(f"ids must be a non-empty list of non-empty id sequences, got {describe(ids)}")
+            raise ArgumentError(f"ids must be a non-empty list of non-empty id sequences, got {describe(ids)}")
         width = max(len(row) for row in ids)
         batch = torch.full((len(ids), width), self.pad_id, dtype=torch.long)  # (B, n)
         for i, row in enumerate(ids):
@@ -151,15 +151,15 @@ class ClassifierSource(MapSource):
 
     def __init__(self, loaded: LoadedModel, max_length: int = MAX_LENGTH):
         if not isinstance(loaded, LoadedModel):
-            raise TypeError(f"loaded must be a LoadedModel from maskattn.inference.load_model, got {describe(loaded)}")
+            raise ArgumentTypeError(f"loaded must be a LoadedModel from maskattn.inference.load_model, got {describe(loaded)}")
         recipe = loaded.config.model.encoder
         if isinstance(recipe, str) and recipe.strip() in BASELINES:
-            raise ValueError(f"the model's encoder is the context-fusion baseline {recipe.strip()!r}, which has no "
+            raise ArgumentError(f"the model's encoder is the context-fusion baseline {recipe.strip()!r}, which has no "
                              "attention maps; use a checkpoint of a layer-recipe encoder (e.g. 'mtsa', "
                              "'dman>san>ffn x6')")
         encoder = getattr(loaded.model, "encoder", None)
         if not isinstance(encoder, SentenceEncoder):
-            raise ValueError(f"the model ({type(loaded.model).__name__}, model.type {loaded.config.model.type!r}) has "
+            raise ArgumentError(f"the model ({type(loaded.model).__name__}, model.type {loaded.config.model.type!r}) has "
                              "no sentence encoder to read attention maps from")
         super().__init__(loaded.model, encoder.fusion.encoder, loaded.vocab.pad_id, max_length)
         self.loaded, self.encoder = loaded, encoder
@@ -177,7 +177,7 @@ class ClassifierSource(MapSource):
             limits.append((cfg.model.max_len, f"model.max_len of its {cfg.model.positional} positional encoding"))
         for limit, why in limits:
             if len(tokens) > limit:
-                raise ValueError(f"the sentence has {len(tokens)} tokens but the model takes at most {limit} ({why}); "
+                raise ArgumentError(f"the sentence has {len(tokens)} tokens but the model takes at most {limit} ({why}); "
                                  "shorten it")
         ids = tuple(self.loaded.vocab.encode(tokens))
         return EncodedSentence(tokens, ids, tuple(i for i, t in enumerate(ids) if t == self.loaded.vocab.unk_id))
@@ -189,7 +189,7 @@ class ClassifierSource(MapSource):
         cfg = self.loaded.config
         fmt = format or cfg.data.format
         if fmt not in CLASSIFIER_FORMATS:
-            raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(CLASSIFIER_FORMATS)}")
+            raise ArgumentError(f"unknown format {fmt!r}; expected one of {', '.join(CLASSIFIER_FORMATS)}")
         lowercase = cfg.data.lowercase
         if fmt == "lines":
             sentences = read_sentences(path, lowercase=lowercase)
@@ -198,7 +198,7 @@ class ClassifierSource(MapSource):
         max_len = cfg.data.max_len
         kept = [tuple(self.loaded.vocab.encode(s[:max_len] if max_len else s)) for s in sentences if s]
         if not kept:
-            raise ValueError(f"data file {path} holds no sentences")
+            raise ArgumentError(f"data file {path} holds no sentences")
         empty = len(sentences) - len(kept)
         return EncodedFile(str(path), kept, {"empty": empty} if empty else {})
 
@@ -212,7 +212,7 @@ class TranslationSource(MapSource):
 
     def __init__(self, translator: Translator, max_length: int = MAX_LENGTH):
         if not isinstance(translator, Translator) or not isinstance(translator.model, Seq2Seq):
-            raise TypeError("translator must be a Translator of a Seq2Seq model (maskattn.inference.load_translator), "
+            raise ArgumentTypeError("translator must be a Translator of a Seq2Seq model (maskattn.inference.load_translator), "
                             f"got {describe(translator)}")
         super().__init__(translator.model, translator.model.encoder, translator.subword.pad_id, max_length)
         self.translator = translator
@@ -233,7 +233,7 @@ class TranslationSource(MapSource):
         check_length(len(ids), self.max_length, "the sentence (in subwords and </s>)")
         pieces = self.translator.subword.tokenize(sentence)  # labels only: a piece per subword id
         if truncated:
-            raise ValueError(f"the sentence has {self._too_long(len(pieces))}; shorten it")
+            raise ArgumentError(f"the sentence has {self._too_long(len(pieces))}; shorten it")
         return EncodedSentence((*pieces, "</s>"), tuple(ids), tuple(i for i, t in enumerate(ids) if t == UNK_ID))
 
     def read_file(self, path: str | Path, *, format: str | None = None) -> EncodedFile:
@@ -241,7 +241,7 @@ class TranslationSource(MapSource):
         reads its source files; empty lines and sentences longer than the model takes are skipped (counted
         in ``skipped`` as ``empty`` and ``over-long``)."""
         if format not in (None, "lines"):
-            raise ValueError(f"a translation checkpoint reads raw source text, one sentence per line: format must be "
+            raise ArgumentError(f"a translation checkpoint reads raw source text, one sentence per line: format must be "
                              f"'lines', got {format!r}")
         kept, skipped = [], {"empty": 0, "over-long": 0}
         for line in read_lines(path):
@@ -254,7 +254,7 @@ class TranslationSource(MapSource):
             else:
                 kept.append(tuple(ids))
         if not kept:
-            raise ValueError(f"data file {path} holds no sentence the model can read ({skipped['empty']} empty, "
+            raise ArgumentError(f"data file {path} holds no sentence the model can read ({skipped['empty']} empty, "
                              f"{skipped['over-long']} longer than {self.limit} subwords)")
         return EncodedFile(str(path), kept, {reason: n for reason, n in skipped.items() if n})
 
@@ -275,7 +275,7 @@ def load_for_maps(checkpoint: str | Path | LoadedModel | Translator | MapSource,
     if isinstance(checkpoint, Translator):
         return TranslationSource(checkpoint, max_length)
     if not isinstance(checkpoint, (str, Path)):
-        raise TypeError("checkpoint must be a checkpoint path, a LoadedModel, a Translator or a MapSource, got "
+        raise ArgumentTypeError("checkpoint must be a checkpoint path, a LoadedModel, a Translator or a MapSource, got "
                         f"{describe(checkpoint)}")
     ckpt = load_checkpoint(checkpoint)
     if ckpt.model_type == "seq2seq":

@@ -1,5 +1,6 @@
-"""Classifiers and taggers over encoded items: the loss, evaluation and prediction (shared by the trainer and the
-commands), and the longest input a classifier reads."""
+"""Classifiers and taggers over encoded items: the loss, evaluation and prediction (shared by the trainer,
+:mod:`maskattn.train`, and the checkpoint commands, :mod:`maskattn.inference`), and the longest input a
+classifier reads."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import torch.nn.functional as F
 from ..data.batching import IGNORE_INDEX, BucketBatchSampler, collate
 from ..data.config import DataConfig
 from ..data.vocab import LabelSet
-from ..errors import ConfigError
+from ..errors import ArgumentError, ConfigError
 from ..models.config import ModelConfig
-from .metrics import accuracy, span_f1
+from .labels import accuracy, span_f1
 
 __all__ = ["summed_loss", "evaluate", "predict_ids", "input_limit", "pretrained_input_limit"]
 
@@ -78,7 +79,7 @@ def evaluate(model: nn.Module, items: list[dict], labels: LabelSet, *, batch_siz
              device: torch.device | str = "cpu") -> dict[str, float]:
     """Mean loss and accuracy (token accuracy and BIO chunk F1 for taggers) over labelled items."""
     if not items:
-        raise ValueError("cannot evaluate on an empty split")
+        raise ArgumentError("cannot evaluate on an empty split")
     model.eval()
     total, count = 0.0, 0
     for _, batch in _batches(items, batch_size):

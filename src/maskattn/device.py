@@ -1,12 +1,16 @@
-"""The torch device a command or a run asks for by name."""
+"""The torch device a command, a run or a function asks for by name — one meaning everywhere: ``auto`` (CUDA
+when available, else the CPU), ``cpu``, ``cuda`` or ``cuda:N`` (docs/design.md §4)."""
 
 from __future__ import annotations
 
 import torch
 
-from ..errors import ConfigError
+from .errors import ConfigError
 
-__all__ = ["resolve_device"]
+__all__ = ["resolve_device", "DEVICE_NAMES"]
+
+#: what a device option accepts (``cuda:N`` for any N)
+DEVICE_NAMES = ("auto", "cpu", "cuda", "cuda:N")
 
 
 def resolve_device(name: str) -> torch.device:

@@ -9,7 +9,10 @@ model, how much attention that is: per layer, the attention that second-sentence
 first-sentence word pieces (special tokens excluded on both sides), averaged over heads and queries, and the
 part of it beyond ``reach`` positions. docs/results.md reads the SNLI fine-tuning results with it.
 
-    python -m maskattn.bench.reach --data ../shared/data/snli/dev.jsonl --limit 400 --reach 4,5
+Needs the ``hf`` extra (``pip install 'maskattn[hf]'``), like :mod:`maskattn.hf`, which it uses to load the model;
+``import maskattn.analysis`` does not import it.
+
+    python -m maskattn.analysis.reach --data ../shared/data/snli/dev.jsonl --limit 400 --reach 4,5
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ..errors import ArgumentError, ArgumentTypeError
 from ..data.readers import read_nli_jsonl
 from ..hf import load_encoder
 from ..models.pretrained import resolve_pretrained
@@ -40,11 +44,11 @@ def cross_attention_reach(probs: torch.Tensor, segments: torch.Tensor,
         keys (mean over heads and queries), and ``(len(reaches), layers)``, the part of it at ``|i − j| > R``.
     """
     if probs.dim() != 4 or probs.shape[-1] != probs.shape[-2] or probs.shape[-1] != segments.numel():
-        raise ValueError(f"probs must be (layers, heads, n, n) with n = {segments.numel()} segment ids, "
+        raise ArgumentError(f"probs must be (layers, heads, n, n) with n = {segments.numel()} segment ids, "
                          f"got {tuple(probs.shape)}")
     queries, keys = segments == 1, segments == 0
     if not queries.any() or not keys.any():
-        raise ValueError("segments must mark word pieces of both sentences (0 and 1), "
+        raise ArgumentError("segments must mark word pieces of both sentences (0 and 1), "
                          f"got {segments.tolist()}")
     position = torch.arange(segments.numel(), device=probs.device)
     distance = (position[:, None] - position[None, :]).abs()[queries]  # (second-sentence queries, n)
@@ -62,9 +66,9 @@ def measure_reach(model, tokenizer, pairs: Sequence[tuple[str, str]], reaches: S
     ``attn_implementation="eager"``); ``tokenizer`` must be a fast tokenizer (its ``sequence_ids`` tell the
     sentences apart, for BERT and for RoBERTa alike)."""
     if not getattr(tokenizer, "is_fast", False):
-        raise TypeError(f"tokenizer must be a fast (tokenizers-backed) tokenizer, got {type(tokenizer).__name__}")
+        raise ArgumentTypeError(f"tokenizer must be a fast (tokenizers-backed) tokenizer, got {type(tokenizer).__name__}")
     if not pairs:
-        raise ValueError("pairs is empty; expected at least one (premise, hypothesis) pair")
+        raise ArgumentError("pairs is empty; expected at least one (premise, hypothesis) pair")
     model.eval()
     cross_total, beyond_total = 0.0, 0.0
     for premise, hypothesis in pairs:
@@ -72,7 +76,7 @@ def measure_reach(model, tokenizer, pairs: Sequence[tuple[str, str]], reaches: S
         segments = torch.tensor([-1 if s is None else s for s in encoded.sequence_ids(0)])
         attentions = model(**encoded, output_attentions=True).attentions
         if not attentions or attentions[0] is None:
-            raise ValueError("the model returned no attention probabilities; load it with "
+            raise ArgumentError("the model returned no attention probabilities; load it with "
                              "attn_implementation='eager' (a converted layer does not return them)")
         probs = torch.cat(attentions).float()  # (layers, heads, n, n): batch of one
         cross, beyond = cross_attention_reach(probs, segments, reaches)
@@ -81,7 +85,7 @@ def measure_reach(model, tokenizer, pairs: Sequence[tuple[str, str]], reaches: S
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m maskattn.bench.reach", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m maskattn.analysis.reach", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="NLI JSON lines (premise, hypothesis, label)")
     parser.add_argument("--model", default="all-MiniLM-L6-v2",
                         help="a local model folder, or all-MiniLM-L6-v2 from the installed package")

@@ -1,16 +1,17 @@
-"""Evaluation metrics: accuracy, and BIO chunk F1 for tagging (exact span match, CoNLL style); translation's
-BLEU and chrF come from sacreBLEU (:func:`maskattn.inference.corpus_scores`)."""
+"""Metrics of predicted labels: accuracy, and BIO chunk F1 for tagging (exact span match, CoNLL style);
+translation's BLEU and chrF come from sacreBLEU (:func:`maskattn.metrics.corpus_scores`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from ..errors import ArgumentError
 
 __all__ = ["accuracy", "bio_spans", "span_f1"]
 
 
 def accuracy(predictions: Sequence[int], targets: Sequence[int]) -> float:
     if len(predictions) != len(targets):
-        raise ValueError(f"{len(predictions)} predictions for {len(targets)} targets")
+        raise ArgumentError(f"{len(predictions)} predictions for {len(targets)} targets")
     return sum(int(p == t) for p, t in zip(predictions, targets)) / max(1, len(targets))
 
 

@@ -1,4 +1,4 @@
-"""Analysis of attention maps: localness (MAN §4.3, Eq. 13, Table 5).
+"""Localness of attention maps (MAN §4.3, Eq. 13, Table 5).
 
 ``attn_s_{w,l} = 1/|D| Σ_{X_i ∈ D} 1/T_i Σ_{j ≤ T_i} Σ_{|k − j| ≤ w} s̄_i[j, k]`` — the attention mass a
 query puts on keys within distance ``w`` of itself, averaged over the real tokens of a sentence and
@@ -12,26 +12,27 @@ from collections.abc import Sequence
 
 import torch
 
-from .validation import check_key_padding_mask, describe
+from ..errors import ArgumentError, ArgumentTypeError
+from ..validation import check_key_padding_mask, describe
 
 __all__ = ["localness", "localness_per_sequence"]
 
 
 def _check_window(window) -> int:
     if isinstance(window, bool) or not isinstance(window, int):
-        raise TypeError(f"window must be an int >= 0 (distance w of Eq. 13), got {describe(window)}")
+        raise ArgumentTypeError(f"window must be an int >= 0 (distance w of Eq. 13), got {describe(window)}")
     if window < 0:
-        raise ValueError(f"window must be >= 0, got {window}")
+        raise ArgumentError(f"window must be >= 0, got {window}")
     return window
 
 
 def _as_batch(attention) -> torch.Tensor:
     """(B, H, n, n) | (B, n, n) | (n, n) → head-averaged (B, n, n)."""
     if not isinstance(attention, torch.Tensor) or not attention.is_floating_point():
-        raise TypeError(f"attention must be a float tensor of shape (batch, heads, n, n), (batch, n, n) or (n, n), "
+        raise ArgumentTypeError(f"attention must be a float tensor of shape (batch, heads, n, n), (batch, n, n) or (n, n), "
                         f"got {describe(attention)}")
     if attention.dim() not in (2, 3, 4) or attention.shape[-1] != attention.shape[-2]:
-        raise ValueError(f"attention must have shape (batch, heads, n, n), (batch, n, n) or (n, n) with square "
+        raise ArgumentError(f"attention must have shape (batch, heads, n, n), (batch, n, n) or (n, n) with square "
                          f"query × key maps, got {tuple(attention.shape)}")
     if attention.dim() == 4:
         attention = attention.mean(1)  # s̄: average over heads
@@ -76,7 +77,7 @@ def localness(attention: torch.Tensor | Sequence[torch.Tensor], window: int,
     if isinstance(attention, torch.Tensor):
         return localness_per_sequence(attention, window, key_padding_mask).mean()
     if not isinstance(attention, Sequence) or not attention:
-        raise TypeError(f"attention must be a tensor or a non-empty sequence of tensors, got {describe(attention)}")
+        raise ArgumentTypeError(f"attention must be a tensor or a non-empty sequence of tensors, got {describe(attention)}")
     if key_padding_mask is not None:
-        raise ValueError("key_padding_mask applies to a single batched tensor; pass unpadded maps in a list instead")
+        raise ArgumentError("key_padding_mask applies to a single batched tensor; pass unpadded maps in a list instead")
     return torch.cat([localness_per_sequence(a, window) for a in attention]).mean()

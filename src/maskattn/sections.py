@@ -1,7 +1,7 @@
 """Configuration sections as dataclasses: building them from dicts (YAML, ``--set``) and checking every value.
 
 Each section class (:class:`~maskattn.data.DataConfig`, :class:`~maskattn.models.ModelConfig`,
-``OptimConfig``, ``LoopConfig``) declares its allowed values in one place, a ``RULES`` mapping from key to
+``OptimConfig``, ``TrainConfig``) declares its allowed values in one place, a ``RULES`` mapping from key to
 :class:`Rule`, and calls :func:`check_section` from ``__post_init__``, so a section cannot be built with a value
 outside its range, whether it comes from a file, a ``--set`` flag or Python. :func:`from_dict` first checks
 the keys and the types (an unknown key fails with the list of valid keys). Every failure is a
@@ -17,7 +17,7 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
-from .errors import ConfigError
+from .errors import ConfigError, warn_renamed
 
 __all__ = ["Rule", "at_least", "positive", "in_range", "one_of", "optional", "pair", "check_section", "from_dict"]
 
@@ -122,12 +122,21 @@ def _type_name(tp) -> str:
 
 def from_dict(cls, data: dict | None, where: str = ""):
     """Build dataclass ``cls`` from a dict; unknown keys, wrongly typed values and values outside the section's
-    rules raise :class:`ConfigError` naming the key (and, for unknown keys, listing the valid ones)."""
+    rules raise :class:`ConfigError` naming the key (and, for unknown keys, listing the valid ones). A key of
+    ``cls.RENAMED`` (old name → new name) is read as its new name, with a deprecation warning."""
     data = {} if data is None else data
     if not isinstance(data, dict):
         raise ConfigError(f"config section {where or cls.__name__!r} must be a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     valid = [f.name for f in fields(cls)]
+    for old, new in getattr(cls, "RENAMED", {}).items():  # old spellings, accepted (with a warning) for a release
+        if old in data:
+            prefix = f"{where}." if where else ""
+            if new in data:
+                raise ConfigError(f"config keys {prefix}{old} and {prefix}{new} are one setting ({old} is its old "
+                                  f"name); give {prefix}{new} only")
+            warn_renamed(f"config key {prefix}{old}", f"{prefix}{new}", stacklevel=2)
+            data = {(new if key == old else key): value for key, value in data.items()}
     unknown = sorted(set(data) - set(valid))
     if unknown:
         prefix = f"{where}." if where else ""

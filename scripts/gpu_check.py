@@ -1,11 +1,15 @@
-"""The GPU acceptance run: ``scripts/gpu_check.sh OUTDIR`` (``python -m maskattn.bench.gpu_check OUTDIR``).
+"""The GPU acceptance run: ``scripts/gpu_check.sh OUTDIR`` (``python scripts/gpu_check.py OUTDIR``).
+
+A script of the source checkout, not part of the installed package: its first part runs the checkout's test
+suite (``tests/``, with the checkout's root as the working directory); ``maskattn`` must be installed from the
+same checkout (``pip install -e '.[dev]'``).
 
 On one CUDA GPU, in order, each part kept in OUTDIR with its own log:
 
 1. ``pytest -m gpu`` — no host synchronisation on the default paths, flex gradients against the reference,
    bf16 / fp16 autocast training (``tests/test_gpu.py``); each failure's traceback goes to ``failures.log`` as
    it happens, so a run stopped by a time limit keeps them;
-2. ``maskattn bench --preset gpu`` — bf16, d_model 512, 8 heads, batch 8, n = 512 … 16384, forward + backward
+2. ``maskattn bench --suite gpu`` — bf16, d_model 512, 8 heads, batch 8, n = 512 … 16384, forward + backward
    and peak memory of every backend (``triton`` beside ``flex``, ``sdpa``, ``banded``), against SDPA multi-head
    attention and SDPA's causal kernel; the fused-kernel issue's targets are evaluated from its records
    (:func:`bench_targets`, :func:`memory_growth`);
@@ -31,6 +35,9 @@ from pathlib import Path
 
 import torch
 
+#: the source checkout this script belongs to: pytest runs its tests/
+ROOT = Path(__file__).resolve().parents[1]
+
 __all__ = ["main", "bench_targets", "memory_growth"]
 
 PRESETS = ("multi30k-transformer-gpu", "multi30k-man-gpu", "multi30k-csan-gpu", "multi30k-mtsa-encoder-gpu")
@@ -41,13 +48,14 @@ TARGET_LABELS = {"mtsa": "mtsa/triton", "dman": "dman/triton", "csan1d": "csan1d
 MEMORY_PER_DOUBLING = 2.1
 
 
-def _run(command: list[str], log: Path, timeout: float, env: dict[str, str] | None = None) -> tuple[int, float]:
-    """Run ``command`` with its output in ``log`` (and ``env`` added to this process's environment);
-    (exit code, seconds)."""
+def _run(command: list[str], log: Path, timeout: float, env: dict[str, str] | None = None,
+         cwd: Path | None = None) -> tuple[int, float]:
+    """Run ``command`` (in ``cwd``; default: this process's working directory) with its output in ``log`` (and
+    ``env`` added to this process's environment); (exit code, seconds)."""
     start = time.perf_counter()
     with open(log, "w", encoding="utf-8") as out:
         try:
-            code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=timeout,
+            code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, cwd=cwd,
                                   env=None if env is None else {**os.environ, **env}).returncode
         except subprocess.TimeoutExpired:
             out.write(f"\n[gpu_check] stopped after {timeout:.0f} s\n")
@@ -158,7 +166,7 @@ def _report(summary: dict) -> str:
         lines += [f"- FAILED {name}" for name in tests["failures"]] + ([""] if tests["failures"] else [])
     bench = summary.get("bench")
     if bench:
-        lines += ["## maskattn bench --preset gpu", "", f"exit code {bench['exit_code']}, {bench['wall_s']:.0f} s; "
+        lines += ["## maskattn bench --suite gpu", "", f"exit code {bench['exit_code']}, {bench['wall_s']:.0f} s; "
                   "records in bench/bench.json, plot bench/bench.png.", "",
                   "| target | n | ratio | met |", "|---|---:|---:|---|"]
         for row in bench["targets"]:
@@ -211,12 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     if "tests" not in skip:
         # failures are written to failures.log as they happen (tests/conftest.py): kept if the time limit stops pytest
         code, seconds = _run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider"],
-                             args.out / "tests.log", 600,
+                             args.out / "tests.log", 600, cwd=ROOT,
                              env={"MASKATTN_FAILURE_LOG": str((args.out / "failures.log").resolve())})
         summary["tests"] = {"exit_code": code, "wall_s": seconds, **_pytest_summary(args.out / "tests.log")}
     if "bench" not in skip:
-        bench_args = (["--preset", "quick", "--mechanisms", "mha,mtsa,csan1d,sdpa_causal", "--lengths", "16,32",
-                       "--device", "cpu"] if args.smoke else ["--preset", "gpu"])
+        bench_args = (["--suite", "quick", "--mechanisms", "mha,mtsa,csan1d,sdpa_causal", "--lengths", "16,32",
+                       "--device", "cpu"] if args.smoke else ["--suite", "gpu"])
         code, seconds = _run([sys.executable, "-m", "maskattn.cli", "bench", *bench_args, "--out",
                               str(args.out / "bench")], args.out / "bench.log", 900)
         records = []

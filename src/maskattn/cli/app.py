@@ -1,0 +1,76 @@
+"""The ``maskattn`` Typer application and what every command shares: the error policy (one line for a user's
+mistake, a traceback for a bug) and the handling of Ctrl-C / SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from ..errors import MaskattnError
+
+__all__ = ["app", "user_errors", "interrupt_exits", "sigterm_as_interrupt", "is_user_error", "warn", "DEVICE_HELP"]
+
+#: the help of every command's --device (one meaning: maskattn.device.resolve_device)
+DEVICE_HELP = "auto (CUDA when available, else the CPU), cpu, cuda or cuda:N"
+
+app = typer.Typer(help="maskattn: mask-based self-attention (MTSA, MAN, CSAN) for PyTorch.", no_args_is_help=True,
+                  add_completion=False)
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """A mistake the user can fix: one of maskattn's own errors (raised on purpose, naming what was wrong), or an
+    ``OSError`` about a file (it carries the file's name: the user's input or output path)."""
+    return isinstance(exc, MaskattnError) or (isinstance(exc, OSError) and exc.filename is not None)
+
+
+def _message(exc: BaseException) -> str:
+    """The line printed for a user error: an ``OSError`` as ``path: reason``, anything else as its text."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        paths = f"{exc.filename} → {exc.filename2}" if exc.filename2 is not None else str(exc.filename)
+        return f"{paths}: {exc.strerror}"
+    return str(exc)
+
+
+def warn(message: str) -> None:
+    """``warning: …`` on stderr (one line)."""
+    Console(stderr=True).print(f"[yellow]warning:[/yellow] {escape(message)}", markup=True, highlight=False,
+                               soft_wrap=True)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn the user errors raised inside (:func:`is_user_error`) into ``error: …`` on stderr and exit code 2;
+    anything else keeps its traceback."""
+    try:
+        yield
+    except (MaskattnError, OSError) as exc:
+        if not is_user_error(exc):
+            raise
+        Console(stderr=True).print(f"[red]error:[/red] {escape(_message(exc))}", markup=True, highlight=False,
+                                   soft_wrap=True)  # one line, whatever the terminal's width: paths stay whole
+        raise typer.Exit(code=2) from None
+
+
+@contextmanager
+def interrupt_exits() -> Iterator[None]:
+    """Ctrl-C / SIGTERM end the command with exit code 130 (the trainer has said what it kept)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise typer.Exit(code=130) from None
+
+
+def sigterm_as_interrupt() -> None:
+    """SIGTERM (kill) stops training like Ctrl-C: checkpoints already written stay intact."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    if sys.platform != "win32":
+        signal.signal(signal.SIGTERM, handler)
+
+

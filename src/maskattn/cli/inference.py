@@ -1,0 +1,111 @@
+"""``maskattn eval``, ``predict``, ``translate``: using a trained checkpoint."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from ..errors import ArgumentError
+from .app import DEVICE_HELP, app, user_errors
+
+
+@app.command("eval")
+def eval_(
+    checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="a .safetensors checkpoint"),
+    data: Path = typer.Option(None, "--data", help="classifiers: labelled file to evaluate on"),
+    format: str = typer.Option(None, "--format", help="tsv, trec, trec_fine, nli, conll (default: the checkpoint's)"),
+    src: Path = typer.Option(None, "--src", help="translation: source sentences, one per line"),
+    ref: Path = typer.Option(None, "--ref", help="translation: reference translations, line-aligned with --src"),
+    beam: int = typer.Option(5, "--beam", help="translation: beam size (1 = greedy)"),
+    length_penalty: float = typer.Option(0.6, "--length-penalty", help="translation: beam-search length penalty α"),
+    batch_size: int = typer.Option(64, "--batch-size", help="translation: sentences per decoding batch"),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+):
+    """Evaluate a checkpoint; prints the metrics as JSON. Classifiers: --data FILE. Translation: --src FILE
+    --ref FILE (sacreBLEU BLEU and chrF with their signatures). Inputs longer than the model reads are
+    truncated, with a warning listing their lines."""
+    from ..inference import evaluate_file, evaluate_translation
+
+    with user_errors():
+        if src is not None or ref is not None:
+            if src is None or ref is None or data is not None:
+                raise ArgumentError("translation evaluation takes both --src FILE and --ref FILE (and no --data)")
+            metrics = evaluate_translation(checkpoint, src, ref, beam=beam, length_penalty=length_penalty,
+                                           batch_size=batch_size, device=device,
+                                           on_truncate=_warn_truncated("subwords"))
+        elif data is None:
+            raise ArgumentError("nothing to evaluate: pass --data FILE (classifiers) or --src FILE --ref FILE "
+                             "(translation)")
+        else:
+            metrics = evaluate_file(checkpoint, data, format=format, device=device,
+                                    on_truncate=_warn_truncated("tokens"))
+    Console().print_json(json.dumps(metrics))
+
+
+def _warn_truncated(unit: str) -> Callable[[list[int], int], None]:
+    """The ``on_truncate`` of the inference functions: say on stderr which input lines were cut to the model's
+    limit of ``unit``."""
+    def warn(lines: list[int], limit: int) -> None:
+        shown = ", ".join(map(str, lines[:10])) + (", …" if len(lines) > 10 else "")
+        Console(stderr=True).print(f"[yellow]warning:[/yellow] {len(lines)} input line(s) longer than the model's "
+                                   f"max_len were truncated to fit (the first {limit} {unit}): line(s) {shown}",
+                                   markup=True, highlight=False)
+    return warn
+
+
+def _input_lines(path: Path | None) -> list[str]:
+    """The lines of ``path``, or of stdin when it is ``None`` (:mod:`maskattn.data.text`)."""
+    from ..data.text import read_lines, read_stream_lines
+
+    return read_lines(path) if path is not None else read_stream_lines(typer.get_binary_stream("stdin"))
+
+
+@app.command()
+def translate(
+    checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="a translation .safetensors checkpoint"),
+    input: Path = typer.Option(None, "--input", "-i", help="source sentences, one per line (default: stdin)"),
+    output: Path = typer.Option(None, "--output", "-o", help="write translations here (default: stdout)"),
+    beam: int = typer.Option(5, "--beam", help="beam size (1 = greedy)"),
+    length_penalty: float = typer.Option(0.6, "--length-penalty", help="GNMT length penalty α of beam search"),
+    batch_size: int = typer.Option(64, "--batch-size", help="sentences per decoding batch"),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+):
+    """Translate sentences, one per line: one output line per input line (an empty line stays empty; a line
+    longer than the model's max_len is truncated, with a warning on stderr)."""
+    from ..inference import load_translator
+
+    with user_errors():
+        lines = _input_lines(input)
+        translator = load_translator(checkpoint, device=device)
+        outputs = translator.translate(lines, beam=beam, length_penalty=length_penalty, batch_size=batch_size,
+                                       on_truncate=_warn_truncated("subwords"))
+        text = "".join(line + "\n" for line in outputs)
+        if output is not None:
+            output.write_text(text, encoding="utf-8")
+    if output is None:
+        typer.echo(text, nl=False)
+
+
+@app.command()
+def predict(
+    checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="a .safetensors checkpoint"),
+    texts: list[str] = typer.Argument(None, help="sentences (pair models: 'premise ||| hypothesis')"),
+    input: Path = typer.Option(None, "--input", "-i", help="file with one sentence per line"),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+):
+    """Predict labels: one output line per input (the arguments, then the lines of --input), the label or a
+    tagger's tags; a blank input line gives a blank output line. Inputs longer than the model reads are
+    truncated, with a warning listing them."""
+    from ..inference import predict as run_predict
+
+    with user_errors():
+        lines = list(texts or []) + (_input_lines(input) if input is not None else [])
+        if not texts and input is None:
+            raise ArgumentError("no input: pass sentences as arguments or --input FILE")
+        labels = run_predict(checkpoint, lines, device=device, on_truncate=_warn_truncated("tokens"))
+    for label in labels:
+        typer.echo(" ".join(label) if isinstance(label, list) else label)

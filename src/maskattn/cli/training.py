@@ -1,0 +1,73 @@
+"""``maskattn train``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from ..errors import ArgumentError
+from .app import DEVICE_HELP, app, interrupt_exits, sigterm_as_interrupt, user_errors
+
+
+@app.command()
+def train(
+    config: Path = typer.Option(None, "--config", "-c", help="YAML run configuration (sections data, model, optim, train)"),
+    preset: str = typer.Option(None, "--preset", "-p", help="a preset shipped with maskattn (see `maskattn list`)"),
+    data: Path = typer.Option(None, "--data", help="dataset folder (sets data.dir)"),
+    out: Path = typer.Option(None, "--out", "-o", help="run folder for checkpoints and metrics (train.out_dir)"),
+    seed: int = typer.Option(None, "--seed", help="train.seed"),
+    max_steps: int = typer.Option(None, "--max-steps", help="train.max_steps"),
+    device: str = typer.Option(None, "--device", help=f"train.device: {DEVICE_HELP} (default auto)"),
+    resume: Path = typer.Option(None, "--resume", help="continue the run of this last.safetensors checkpoint"),
+    overrides: list[str] = typer.Option(None, "--set", "-s", help="override: section.key=value (repeatable)"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="show the progress bar"),
+    all_folds: bool = typer.Option(False, "--all-folds", help="train every fold of data.cv_folds into "
+                                   "<out>/fold<i> and report the mean ± std test metric (<out>/cv.json)"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace the run already in the run folder (its "
+                                   "checkpoints, metrics, config; deleted once this run holds the folder)"),
+):
+    """Train a model. With no arguments: the embedded default job (order task, MTSA vs multi-head).
+
+    A run folder belongs to one process at a time, and a folder that holds a run is refused: continue that
+    run with --resume <folder>/last.safetensors, replace it with --overwrite, or choose another --out."""
+    from ..train import api, default_job
+    from ..train.config import apply_overrides, load_config, preset_path
+
+    flags = [f"{key}={value}" for key, value in (("data.dir", data), ("train.out_dir", out), ("train.seed", seed),
+                                                  ("train.max_steps", max_steps), ("train.device", device))
+             if value is not None] + list(overrides or [])
+    sigterm_as_interrupt()
+    with user_errors(), interrupt_exits():
+        if resume is not None:
+            if all_folds:
+                raise ArgumentError("--all-folds continues an interrupted cross-validation by itself: run the same "
+                                 "command again, without --resume")
+            if overwrite:
+                raise ArgumentError("--overwrite starts a new run; --resume continues the run in the checkpoint's "
+                                 "folder (give one or the other)")
+            if config or preset or data:
+                raise ArgumentError("--resume continues a run with its own configuration; drop --config/--preset/--data "
+                                 "(train.* settings may be overridden)")
+            extra = apply_overrides({}, flags)
+            if set(extra) - {"train"}:
+                raise ArgumentError(f"with --resume only train.* settings may change, got sections {sorted(extra)}")
+            summary = api.resume(resume, train_overrides={**extra.get("train", {}),
+                                                          **({} if progress else {"progress": False})})
+        elif config is None and preset is None and data is None and not overrides and seed is None and device is None \
+                and not all_folds:
+            default_job.run_default_job(str(out or "runs/default"), max_steps=max_steps, progress=progress,
+                                        overwrite=overwrite)
+            return
+        else:
+            if config and preset:
+                raise ArgumentError("give either --config or --preset, not both")
+            path = config or (preset_path(preset) if preset else None)
+            cfg = load_config(path, flags + ([] if progress else ["train.progress=false"]))
+            summary = (api.cross_validate(cfg, console=Console(), overwrite=overwrite) if all_folds
+                       else api.train(cfg, overwrite=overwrite))
+    Console().print_json(json.dumps(summary))
+
+
