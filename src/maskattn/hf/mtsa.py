@@ -29,7 +29,7 @@ from .base import ConvertedSelfAttention
 from .options import check_choice, check_int, check_known, describe
 
 ACTIVATIONS = {"elu": F.elu, "relu": F.relu}
-HEAD_MASK_PRESETS = ("full", "directional")
+HEAD_MASK_NAMES = ("full", "directional")
 
 
 def _head_mask_names(head_masks, num_heads: int) -> list[str]:
