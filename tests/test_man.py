@@ -304,7 +304,7 @@ def test_cache_errors():
 @pytest.mark.parametrize("cls, options, exc, words", [
     (DynamicMaskAttention, dict(max_distance=0), ValueError, ["max_distance", ">= 1", "0"]),
     (DynamicMaskAttention, dict(max_distance=2.5), TypeError, ["max_distance", "2.5"]),
-    (DynamicMaskAttention, dict(activation="gelu"), ValueError, ["activation", "'gelu'", "relu"]),
+    (DynamicMaskAttention, dict(activation="tanh"), ValueError, ["activation", "'tanh'", "relu", "gelu"]),
     (DynamicMaskAttention, dict(backend="xla"), ValueError, ["backend", "'xla'", "'sdpa'"]),
     (DynamicMaskAttention, dict(causal=1), TypeError, ["causal", "bool"]),
     (StaticMaskAttention, dict(radius=-1), ValueError, ["radius", ">= 0", "-1"]),

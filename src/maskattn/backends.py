@@ -67,6 +67,7 @@ class Situation:
         batch_mask: the mask depends on the batch (key padding, a per-sequence radius).
         score_mod: the local family's score modifier: None, ``"logsigmoid"`` or ``"other"``.
         scale: the tensorized family's token2token scale (``"log_sigmoid"`` / ``"identity"``), else None.
+        row_floor: DMAN's mask floor is relative to each row's maximum (``mask_floor_mode="row_max"``).
     """
 
     device: str = "cpu"
@@ -80,6 +81,7 @@ class Situation:
     batch_mask: bool = False
     score_mod: str | None = None
     scale: str | None = None
+    row_floor: bool = False
 
     @classmethod
     def of(cls, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *grad_inputs: torch.Tensor | None,
@@ -198,7 +200,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("dman", (
         _triton("fused FlashAttention-2-style kernel with the gate log σ(z) and deterministic mask gradients",
                 lambda s: triton_dman.unsupported(device=s.device, dtype=s.dtype,
-                                                  head_dims={"d_k": s.head_dims[0], "d_v": s.head_dims[1]})),
+                                                  head_dims={"d_k": s.head_dims[0], "d_v": s.head_dims[1]},
+                                                  row_floor=s.row_floor)),
         _flex("the bias inside a score_mod", _dman_flex_passed_over),
         Backend("sdpa", "the tiled recomputing PyTorch kernel (exact gradients of a, P, U)"),
         _REFERENCE),

@@ -23,7 +23,7 @@ from .. import backends
 from ..validation import check_key_padding_mask, check_positive_int, check_probability, checking, describe
 
 __all__ = ["SelfAttention", "AttentionMaps", "AttentionCache", "check_dims", "check_input", "split_heads",
-           "merge_heads", "zero_padding", "add_qkv_projections"]
+           "merge_heads", "zero_padding", "qkv_projections", "split_qkv"]
 
 
 def check_dims(d_model, num_heads, *, divisible: bool = True) -> tuple[int, int]:
@@ -54,15 +54,22 @@ def check_input(x, d_model: int, key_padding_mask, name: str = "x", mask_name: s
     return kpm
 
 
-def add_qkv_projections(module: nn.Module, d_model: int, *, bias: bool) -> None:
+def qkv_projections(d_model: int, *, bias: bool) -> tuple[nn.Linear, nn.Linear]:
     """The standard fused ``in_proj`` (q, k, v) and ``out_proj`` of multi-head attention, Glorot-initialised
     with zero biases; shared so that MHA-style modules have identical parameters and ``state_dict`` keys."""
-    module.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
-    module.out_proj = nn.Linear(d_model, d_model, bias=bias)
-    nn.init.xavier_uniform_(module.in_proj.weight)
+    in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+    out_proj = nn.Linear(d_model, d_model, bias=bias)
+    nn.init.xavier_uniform_(in_proj.weight)
     if bias:
-        nn.init.zeros_(module.in_proj.bias)
-        nn.init.zeros_(module.out_proj.bias)
+        nn.init.zeros_(in_proj.bias)
+        nn.init.zeros_(out_proj.bias)
+    return in_proj, out_proj
+
+
+def split_qkv(qkv: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-head ``q, k, v`` ``(B, H, n, d_h)`` of a fused projection ``(B, n, 3·d)``."""
+    q, k, v = qkv.chunk(3, dim=-1)  # (B, n, 3·d) -> 3 × (B, n, d)
+    return split_heads(q, num_heads), split_heads(k, num_heads), split_heads(v, num_heads)
 
 
 def split_heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -131,7 +138,7 @@ class AttentionCache:
 
     def extend(self, key: torch.Tensor, value: torch.Tensor, padding: torch.Tensor | None) -> AttentionCache:
         """A new cache with ``key``/``value`` ``(B, H, n_new, d_h)`` appended along positions."""
-        if self.key is None:
+        if self.key is None or self.value is None:
             return AttentionCache(key, value, padding)
         old_pad, new_pad = self.padding, padding
         if old_pad is not None or new_pad is not None:
@@ -145,7 +152,7 @@ class AttentionCache:
 
     def reorder(self, index: torch.Tensor) -> AttentionCache:
         """Select / repeat batch rows (``index``: 1-D long tensor), e.g. to follow beams."""
-        if self.key is None:
+        if self.key is None or self.value is None:
             return self
         if not isinstance(index, torch.Tensor) or index.dim() != 1 or index.dtype not in (torch.long, torch.int):
             raise ArgumentTypeError(f"index must be a 1-D integer tensor of batch rows, got {describe(index)}")
@@ -203,6 +210,11 @@ class SelfAttention(nn.Module):
         cache = self._check_cache(cache, x.shape[0])
         q, k, v = self.project(x)
         return kpm, q, cache.extend(k, v, kpm), len(cache)
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The per-head projections of ``x`` ``(B, n, d_model)``: ``q, k, v`` ``(B, H, n, d_h)`` (MTSA adds its
+        source2token scores ``S``)."""
+        raise NotImplementedError
 
     def _check_cache(self, cache, batch: int) -> AttentionCache:
         if not isinstance(cache, AttentionCache):

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from ..validation import check_probability
+from ..functional.activations import activation as activation_fn, check_activation
 from ..functional.dot_product import dot_product_attention
 from .base import check_dims, merge_heads, split_heads
 
@@ -16,15 +18,23 @@ __all__ = ["CrossAttention"]
 
 class CrossAttention(nn.Module):
     """Multi-head attention of ``x`` ``(B, T, d)`` over a memory ``(B, S, d)``. :meth:`memory_kv` projects the
-    memory once per source, so incremental decoding reuses it at every step."""
+    memory once per source, so incremental decoding reuses it at every step.
+
+    ``activation``: ``F`` before the output projection, as MAN's Eq. 5 — None (Vaswani et al.; default) or a name of
+    the activation table: the authors' MAN decoders compute their encoder–decoder attention with the same
+    ``MultiheadAttention2`` as their encoder, so it applies ReLU (translation, ``multihead_attention2.py`` line 249)
+    or GELU (summarization, ``summarization/model/multihead_attention2.py`` line 294). ``activation_dropout``:
+    dropout after it (0; 0.1 in their summarization model, line 295)."""
 
     def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0, backend: str = "auto",
-                 bias: bool = True):
+                 bias: bool = True, activation: str | None = None, activation_dropout: float = 0.0):
         super().__init__()
         check_dims(d_model, num_heads)
         self.d_model, self.num_heads = d_model, num_heads
         self.dropout = check_probability(dropout, "dropout")
         self.backend = backend
+        self.activation = check_activation(activation, "activation")
+        self.activation_dropout = check_probability(activation_dropout, "activation_dropout")
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -47,4 +57,9 @@ class CrossAttention(nn.Module):
         k, v = memory_kv
         out = dot_product_attention(q, k, v, key_padding_mask=memory_padding, dropout_p=self.dropout,
                                     training=self.training, backend=self.backend)
-        return self.out_proj(merge_heads(out))  # (B, T, d)
+        out = merge_heads(out)  # (B, T, d)
+        if self.activation is not None:
+            out = activation_fn(self.activation)(out)
+        if self.training and self.activation_dropout > 0:
+            out = F.dropout(out, self.activation_dropout, True)
+        return self.out_proj(out)  # (B, T, d)

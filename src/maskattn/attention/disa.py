@@ -58,7 +58,7 @@ class DiSA(SelfAttention):
         # (B, H, n, 1, d_h) + (B, H, 1, n, d_h) -> (B, H, n_query, n_key, d_h)
         scores = c * torch.tanh((self.query_score(h).unsqueeze(3) + self.key_score(h).unsqueeze(2)) / c)
         allowed = M.allowed(self.mask, kpm, n, n, batch=x.shape[0], heads=self.num_heads, device=x.device)
-        return h, masked_softmax(scores, allowed.unsqueeze(-1), dim=3)
+        return h, masked_softmax(scores, None if allowed is None else allowed.unsqueeze(-1), dim=3)
 
     @entry_point
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -16,9 +16,10 @@ import torch.nn.functional as F
 
 from ..errors import ArgumentError
 from ..validation import check_probability
+from ..functional.activations import ACTIVATIONS, check_activation
 from .base import split_heads
 
-ACTIVATIONS = {"elu": F.elu, "relu": F.relu}
+__all__ = ["ACTIVATIONS", "project_heads", "HeadwiseLinear", "HeadwiseSource2Token", "HeadwiseFusionGate"]
 
 
 def project_heads(linear: nn.Linear, x: torch.Tensor, num_heads: int, *, input_dropout: float = 0.0,
@@ -67,8 +68,7 @@ class HeadwiseSource2Token(nn.Module):
     def __init__(self, num_heads: int, d_in: int, d_hidden: int, d_out: int, *, activation: str = "elu",
                  layers: int = 2, input_dropout: float = 0.0):
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ArgumentError(f"unknown s2t_activation {activation!r}; expected one of {', '.join(ACTIVATIONS)}")
+        check_activation(activation, "s2t_activation", optional=False)
         if isinstance(layers, bool) or layers not in (1, 2):
             raise ArgumentError(f"s2t_layers must be 1 (one linear map) or 2 (MTSA Eq. 9), got {layers!r}")
         self.activation = activation
@@ -79,8 +79,11 @@ class HeadwiseSource2Token(nn.Module):
         if self.hidden is None:
             return self.score(k)  # (B, H, n, d_in) -> (B, H, n, d_out)
         hidden = self.hidden(k)
-        # in place: ELU / ReLU backward only needs the output, so the pre-activation is not kept
-        hidden = F.elu(hidden, inplace=True) if self.activation == "elu" else F.relu(hidden, inplace=True)
+        if self.activation in ("elu", "relu"):
+            # in place: ELU / ReLU backward only needs the output, so the pre-activation is not kept
+            hidden = F.elu(hidden, inplace=True) if self.activation == "elu" else F.relu(hidden, inplace=True)
+        else:
+            hidden = ACTIVATIONS[self.activation](hidden)
         return self.score(hidden)  # (B, H, n, d_in) -> (B, H, n, d_out)
 
 

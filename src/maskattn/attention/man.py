@@ -27,19 +27,22 @@ import torch.nn.functional as F
 from ..errors import ArgumentError, ArgumentTypeError
 from .. import backends
 from .. import masks as M
-from ..validation import check_choice, check_positive_int, describe, entry_point
-from ..functional.dman import check_mask_floor, dynamic_mask, dynamic_mask_attention, dynamic_mask_weights
+from ..validation import check_choice, check_positive_int, check_probability, describe, entry_point
+from ..functional.activations import ACTIVATIONS, activation as activation_fn, check_activation
+from ..functional.dman import (MASK_FLOOR_MODES, check_mask_floor, check_mask_floor_mode, dynamic_mask,
+                               dynamic_mask_attention, dynamic_mask_weights)
 from ..functional.dot_product import attention_weights, dot_product_attention
 from ..functional.local import banded_attention
-from .base import (AttentionCache, AttentionMaps, SelfAttention, add_qkv_projections, check_input, merge_heads,
-                   split_heads, zero_padding)
+from .base import (AttentionCache, AttentionMaps, SelfAttention, check_input, merge_heads,
+                   qkv_projections, split_qkv, zero_padding)
 from .registry import register_attention
 
 __all__ = ["DynamicMaskAttention", "StaticMaskAttention", "FullMaskAttention", "OUTPUT_ACTIVATIONS",
-           "SELF_DISTANCES"]
+           "SELF_DISTANCES", "MASK_FLOOR_MODES"]
 
-#: ``F`` of Eq. 5: None (identity, the paper) or "relu" (the authors' code).
-OUTPUT_ACTIVATIONS = (None, "relu")
+#: ``F`` of Eq. 5: None (identity, the paper) or a name of the activation table — "relu" (the authors' translation
+#: code, ``multihead_attention2.py`` line 249), "gelu" (their summarization model, ``man_base``), …
+OUTPUT_ACTIVATIONS = (None, *ACTIVATIONS)
 
 #: DMAN's ``P[0]`` (distance ``t − s = 0``): "learned" like every other distance (Eq. 12) or "zero", fixed at 0
 #: as the authors' table is built (``multihead_attention2.py`` lines 100–101).
@@ -47,30 +50,36 @@ SELF_DISTANCES = ("learned", "zero")
 
 
 class _MaskAttention(SelfAttention):
-    """Q/K/V projections, head split, output activation ``F`` and projection ``W_H`` (Eq. 5)."""
+    """Q/K/V projections, head split, output activation ``F`` (and the dropout after it) and projection ``W_H``
+    (Eq. 5)."""
 
-    def __init__(self, d_model, num_heads, *, dropout, backend, activation, bias, causal):
+    def __init__(self, d_model, num_heads, *, dropout, backend, activation, bias, causal, activation_dropout=0.0):
         super().__init__(d_model, num_heads, dropout=dropout, backend=backend)
-        if activation not in OUTPUT_ACTIVATIONS:
-            raise ArgumentError(f"unknown activation {activation!r}; expected one of None (identity, paper Eq. 5) or "
-                             "'relu' (authors' code)")
-        self.activation = activation
+        self.activation = check_activation(activation, "activation")
+        self.activation_dropout = check_probability(activation_dropout, "activation_dropout")
         if not isinstance(causal, bool):
             raise ArgumentTypeError(f"causal must be a bool, got {describe(causal)}")
         self._causal = causal
-        add_qkv_projections(self, d_model, bias=bias)
+        self.in_proj, self.out_proj = qkv_projections(d_model, bias=bias)
 
     @property
     def causal(self) -> bool:
         return self._causal
 
+    def _activation_repr(self) -> str:
+        """``activation=…`` (and the dropout after it, when there is one) for ``extra_repr``."""
+        dropout = f", activation_dropout={self.activation_dropout}" if self.activation_dropout else ""
+        return f"activation={self.activation}{dropout}"
+
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per-head ``q, k, v``: three ``(B, H, n, d_h)`` tensors."""
-        return tuple(split_heads(t, self.num_heads) for t in self.in_proj(x).chunk(3, dim=-1))
+        return split_qkv(self.in_proj(x), self.num_heads)
 
     def _finish(self, out: torch.Tensor, kpm: torch.Tensor | None) -> torch.Tensor:
-        if self.activation == "relu":
-            out = F.relu(out)
+        if self.activation is not None:
+            out = activation_fn(self.activation)(out)  # F of Eq. 5, per head (elementwise)
+        if self.training and self.activation_dropout > 0:  # summarization/model/multihead_attention2.py line 295
+            out = F.dropout(out, self.activation_dropout, True)
         return zero_padding(self.out_proj(merge_heads(out)), kpm)  # (B, n, d_model)
 
     def _attend(self, x, q, k, v, key_padding_mask, q_offset):
@@ -106,13 +115,22 @@ class DynamicMaskAttention(_MaskAttention):
             maximum number of positions — use ``max_distance = max_len`` for that). Never out of bounds.
         causal: decoder self-attention (queries see keys at positions ``<=`` their own); enables
             incremental decoding with :meth:`step`.
-        activation: ``F`` of Eq. 5 — ``None`` (identity) or ``"relu"`` (authors' code).
+        activation: ``F`` of Eq. 5 — ``None`` (identity) or a name of the activation table: ``"relu"`` (the
+            authors' translation code), ``"gelu"`` (their summarization model), ….
+        activation_dropout: dropout after ``F``, before the output projection (0; 0.1 in the authors'
+            summarization model, ``summarization/model/multihead_attention2.py`` line 295).
         bias: biases of the Q/K/V and output projections.
         self_distance: ``"learned"`` (Eq. 12: ``P[0]`` is a parameter like every distance) or ``"zero"``
             (``P[0] ≡ 0``, as the authors' code; the stored entry ``distance_bias[max_distance]`` is then unused).
         mask_floor: ``None`` (the exact ``log M``) or ``ε``: ``log max(M, ε)`` — the authors' code clamps ``M``
             at ``1e-10`` before the log; it differs only where ``M < ε`` (there a key keeps the weight
             ``ε·exp(score)`` and passes no gradient to ``W``, ``P``, ``U``).
+        mask_floor_mode: what ``mask_floor`` clamps (:data:`~maskattn.functional.dman.MASK_FLOOR_MODES`):
+            ``"absolute"`` — ``M`` itself (the authors' translation code, ``multihead_attention2.py`` line 122);
+            ``"row_max"`` — ``M`` divided by its maximum over the row's keys, the maximum taken without gradient
+            (their summarization code, ``summarization/model/multihead_attention2.py`` line 144): the floor of a
+            row is ``ε · max_s M[t, s]``. Needs ``mask_floor``. Backends: ``reference``, ``sdpa`` (the
+            materialised formula: the tiled kernel takes a fixed floor only) and ``flex``; ``triton`` declines it.
 
     :meth:`attention_maps` returns ``attention`` and ``mask`` (the ``M`` used, floored), both ``(B, H, n, n)``.
     """
@@ -121,20 +139,22 @@ class DynamicMaskAttention(_MaskAttention):
 
     def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0, backend: str = "auto",
                  max_distance: int = 128, causal: bool = False, activation: str | None = None, bias: bool = True,
-                 self_distance: str = "learned", mask_floor: float | None = None):
+                 self_distance: str = "learned", mask_floor: float | None = None,
+                 mask_floor_mode: str = "absolute", activation_dropout: float = 0.0):
         super().__init__(d_model, num_heads, dropout=dropout, backend=backend, activation=activation, bias=bias,
-                         causal=causal)
+                         causal=causal, activation_dropout=activation_dropout)
         self.max_distance = check_positive_int(max_distance, "max_distance")
         self.self_distance = check_choice(self_distance, "self_distance", SELF_DISTANCES)
         self.mask_floor = check_mask_floor(mask_floor)
+        self.mask_floor_mode = check_mask_floor_mode(mask_floor_mode, self.mask_floor)
         self.mask_query = nn.Linear(d_model, 1, bias=False)  # W of Eq. 12
         self.distance_bias = nn.Parameter(torch.zeros(2 * max_distance + 1))  # P[t − s], index D + (t − s)
         self.head_bias = nn.Parameter(torch.zeros(num_heads))  # U[h]
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, num_heads={self.num_heads}, max_distance={self.max_distance}, "
-                f"causal={self.causal}, activation={self.activation}, self_distance={self.self_distance!r}, "
-                f"mask_floor={self.mask_floor}, backend={self.backend!r}")
+                f"causal={self.causal}, {self._activation_repr()}, self_distance={self.self_distance!r}, "
+                f"mask_floor={self.mask_floor}, mask_floor_mode={self.mask_floor_mode!r}, backend={self.backend!r}")
 
     def _query_logit(self, x):
         return self.mask_query(x).squeeze(-1)  # (B, n, 1) -> (B, n): x_t W
@@ -153,13 +173,13 @@ class DynamicMaskAttention(_MaskAttention):
         with ``imshow``."""
         kpm = check_input(x, self.d_model, key_padding_mask)
         return dynamic_mask(self._query_logit(x), self._distance_table(), self.head_bias, causal=self.causal,
-                            key_padding_mask=kpm, mask_floor=self.mask_floor)
+                            key_padding_mask=kpm, mask_floor=self.mask_floor, mask_floor_mode=self.mask_floor_mode)
 
     def _attend(self, x, q, k, v, key_padding_mask, q_offset):
         return dynamic_mask_attention(q, k, v, self._query_logit(x), self._distance_table(), self.head_bias,
                                       causal=self.causal, key_padding_mask=key_padding_mask, q_offset=q_offset,
                                       backend=self.backend, dropout_p=self.dropout, training=self.training,
-                                      mask_floor=self.mask_floor)
+                                      mask_floor=self.mask_floor, mask_floor_mode=self.mask_floor_mode)
 
     @entry_point
     def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
@@ -167,7 +187,8 @@ class DynamicMaskAttention(_MaskAttention):
         kpm = check_input(x, self.d_model, key_padding_mask)
         q, k, _ = self.project(x)
         probs, mask = dynamic_mask_weights(q, k, self._query_logit(x), self._distance_table(), self.head_bias,
-                                           causal=self.causal, key_padding_mask=kpm, mask_floor=self.mask_floor)
+                                           causal=self.causal, key_padding_mask=kpm, mask_floor=self.mask_floor,
+                                           mask_floor_mode=self.mask_floor_mode)
         return AttentionMaps(attention=probs, mask=mask)
 
 
@@ -194,7 +215,7 @@ class StaticMaskAttention(_MaskAttention):
         radius: the boundary ``b`` — a number (SMAN₂ uses 4) or ``"sqrt"`` for ``b = sqrt(L)/2`` with
             ``L`` each sequence's own length (padding excluded; SMAN₁).
         causal: additionally hide future keys (decoder); enables :meth:`step` (fixed ``radius`` only).
-        dropout, activation, bias: as :class:`DynamicMaskAttention`.
+        dropout, activation, activation_dropout, bias: as :class:`DynamicMaskAttention`.
         backend: ``auto`` | ``triton`` (fixed radius: the fused band kernel; CUDA) | ``banded`` (fixed radius: the
             O(n·b) local kernel) | ``flex`` | ``sdpa`` (dense) | ``reference``.
 
@@ -207,14 +228,15 @@ class StaticMaskAttention(_MaskAttention):
     family = "local"
 
     def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0, backend: str = "auto",
-                 radius: float | str = 4, causal: bool = False, activation: str | None = None, bias: bool = True):
+                 radius: float | str = 4, causal: bool = False, activation: str | None = None, bias: bool = True,
+                 activation_dropout: float = 0.0):
         super().__init__(d_model, num_heads, dropout=dropout, backend=backend, activation=activation, bias=bias,
-                         causal=causal)
+                         causal=causal, activation_dropout=activation_dropout)
         self.radius = _check_sman_radius(radius)
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, num_heads={self.num_heads}, radius={self.radius!r}, causal={self.causal}, "
-                f"activation={self.activation}, backend={self.backend!r}")
+                f"{self._activation_repr()}, backend={self.backend!r}")
 
     def _structure(self, key_padding_mask: torch.Tensor | None, n: int, device) -> M.Mask:
         """SM of Eq. 11 (and causal) as a mask predicate; for ``"sqrt"``, one radius per sequence."""
@@ -232,7 +254,8 @@ class StaticMaskAttention(_MaskAttention):
 
     def _allowed(self, kpm, B, n, device) -> torch.Tensor:
         structure = self._structure(kpm, n, device)
-        return M.allowed(structure, kpm, n, n, batch=1 if structure.static else B, heads=1, device=device)
+        allowed = M.allowed(structure, kpm, n, n, batch=1 if structure.static else B, heads=1, device=device)
+        return allowed if allowed is not None else torch.ones(1, 1, n, n, dtype=torch.bool, device=device)
 
     def _attend(self, x, q, k, v, key_padding_mask, q_offset):
         structure = self._structure(key_padding_mask, k.shape[2], q.device)
@@ -273,7 +296,8 @@ class FullMaskAttention(_MaskAttention):
 
     Args:
         causal: decoder self-attention (queries see keys at positions ``<=`` their own); enables :meth:`step`.
-        dropout, backend, activation, bias: as :class:`DynamicMaskAttention` (backends of plain attention).
+        dropout, backend, activation, activation_dropout, bias: as :class:`DynamicMaskAttention` (backends of
+            plain attention).
 
     :meth:`attention_maps` returns ``attention`` ``(B, H, n, n)``.
     """
@@ -281,13 +305,14 @@ class FullMaskAttention(_MaskAttention):
     family = "dot_product"
 
     def __init__(self, d_model: int, num_heads: int, *, dropout: float = 0.0, backend: str = "auto",
-                 causal: bool = False, activation: str | None = None, bias: bool = True):
+                 causal: bool = False, activation: str | None = None, bias: bool = True,
+                 activation_dropout: float = 0.0):
         super().__init__(d_model, num_heads, dropout=dropout, backend=backend, activation=activation, bias=bias,
-                         causal=causal)
+                         causal=causal, activation_dropout=activation_dropout)
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, num_heads={self.num_heads}, causal={self.causal}, "
-                f"activation={self.activation}, backend={self.backend!r}")
+                f"{self._activation_repr()}, backend={self.backend!r}")
 
     def _structure(self, q_offset: int) -> M.Mask | None:
         return M.causal().shifted(q_offset) if self.causal else None

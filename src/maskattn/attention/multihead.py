@@ -8,8 +8,8 @@ import torch
 from ..validation import entry_point
 from ..functional.dot_product import attention_weights, dot_product_attention
 from ..masks import Mask, causal as causal_mask, from_name
-from .base import (AttentionCache, AttentionMaps, SelfAttention, add_qkv_projections, check_input, merge_heads,
-                   split_heads, zero_padding)
+from .base import (AttentionCache, AttentionMaps, SelfAttention, check_input, merge_heads,
+                   qkv_projections, split_qkv, zero_padding)
 from .registry import register_attention
 
 
@@ -32,7 +32,7 @@ class MultiHeadAttention(SelfAttention):
                  mask: Mask | str | None = None, bias: bool = True):
         super().__init__(d_model, num_heads, dropout=dropout, backend=backend)
         self.mask = from_name(mask) if mask is not None else None
-        add_qkv_projections(self, d_model, bias=bias)
+        self.in_proj, self.out_proj = qkv_projections(d_model, bias=bias)
 
     @property
     def causal(self) -> bool:
@@ -42,7 +42,7 @@ class MultiHeadAttention(SelfAttention):
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per-head ``q, k, v``: three ``(B, H, n, d_h)`` tensors."""
-        return tuple(split_heads(t, self.num_heads) for t in self.in_proj(x).chunk(3, dim=-1))
+        return split_qkv(self.in_proj(x), self.num_heads)
 
     def _attend(self, q, k, v, mask, key_padding_mask):
         out = dot_product_attention(q, k, v, mask, key_padding_mask=key_padding_mask, dropout_p=self.dropout,

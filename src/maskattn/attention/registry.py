@@ -17,6 +17,7 @@ import torch.nn as nn
 
 from ..errors import ArgumentError, ArgumentTypeError
 from .. import backends as backend_policy
+from .base import SelfAttention
 
 __all__ = ["register_attention", "create_attention", "list_attentions", "attention_info", "AttentionInfo",
            "backend_table", "backend_table_rows", "backend_limits_table"]
@@ -25,7 +26,7 @@ __all__ = ["register_attention", "create_attention", "list_attentions", "attenti
 @dataclass(frozen=True)
 class AttentionInfo:
     name: str
-    cls: type[nn.Module]
+    cls: type[SelfAttention]
     defaults: dict = field(default_factory=dict)
     description: str = ""
 
@@ -73,12 +74,14 @@ def list_attentions() -> list[str]:
 
 
 def attention_info(name: str) -> AttentionInfo:
+    """The registry entry of attention ``name`` (class, kernel family, backends, default options); an unknown
+    name raises with the registered names."""
     if not isinstance(name, str) or name not in _REGISTRY:
         raise ArgumentError(f"unknown attention {name!r}; registered: {', '.join(list_attentions())}")
     return _REGISTRY[name]
 
 
-def create_attention(name: str, d_model: int, num_heads: int, **options) -> nn.Module:
+def create_attention(name: str, d_model: int, num_heads: int, **options) -> SelfAttention:
     """Build a registered attention module; unknown names or options fail with the valid ones listed."""
     info = attention_info(name)
     valid = info.options()

@@ -20,15 +20,13 @@ import math
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 
 from ..errors import ArgumentError
 from .. import masks
-from ..functional import SCALES, tensorized_attention
+from ..functional import ACTIVATIONS, SCALES, activation, tensorized_attention
 from .base import ConvertedSelfAttention
 from .options import check_choice, check_int, check_known, describe
 
-ACTIVATIONS = {"elu": F.elu, "relu": F.relu}
 HEAD_MASK_NAMES = ("full", "directional")
 
 
@@ -58,7 +56,7 @@ class TensorizedSelfAttention(ConvertedSelfAttention):
     ``b_s1`` (heads, 1, s2t_hidden) and ``s2t_score_weight`` ``W_s2`` (heads, s2t_hidden, d), zero. Options:
     ``scale`` (``"identity"``, exact; ``"log_sigmoid"``, the paper), ``head_masks`` (``"full"``, exact;
     ``"directional"``, the paper; or one mask name per head), ``s2t_hidden`` (default: the head width) and
-    ``s2t_activation`` (``σ_m``: ``"elu"`` or ``"relu"``).
+    ``s2t_activation`` (``σ_m``: a name of :data:`maskattn.functional.ACTIVATIONS`, default ``"elu"``).
     """
 
     mechanism = "mtsa"
@@ -102,7 +100,7 @@ class TensorizedSelfAttention(ConvertedSelfAttention):
         """``S = W_s2 σ_m(W_s1 k + b_s1)`` per head, MTSA Eq. 9 (without ``b_s2``): (B, H, n, d) -> (B, H, n, d)."""
         dtype = k.dtype
         hidden = torch.matmul(k, self.s2t_hidden_weight.to(dtype)) + self.s2t_hidden_bias.to(dtype)  # (B, H, n, a)
-        hidden = ACTIVATIONS[self.options["s2t_activation"]](hidden)
+        hidden = activation(self.options["s2t_activation"])(hidden)
         return torch.matmul(hidden, self.s2t_score_weight.to(dtype))  # (B, H, n, a) @ (H, a, d) -> (B, H, n, d)
 
     def attend(self, hidden_states, q, k, v, key_padding_mask):

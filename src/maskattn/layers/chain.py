@@ -20,7 +20,7 @@ from ..validation import check_choice, check_positive_int, check_probability, de
 from ..attention import AttentionCache, AttentionMaps, CrossAttention, SelfAttention, create_attention
 from ..attention.base import check_input, zero_padding
 from .recipe import LayerRecipe, canonical_name
-from .sublayers import NORMS, FeedForward, Residual
+from .sublayers import NORMS, FeedForward, Residual, check_norm_eps
 
 __all__ = ["LayerSettings", "ChainLayer", "LayerCache", "EncoderLayer", "MANLayer", "MAN_SUBLAYERS",
            "FFN_WIDTH_FACTORS", "AUTHORS_SETUPS"]
@@ -47,6 +47,7 @@ class LayerSettings:
     ``attention_dropout``         attention-probability dropout of every attention sublayer
     ``norm``                      ``"pre"`` or ``"post"`` LayerNorm
     ``backend``                   backend of every attention sublayer (:mod:`maskattn.backends`)
+    ``norm_eps``                  the LayerNorms' epsilon (1e-5, PyTorch's; the authors' TensorFlow MTSA: 1e-6)
     ============================  =====================================================================
 
     A sublayer's own options (``ffn(dim=…, dropout=…)``, ``dman(dropout=…)``) override these.
@@ -58,8 +59,9 @@ class LayerSettings:
     attention_dropout: float = 0.0
     norm: str = "pre"
     backend: str = "auto"
+    norm_eps: float = 1e-5
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.ffn_dim is not None:
             check_positive_int(self.ffn_dim, "ffn_dim")
         check_probability(self.dropout, "dropout")
@@ -67,6 +69,7 @@ class LayerSettings:
             check_probability(self.activation_dropout, "activation_dropout")
         check_probability(self.attention_dropout, "attention_dropout")
         check_choice(self.norm, "norm", NORMS)
+        check_norm_eps(self.norm_eps)
 
     def ffn_width(self, d_model: int, kind: str) -> int:
         """The FFN width of a layer of ``kind`` (``"transformer"`` or ``"man"``)."""
@@ -103,9 +106,9 @@ class LayerCache:
 
 
 def _self_attention(name: str, options: dict, d_model: int, num_heads: int, settings: LayerSettings, causal: bool,
-                    where: str) -> nn.Module:
+                    where: str) -> SelfAttention:
     """A registered attention module, built causal for a decoder (``mha`` with ``mask="causal"``, ``dman`` /
-    ``sman`` with ``causal=True``)."""
+    ``sman`` / ``man_san`` with ``causal=True``)."""
     name = canonical_name(name)
     options = {"dropout": settings.attention_dropout, "backend": settings.backend, **options}
     if causal:
@@ -113,11 +116,16 @@ def _self_attention(name: str, options: dict, d_model: int, num_heads: int, sett
         if fixed:
             raise ArgumentError(f"decoder layer {where!r}: option(s) {sorted(fixed)} of {name!r} cannot be set; decoder "
                              "self-attention is always causal")
-        if name not in ("mha", "dman", "sman"):
+        if name not in ("mha", "dman", "sman", "man_san"):
             raise ArgumentError(f"decoder layer {where!r}: sublayer {name!r} cannot be a decoder self-attention (it must "
-                             "be causal and decode incrementally); expected one of mha, san, dman, sman")
+                             "be causal and decode incrementally); expected one of mha, san, dman, sman, man_san")
         options.update({"mask": "causal"} if name == "mha" else {"causal": True})
     block = create_attention(name, d_model, num_heads, **options)
+    widths = (getattr(block, "d_in", d_model), getattr(block, "d_out", d_model))
+    if widths != (d_model, d_model):
+        raise ArgumentError(f"layer {where!r}: sublayer {name!r} reads {widths[0]} and writes {widths[1]} features, but "
+                            f"a residual sublayer must keep the layer's width {d_model}; leave d_in / d_out unset in a "
+                            "layer")
     if causal and getattr(block, "radius", None) == "sqrt":
         raise ArgumentError(f"decoder layer {where!r}: sman(radius='sqrt') depends on the whole target length and cannot be decoded "
                          "incrementally; use a fixed radius such as sman(radius=4)")
@@ -131,7 +139,8 @@ class ChainLayer(nn.Module):
     Args:
         d_model, num_heads: widths shared by the sublayers.
         sublayers: ``(name, options)`` pairs: a registered attention name (or ``san``), ``ffn`` (options
-            ``dim``, ``dropout``, ``activation``) or ``cross`` (encoder–decoder attention; a decoder layer).
+            ``dim``, ``dropout``, ``activation``, ``layers``, ``input_dropout``) or ``cross`` (encoder–decoder
+            attention; a decoder layer; options ``activation``, ``activation_dropout``, ``bias``).
         settings: the stack's :class:`LayerSettings`.
         kind: ``"transformer"`` or ``"man"`` — selects the FFN width default (:data:`FFN_WIDTH_FACTORS`).
         causal: every self-attention sublayer is causal (a decoder layer); enables :meth:`step`.
@@ -152,14 +161,15 @@ class ChainLayer(nn.Module):
         self.d_model, self.kind, self.causal = d_model, kind, bool(causal)
         self.names: list[str] = []
         where = ">".join(name for name, _ in sublayers if name != "cross")
-        blocks = []
+        blocks: list[nn.Module] = []
         for i, pair in enumerate(sublayers):
             if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], dict)):
                 raise ArgumentTypeError(f"sublayers[{i}] must be a (name, options) pair, got {describe(pair)}")
             name, options = pair
             if name == "ffn":
                 options = dict(options)
-                width = options.pop("dim", settings.ffn_width(d_model, kind))
+                one_map = options.get("layers") == 1  # act(W x): d_model wide (the authors' stacked MTSA)
+                width = options.pop("dim", d_model if one_map else settings.ffn_width(d_model, kind))
                 blocks.append(FeedForward(d_model, width, dropout=options.pop("dropout", settings.ffn_dropout),
                                           **options))
             elif name == "cross":
@@ -169,8 +179,8 @@ class ChainLayer(nn.Module):
                 blocks.append(_self_attention(name, options, d_model, num_heads, settings, self.causal, where))
             self.names.append(name)
         self.sublayers = nn.ModuleList(blocks)
-        self.residuals = nn.ModuleList(Residual(d_model, norm=settings.norm, dropout=settings.dropout)
-                                       for _ in blocks)
+        self.residuals = nn.ModuleList(Residual(d_model, norm=settings.norm, dropout=settings.dropout,
+                                                norm_eps=settings.norm_eps) for _ in blocks)
 
     @classmethod
     def from_recipe(cls, d_model: int, num_heads: int, layer: LayerRecipe, settings: LayerSettings | None = None, *,
@@ -202,7 +212,7 @@ class ChainLayer(nn.Module):
     def attention_sublayers(self) -> dict[str, SelfAttention]:
         """The self-attention sublayers keyed ``"<position>:<name>"`` (e.g. ``"0:dman"``, ``"1:san"``)."""
         return {f"{i}:{name}": block for i, (name, block) in enumerate(zip(self.names, self.sublayers))
-                if name not in ("ffn", "cross")}
+                if isinstance(block, SelfAttention)}  # not ffn, not cross
 
     @entry_point
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None,
@@ -244,10 +254,9 @@ class ChainLayer(nn.Module):
         if "cross" in self.names and memory is None:
             raise ArgumentError("this layer has an encoder-decoder attention sublayer; pass memory=encoder output")
         return LayerCache(
-            tuple(block.init_cache() if name not in ("ffn", "cross") else None
-                  for name, block in zip(self.names, self.sublayers)),
-            tuple(block.memory_kv(memory) if name == "cross" else None
-                  for name, block in zip(self.names, self.sublayers)),
+            tuple(block.init_cache() if isinstance(block, SelfAttention) else None for block in self.sublayers),
+            tuple(block.memory_kv(memory) if isinstance(block, CrossAttention) and memory is not None else None
+                  for block in self.sublayers),
             memory_padding)
 
     @entry_point
@@ -310,7 +319,13 @@ class MANLayer(ChainLayer):
         san_options: when given, SAN is MAN's all-ones mask attention (``"man_san"``,
             :class:`~maskattn.attention.man.FullMaskAttention`) with these options — ``{"activation": "relu"}``
             is the authors' SAN sublayer (Eq. 5's ``F``); None keeps :class:`~maskattn.MultiHeadAttention`.
-            Not available with ``causal=True`` (a decoder's self-attention is built from mha, dman or sman).
+            With ``causal=True`` it is the causal ``man_san`` of the authors' decoder layers.
+        ffn_options: options of the FFN sublayer, e.g. ``{"activation": "gelu"}``.
+        cross_options: a decoder layer's encoder–decoder attention (:class:`~maskattn.CrossAttention`), inserted
+            after the last attention sublayer, with these options — ``{"activation": "relu"}`` is the authors'
+            (their decoder's ``encoder_attn`` is a ``MultiheadAttention2`` too); needs ``causal=True``. None: no
+            encoder–decoder attention.
+        norm_eps: the LayerNorms' epsilon (1e-5).
 
     ``MANLayer.authors_config(setup)`` builds the layer of the authors' translation setups (:data:`AUTHORS_SETUPS`).
     """
@@ -319,7 +334,8 @@ class MANLayer(ChainLayer):
                  order: Sequence[str] = ("dman", "san", "ffn"), norm: str = "pre", dropout: float = 0.0,
                  attention_dropout: float = 0.0, activation_dropout: float | None = None, causal: bool = False,
                  backend: str = "auto", dman_options: dict | None = None, sman_options: dict | None = None,
-                 san_options: dict | None = None):
+                 san_options: dict | None = None, ffn_options: dict | None = None, cross_options: dict | None = None,
+                 norm_eps: float = 1e-5):
         if isinstance(order, str) or not isinstance(order, Sequence) or not order:
             raise ArgumentError(f"order must be a non-empty sequence of sublayer names from {MAN_SUBLAYERS}, got "
                              f"{order!r}")
@@ -327,22 +343,29 @@ class MANLayer(ChainLayer):
             if kind not in MAN_SUBLAYERS:
                 raise ArgumentError(f"unknown order element {kind!r} at position {i} of {tuple(order)!r}; expected one "
                                  f"of {', '.join(repr(k) for k in MAN_SUBLAYERS)}")
-        if san_options is not None and causal:
-            raise ArgumentError(f"san_options={san_options!r} builds SAN as 'man_san', which a causal layer cannot use "
-                             "(causal=True: decoder self-attention is mha, dman or sman); pass san_options=None or "
-                             "causal=False")
-        options = {"dman": dict(dman_options or {}), "sman": dict(sman_options or {}), "san": dict(san_options or {})}
+        if cross_options is not None and not causal:
+            raise ArgumentError(f"cross_options={cross_options!r} adds an encoder-decoder attention, which only a decoder "
+                                "layer has; pass causal=True or cross_options=None")
+        options = {"dman": dict(dman_options or {}), "sman": dict(sman_options or {}), "san": dict(san_options or {}),
+                   "ffn": dict(ffn_options or {})}
         names = {"san": "man_san"} if san_options is not None else {}
+        sublayers = [(names.get(kind, kind), options.get(kind, {})) for kind in order]
+        if cross_options is not None:
+            attention_at = [i for i, kind in enumerate(order) if kind != "ffn"]
+            if not attention_at:
+                raise ArgumentError(f"cross_options needs a self-attention sublayer in front of it; order {tuple(order)!r} "
+                                    "has none")
+            sublayers.insert(attention_at[-1] + 1, ("cross", dict(cross_options)))
         settings = LayerSettings(ffn_dim=ffn_dim, dropout=dropout, activation_dropout=activation_dropout,
-                                 attention_dropout=attention_dropout, norm=norm, backend=backend)
-        super().__init__(d_model, num_heads, [(names.get(kind, kind), options.get(kind, {})) for kind in order],
-                         settings, kind="man", causal=causal)
+                                 attention_dropout=attention_dropout, norm=norm, backend=backend, norm_eps=norm_eps)
+        super().__init__(d_model, num_heads, sublayers, settings, kind="man", causal=causal)
 
     @classmethod
     def authors_config(cls, setup: str = "iwslt", **overrides) -> MANLayer:
-        """The encoder layer of one of the authors' translation setups (:data:`AUTHORS_SETUPS`: ``"iwslt"``,
-        ``"wmt_base"``, ``"wmt_big"``) with every setting of their architecture and training script;
-        ``overrides`` replace any constructor argument."""
+        """The layer of one of the authors' setups (:data:`AUTHORS_SETUPS`): the translation encoder layers
+        ``"iwslt"``, ``"wmt_base"``, ``"wmt_big"`` and the summarization model's (``man_base``) encoder and decoder
+        layers ``"summarization"``, ``"summarization_decoder"``, with every setting of their architecture and
+        training script; ``overrides`` replace any constructor argument."""
         if not isinstance(setup, str) or setup not in AUTHORS_SETUPS:
             raise ArgumentError(f"unknown setup {setup!r}; expected one of {', '.join(map(repr, AUTHORS_SETUPS))}")
         return cls(**{**AUTHORS_SETUPS[setup], **overrides})
@@ -358,7 +381,7 @@ _AUTHORS_ATTENTION = {"dman_options": {"activation": "relu", "self_distance": "z
 #: MANLayer settings of the authors' translation setups (``models/man.py``: ``man_iwslt_de_en`` lines 821–839,
 #: ``man_wmt_en_de_base`` 842–855, ``man_wmt_en_de_big`` 858–871; the residual dropout of the first two from
 #: ``translation-scripts/train/train-iwslt.sh`` / ``train-wmt-base.sh``, ``--dropout 0.3`` / ``0.1``).
-AUTHORS_SETUPS: dict[str, dict] = {
+AUTHORS_SETUPS: dict[str, dict[str, object]] = {
     "iwslt": {"d_model": 512, "num_heads": 4, "ffn_dim": 512, "norm": "pre", "dropout": 0.3, "attention_dropout": 0.1,
               "activation_dropout": 0.1, **_AUTHORS_ATTENTION},
     "wmt_base": {"d_model": 512, "num_heads": 8, "ffn_dim": 1024, "norm": "pre", "dropout": 0.1,
@@ -366,3 +389,25 @@ AUTHORS_SETUPS: dict[str, dict] = {
     "wmt_big": {"d_model": 1024, "num_heads": 16, "ffn_dim": 2048, "norm": "pre", "dropout": 0.3,
                 "attention_dropout": 0.1, "activation_dropout": 0.1, **_AUTHORS_ATTENTION},
 }
+
+#: The attentions of the authors' summarization model (LibertFan/MAN ``summarization/model/multihead_attention2.py``,
+#: built by ``summarization/model/man.py`` with ``man_base``'s ``activation_fn='gelu'`` and ``activation_dropout=0.1``,
+#: lines 204–230 and 858–877): ``F`` = GELU followed by dropout 0.1 before ``out_proj`` (lines 294–296), and DMAN's
+#: clamp on ``M`` divided by its row maximum (line 144); tables of ``--max-source-positions`` /
+#: ``--max-target-positions`` = 512 entries (``scripts/summarization/train/train-man-base-cnndm.sh``).
+_SUMMARIZATION_ATTENTION = {"activation": "gelu", "activation_dropout": 0.1}
+
+#: ``man_base`` (``summarization/model/man.py`` lines 858–877) with the training script's dropouts: d 768, 12 heads,
+#: FFN 1536 with GELU, post-LN (``MANEncoderLayer.forward``: ``LN(x + dropout(f(x)))``, lines 250–290), residual,
+#: attention and FFN-inner dropout 0.1; every layer mixed (DMAN → SAN → FFN, ``encoder_mix_layers = 6``).
+_SUMMARIZATION = {"d_model": 768, "num_heads": 12, "ffn_dim": 1536, "norm": "post", "dropout": 0.1,
+                  "attention_dropout": 0.1, "activation_dropout": 0.1, "ffn_options": {"activation": "gelu"},
+                  "dman_options": {**_SUMMARIZATION_ATTENTION, "self_distance": "zero", "mask_floor": 1e-10,
+                                   "mask_floor_mode": "row_max", "max_distance": 512},
+                  "san_options": dict(_SUMMARIZATION_ATTENTION)}
+
+AUTHORS_SETUPS["summarization"] = _SUMMARIZATION
+#: ``MANDecoderLayer`` (lines 296–465): causal DMAN → causal SAN → encoder–decoder attention → FFN, every attention a
+#: ``MultiheadAttention2`` with GELU and its dropout.
+AUTHORS_SETUPS["summarization_decoder"] = {**_SUMMARIZATION, "causal": True,
+                                           "cross_options": dict(_SUMMARIZATION_ATTENTION)}

@@ -93,13 +93,16 @@ def _check_sublayer(name: str, where: str) -> str:
     return name
 
 
-def parse_recipe(recipe: str | Sequence[str]) -> list[LayerRecipe]:
+def parse_recipe(recipe: str | Sequence[str] | Sequence[LayerRecipe]) -> list[LayerRecipe]:
     """Parse a recipe (grammar in the module docstring) into one :class:`LayerRecipe` per layer,
-    bottom first. ``recipe`` may be a string or a list of groups (e.g. from YAML)."""
+    bottom first. ``recipe`` may be a string or a list of groups (e.g. from YAML); a list of
+    :class:`LayerRecipe` (already parsed) is returned as it is."""
+    if isinstance(recipe, Sequence) and recipe and all(isinstance(g, LayerRecipe) for g in recipe):
+        return [g for g in recipe if isinstance(g, LayerRecipe)]
     if isinstance(recipe, str):
         groups = _split_top(recipe, ",")
     elif isinstance(recipe, Sequence) and recipe and all(isinstance(g, str) for g in recipe):
-        groups = list(recipe)
+        groups = [g for g in recipe if isinstance(g, str)]
     else:
         raise ArgumentTypeError(f"recipe must be a string such as 'mtsa x2' or a non-empty list of such strings, "
                         f"got {describe(recipe)}")
@@ -109,6 +112,8 @@ def parse_recipe(recipe: str | Sequence[str]) -> list[LayerRecipe]:
         if not group:
             raise ArgumentError(f"empty layer group in recipe {recipe!r}")
         match = _REPEAT.match(group)
+        if match is None:
+            raise ArgumentError(f"recipe group {group!r} is not 'LAYER' or 'LAYER * N'")
         body, times = match["layer"].strip(), int(match["times"] or 1)
         if times < 1:
             raise ArgumentError(f"recipe group {group!r}: repeat count must be >= 1")

@@ -22,7 +22,7 @@ import torch.nn as nn
 
 from ..errors import ArgumentError, ArgumentTypeError
 from ..validation import check_choice, check_positive_int, check_probability, describe, entry_point
-from ..attention import AttentionMaps
+from ..attention import AttentionMaps, SelfAttention
 from ..attention.base import check_input, zero_padding
 from ..functional.local import check_window
 from ..kernels.flex import block_mask_scope
@@ -85,14 +85,15 @@ class Encoder(nn.Module):
             raise ArgumentTypeError(f"layers must be a non-empty list of registry names, (name, options) pairs or "
                             f"nn.Modules, got {describe(layers)}")
         self.d_model = d_model
-        built, names = [], []
+        built: list[nn.Module] = []
+        names: list[str] = []
         for i, spec in enumerate(layers):
             if isinstance(spec, nn.Module):
                 built.append(spec)
                 names.append(type(spec).__name__)
                 continue
             if isinstance(spec, str):
-                name, options = spec, {}
+                name, options = spec, dict[str, object]()
             elif isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], str) and isinstance(spec[1], dict):
                 name, options = spec
             else:
@@ -103,6 +104,8 @@ class Encoder(nn.Module):
             names.append(name)
         self.layers = nn.ModuleList(built)
         self.layer_names: list[str] = names
+        #: the recipe string of a stack built by :meth:`from_recipe` (None for layers given as modules)
+        self.recipe: str | None = None
         use_final = norm == "pre" if final_norm is None else bool(final_norm)
         self.final_norm = nn.LayerNorm(d_model) if use_final else None
 
@@ -111,23 +114,26 @@ class Encoder(nn.Module):
                     ffn: bool = True, ffn_dim: int | None = None, dropout: float = 0.0,
                     attention_dropout: float = 0.0, activation_dropout: float | None = None, norm: str = "pre",
                     backend: str = "auto", final_norm: bool | None = None, positional: str = "none",
-                    max_len: int = 512) -> Encoder:
+                    max_len: int = 512, norm_eps: float = 1e-5) -> Encoder:
         """An encoder from a recipe (:mod:`maskattn.layers.recipe`), e.g. ``"csan2d x3, mha x3"``,
         ``"dman>san>ffn x6"`` or ``"mtsa"`` with ``ffn=False`` (MTSA's sentence encoder). Every layer is a
-        :class:`~maskattn.layers.ChainLayer` with the stack's :class:`~maskattn.layers.LayerSettings`."""
+        :class:`~maskattn.layers.ChainLayer` with the stack's :class:`~maskattn.layers.LayerSettings`; ``norm_eps``
+        is the epsilon of every LayerNorm (1e-5; the authors' stacked MTSA: 1e-6,
+        :data:`maskattn.attention.mtsa.STACKED_LAYER_SETTINGS`)."""
         check_positive_int(d_model, "d_model")
-        layers = recipe if (isinstance(recipe, Sequence) and recipe and isinstance(recipe[0], LayerRecipe)) \
-            else parse_recipe(recipe)
+        layers = parse_recipe(recipe)
         settings = LayerSettings(ffn_dim=ffn_dim, dropout=dropout, activation_dropout=activation_dropout,
-                                 attention_dropout=attention_dropout, norm=norm, backend=backend)
+                                 attention_dropout=attention_dropout, norm=norm, backend=backend, norm_eps=norm_eps)
         built = [ChainLayer.from_recipe(d_model, num_heads, layer, settings, ffn=ffn) for layer in layers]
         encoder = cls(d_model, num_heads, built, dropout=dropout, norm=norm, final_norm=final_norm,
                       positional=positional, max_len=max_len)
+        if encoder.final_norm is not None:
+            encoder.final_norm = nn.LayerNorm(d_model, eps=settings.norm_eps)
         encoder.layer_names = [str(layer) for layer in layers]
         encoder.recipe = recipe_string(layers)
         return encoder
 
-    def attention_sublayers(self) -> list[dict[str, nn.Module]]:
+    def attention_sublayers(self) -> list[dict[str, SelfAttention]]:
         """The attention sublayers of every layer, bottom first: one dict per layer mapping ``"<position>:<name>"``
         (e.g. ``"0:dman"``, ``"1:san"``; ``"0:mtsa"`` for a Transformer layer) to the attention module. Layers
         given as custom modules have none."""
@@ -176,12 +182,11 @@ class Decoder(nn.Module):
                  settings: LayerSettings | None = None):
         super().__init__()
         settings = LayerSettings() if settings is None else settings
-        layers = recipe if (isinstance(recipe, Sequence) and recipe and isinstance(recipe[0], LayerRecipe)) \
-            else parse_recipe(recipe)
+        layers = parse_recipe(recipe)
         self.layers = nn.ModuleList(ChainLayer.from_recipe(d_model, num_heads, layer, settings, decoder=True)
                                     for layer in layers)
         self.recipe = recipe_string(layers)
-        self.final_norm = nn.LayerNorm(d_model) if settings.norm == "pre" else None
+        self.final_norm = nn.LayerNorm(d_model, eps=settings.norm_eps) if settings.norm == "pre" else None
         self.d_model = d_model
 
     def _close(self, x: torch.Tensor, padding: torch.Tensor | None) -> torch.Tensor:
@@ -197,15 +202,18 @@ class Decoder(nn.Module):
                 x = layer(x, padding, memory, memory_padding)
             return self._close(x, padding)
 
+    def _chain_layers(self) -> list[ChainLayer]:
+        return [layer for layer in self.layers if isinstance(layer, ChainLayer)]  # every layer (__init__)
+
     def init_cache(self, memory: torch.Tensor, memory_padding: torch.Tensor | None) -> tuple[LayerCache, ...]:
-        return tuple(layer.init_cache(memory, memory_padding) for layer in self.layers)
+        return tuple(layer.init_cache(memory, memory_padding) for layer in self._chain_layers())
 
     @entry_point
     def step(self, x: torch.Tensor, caches: tuple[LayerCache, ...],
              padding: torch.Tensor | None = None) -> tuple[torch.Tensor, tuple[LayerCache, ...]]:
         check_input(x, self.d_model, padding, "x", "padding")
         new = []
-        for layer, cache in zip(self.layers, caches):
+        for layer, cache in zip(self._chain_layers(), caches):
             x, cache = layer.step(x, cache, padding)
             new.append(cache)
         return self._close(x, padding), tuple(new)

@@ -30,9 +30,14 @@ from . import runtime
 __all__ = ["dman_triton", "unsupported", "near_offsets"]
 
 
-def unsupported(*, device: str, dtype: torch.dtype, head_dims: dict[str, int]) -> list[str]:
-    """Why the Triton kernels cannot run a DMAN call (an empty list when they can)."""
-    return runtime.call_reasons(device, dtype, head_dims)
+def unsupported(*, device: str, dtype: torch.dtype, head_dims: dict[str, int], row_floor: bool = False) -> list[str]:
+    """Why the Triton kernels cannot run a DMAN call (an empty list when they can); ``row_floor``: the call floors
+    ``M`` relative to its row maximum (``mask_floor_mode="row_max"``), which the kernel's one scalar floor cannot."""
+    reasons = runtime.call_reasons(device, dtype, head_dims)
+    if row_floor:
+        reasons.append("cannot apply a row-normalised mask floor (mask_floor_mode='row_max'): the kernel takes one "
+                       "fixed floor")
+    return reasons
 
 
 def near_offsets(max_distance: int, q_offset: int, block: int) -> tuple[int, int]:
@@ -76,7 +81,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
     """``(out, lse)``: out ``(B, H, n, d_v)`` in q's dtype, laid out as ``(B, n, H, d_v)`` (merging the heads is a
     view), and the float32 (float64) log-sum-exp of each row ``(B, H, n)`` (0 for a row with no allowed key)."""
     B, H, n, _ = q.shape
-    m, d_v = k.shape[2], v.shape[-1]
+    d_v = v.shape[-1]
     out = q.new_empty(B, n, H, d_v).transpose(1, 2)
     lse = q.new_empty(B, H, n, dtype=runtime.accumulator(q.dtype))
     if out.numel() == 0:
