@@ -3,8 +3,6 @@ refused with a message — never swapped silently."""
 
 from __future__ import annotations
 
-import itertools
-import re
 from pathlib import Path
 
 import pytest

@@ -7,7 +7,7 @@ import torch
 
 from maskattn import MANLayer
 from maskattn.layers import ChainLayer, Encoder, LayerRecipe, PositionalEncoding, parse_recipe, recipe_string
-from maskattn.layers import EncoderLayer, FeedForward
+from maskattn.layers import FeedForward
 
 D, H = 16, 4
 

@@ -60,8 +60,12 @@ def test_imports_point_down(package):
     assert not wrong, wrong
 
 
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))  # __version__ is public
+
+
 def test_no_private_name_or_module_crosses_a_package():
     private = sorted({f"{rel}: {'.'.join([imported, *path])}.{name}" for importer, imported, name, path, rel in _imports()
-                      if importer != imported and (name.startswith("_") or imported.startswith("_")
-                                                   or any(part.startswith("_") for part in path))})
+                      if importer != imported and (_is_private(name) or _is_private(imported)
+                                                   or any(_is_private(part) for part in path))})
     assert not private, private

@@ -121,7 +121,7 @@ def test_gradcheck_mask_attention():
     q, k, v = qkv(B=1, H=2, n=4, d=3, dv=2, dtype=torch.float64, grad=True)
     m = (0.1 + 0.8 * torch.rand(1, 2, 4, 4, dtype=torch.float64)).requires_grad_()
     for backend in ("reference", "sdpa"):
-        assert torch.autograd.gradcheck(lambda *t: mask_attention(*t, backend=backend), (q, k, v, m),
+        assert torch.autograd.gradcheck(lambda *t, backend=backend: mask_attention(*t, backend=backend), (q, k, v, m),
                                         fast_mode=backend == "sdpa")
 
 
@@ -255,7 +255,7 @@ def test_dman_sdpa_gradcheck_on_w_p_u(monkeypatch, chunk_min, sdpa_min):
     a, table, u = dman_params(B, H, n, D=2, dtype=torch.float64, grad=True)
     kpm = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
     for causal in (False, True):
-        fn = lambda *t: dynamic_mask_attention(*t, causal=causal, key_padding_mask=kpm, backend="sdpa")  # noqa: E731
+        fn = lambda *t, causal=causal: dynamic_mask_attention(*t, causal=causal, key_padding_mask=kpm, backend="sdpa")  # noqa: E731
         assert torch.autograd.gradcheck(fn, (q, k, v, a, table, u), fast_mode=True)
 
 

@@ -106,7 +106,7 @@ def test_from_name():
     for name, pred in NAMED.items():
         assert torch.equal(M.from_name(name).materialize(7), brute(pred, 7)), name
     for radius in (0, 1, 3):
-        expected = brute(lambda b, h, i, j: abs(i - j) <= radius, 7)
+        expected = brute(lambda b, h, i, j, radius=radius: abs(i - j) <= radius, 7)
         assert torch.equal(M.from_name(f"window:{radius}").materialize(7), expected), radius
     assert torch.equal(M.from_name("window:3").materialize(8), M.window(3).materialize(8))
 

@@ -13,10 +13,10 @@ V, C = 40, 3
 ENCODERS = ["mtsa", "mha x2", "disa", "dman>san>ffn", "csan1d(window=3)", *list_fusions()]
 
 
-def cfg(encoder, type="sentence", **kw):
+def cfg(encoder, model_type="sentence", **kw):
     small = {"multi_cnn": {"channels": 8}}.get(encoder, {})
     kw = {"dropout": 0.0, **kw}
-    return ModelConfig(type=type, encoder=encoder, d_model=16, num_heads=2, encoder_options=small,
+    return ModelConfig(type=model_type, encoder=encoder, d_model=16, num_heads=2, encoder_options=small,
                        positional="sinusoidal" if encoder.startswith("mha") else "none", **kw)
 
 
@@ -33,13 +33,13 @@ def call(model, ids, pad):
     return model(ids, pad, ids.flip(0), pad.flip(0)) if isinstance(model, PairClassifier) else model(ids, pad)
 
 
-@pytest.mark.parametrize("encoder, type", [(e, "sentence") for e in ENCODERS]
+@pytest.mark.parametrize("encoder, model_type", [(e, "sentence") for e in ENCODERS]
                          + [(e, t) for e in ("mtsa", "bilstm", "hrchy_cnn") for t in ("pair", "tagger")])
-def test_models_shapes_finite_and_gradients(encoder, type):
-    model = build_model(cfg(encoder, type), V, C)
+def test_models_shapes_finite_and_gradients(encoder, model_type):
+    model = build_model(cfg(encoder, model_type), V, C)
     ids, pad = batch()
     out = call(model, ids, pad)
-    assert out.shape == ((3, 6, C) if type == "tagger" else (3, C)) and torch.isfinite(out).all()
+    assert out.shape == ((3, 6, C) if model_type == "tagger" else (3, C)) and torch.isfinite(out).all()
     out.square().sum().backward()
     no_grad = [n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or not p.grad.abs().sum())]
     allowed = {"encoder.embed.embedding.weight"}  # the padding row only; other rows do get gradients

@@ -15,7 +15,7 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from _train_helpers import LEXICON, fit_killed_before_step, sentence_pairs, tiny_config, write_parallel, write_sentiment
+from _train_helpers import fit_killed_before_step, sentence_pairs, tiny_config, write_parallel, write_sentiment
 from maskattn.cli import app
 from maskattn.data.parallel import ParallelText, TokenBatchSampler, collate_pairs, encode_pairs, read_parallel
 from maskattn.data.subword import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordModel

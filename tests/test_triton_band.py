@@ -74,7 +74,7 @@ def check_against_reference(q, k, v, left, right, head_window, edges, kpm, logsi
     torch.testing.assert_close(out.double(), ref, atol=tol, rtol=tol)
     for name, mine, theirs, x in zip("qkv", grads, ref_grads, (q, k, v)):
         assert mine.dtype == x.dtype and mine.shape == x.shape
-        torch.testing.assert_close(mine.double(), theirs, atol=tol, rtol=tol, msg=lambda m: f"d{name}: {m}")
+        torch.testing.assert_close(mine.double(), theirs, atol=tol, rtol=tol, msg=lambda m, name=name: f"d{name}: {m}")
     return out, grads
 
 

@@ -57,7 +57,7 @@ def assert_matches(inputs, *, atol, rtol, **options):
     for name, x, grad, ref_grad in zip(GRAD_NAMES, inputs, grads, ref_grads):
         assert grad.dtype == x.dtype and grad.shape == x.shape, name
         assert torch.isfinite(grad).all(), name
-        torch.testing.assert_close(grad.double(), ref_grad, atol=atol, rtol=rtol, msg=lambda s: f"d{name}: {s}")
+        torch.testing.assert_close(grad.double(), ref_grad, atol=atol, rtol=rtol, msg=lambda s, name=name: f"d{name}: {s}")
     return out, grads
 
 
@@ -125,7 +125,7 @@ def test_strided_inputs_and_head_dims_that_are_not_powers_of_two():
     ref_grads = torch.autograd.grad(ref, inputs, grad_out)
     torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-8)
     for name, grad, ref_grad in zip(GRAD_NAMES, grads, ref_grads):
-        torch.testing.assert_close(grad, ref_grad, atol=1e-10, rtol=1e-8, msg=lambda s: f"d{name}: {s}")
+        torch.testing.assert_close(grad, ref_grad, atol=1e-10, rtol=1e-8, msg=lambda s, name=name: f"d{name}: {s}")
 
 
 def test_empty_sequences():
@@ -228,7 +228,7 @@ def test_dropout_keeps_a_stable_fraction_and_matches_reference_with_that_mask():
     ref_grads = torch.autograd.grad(expected, inputs, grad_out)
     torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-8)
     for name, grad, ref_grad in zip(GRAD_NAMES, grads, ref_grads):
-        torch.testing.assert_close(grad, ref_grad, atol=1e-10, rtol=1e-8, msg=lambda s: f"d{name}: {s}")
+        torch.testing.assert_close(grad, ref_grad, atol=1e-10, rtol=1e-8, msg=lambda s, name=name: f"d{name}: {s}")
 
     other = _dropout_run(inputs, p, seed=4)
     assert not torch.equal(other, out)  # a new seed, a new mask
@@ -267,7 +267,7 @@ def test_compiles_fullgraph_dynamic_once_over_lengths():
         eager_grads = torch.autograd.grad(eager, inputs, torch.ones_like(eager))
         torch.testing.assert_close(out, eager, atol=0, rtol=0)
         for name, a, b in zip(GRAD_NAMES, grads, eager_grads):
-            torch.testing.assert_close(a, b, atol=0, rtol=0, msg=lambda s: f"d{name}: {s}")
+            torch.testing.assert_close(a, b, atol=0, rtol=0, msg=lambda s, name=name: f"d{name}: {s}")
     assert counter.frame_count <= 2, counter.frame_count
 
 

@@ -104,7 +104,7 @@ def test_gradcheck_float64():
     q, k, v, s2t = inputs(2, 2, 6, d_k=3, d_v=2)
     kpm = padding(2, 6, (6, 4))
     for scale in ("log_sigmoid", "identity"):
-        fn = lambda *t: tensorized_triton(*t, STRICT_BANDS[:2], kpm, scale=scale, dropout_p=0.0)[0]  # noqa: E731
+        fn = lambda *t, scale=scale: tensorized_triton(*t, STRICT_BANDS[:2], kpm, scale=scale, dropout_p=0.0)[0]  # noqa: E731
         assert torch.autograd.gradcheck(fn, (q, k, v, s2t), fast_mode=True)
 
 

@@ -172,7 +172,10 @@ def _head_bands_and(a: Mask, b: Mask) -> tuple[tuple[float, float], ...] | None:
     """The per-head bands of ``a & b`` when at least one of them is per-head and both are bands on every head."""
     if a.head_bands is None and b.head_bands is None:
         return None
-    heads = len(a.head_bands if a.head_bands is not None else b.head_bands)
+    per_head = a.head_bands if a.head_bands is not None else b.head_bands
+    if per_head is None:
+        return None
+    heads = len(per_head)
     a_bands, b_bands = a.bands_per_head(heads), b.bands_per_head(heads)
     if a_bands is None or b_bands is None:
         return None
@@ -288,7 +291,8 @@ def per_head(head_masks: Sequence[Mask]) -> Mask:
 
     names = ", ".join(m.name for m in head_masks)
     bands = {m.band for m in head_masks}
-    head_bands = tuple(m.band for m in head_masks) if None not in bands and len(head_masks) > 1 else None
+    known = tuple(m.band for m in head_masks if m.band is not None)
+    head_bands = known if len(known) == len(head_masks) > 1 else None
     return Mask(mask_mod, f"per_head[{names}]", static=all(m.static for m in head_masks),
                 band=bands.pop() if len(bands) == 1 else None, head_bands=head_bands,
                 cache_key=_combined("per_head", *head_masks))
@@ -297,7 +301,7 @@ def per_head(head_masks: Sequence[Mask]) -> Mask:
 MASK_NAMES = ("full", "forward", "backward", "forward_strict", "backward_strict", "causal")
 
 
-def from_name(name: str) -> Mask:
+def from_name(name: str | Mask) -> Mask:
     """Build a mask from a short name: one of :data:`MASK_NAMES` or ``"window:R"`` (radius ``R``)."""
     if isinstance(name, Mask):
         return name

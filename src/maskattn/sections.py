@@ -15,6 +15,7 @@ import math
 import types
 import typing
 from collections.abc import Callable, Mapping
+from typing import TypeGuard
 from dataclasses import dataclass, fields
 
 from .errors import ConfigError, warn_renamed
@@ -36,18 +37,19 @@ class Rule:
         return self.explain(name, value) if self.explain else f"{name} must be {self.description}, got {value!r}"
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value) -> bool:
+def _is_number(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def at_least(low: float, *, integer: bool = True) -> Rule:
     """An int (or, with ``integer=False``, a finite number) ``>= low``."""
-    kind = _is_int if integer else _is_number
-    return Rule(lambda v: kind(v) and v >= low, f"{'an int' if integer else 'a number'} >= {low:g}")
+    if integer:
+        return Rule(lambda v: _is_int(v) and v >= low, f"an int >= {low:g}")
+    return Rule(lambda v: _is_number(v) and v >= low, f"a number >= {low:g}")
 
 
 def positive() -> Rule:
@@ -64,6 +66,7 @@ def in_range(low: float, high: float, *, high_open: bool = True, low_open: bool 
 
 
 def one_of(*choices: str) -> Rule:
+    """A string among ``choices`` (an unknown one is reported with the list)."""
     description = f"one of {', '.join(choices)}"
     return Rule(lambda v: isinstance(v, str) and v in choices, description,
                 lambda name, value: f"unknown {name} {value!r}; expected {description}")

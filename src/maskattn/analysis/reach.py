@@ -70,7 +70,7 @@ def measure_reach(model, tokenizer, pairs: Sequence[tuple[str, str]], reaches: S
     if not pairs:
         raise ArgumentError("pairs is empty; expected at least one (premise, hypothesis) pair")
     model.eval()
-    cross_total, beyond_total = 0.0, 0.0
+    totals: list[tuple[torch.Tensor, torch.Tensor]] = []
     for premise, hypothesis in pairs:
         encoded = tokenizer(premise, hypothesis, truncation="longest_first", max_length=max_len, return_tensors="pt")
         segments = torch.tensor([-1 if s is None else s for s in encoded.sequence_ids(0)])
@@ -80,8 +80,9 @@ def measure_reach(model, tokenizer, pairs: Sequence[tuple[str, str]], reaches: S
                              "attn_implementation='eager' (a converted layer does not return them)")
         probs = torch.cat(attentions).float()  # (layers, heads, n, n): batch of one
         cross, beyond = cross_attention_reach(probs, segments, reaches)
-        cross_total, beyond_total = cross_total + cross, beyond_total + beyond
-    return cross_total / len(pairs), beyond_total / len(pairs)
+        totals.append((cross, beyond))
+    return (torch.stack([c for c, _ in totals]).mean(0),  # (layers,)
+            torch.stack([b for _, b in totals]).mean(0))  # (len(reaches), layers)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

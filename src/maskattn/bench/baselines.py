@@ -51,6 +51,7 @@ class Algorithm1(nn.Module):
         e_r = torch.exp(F.logsigmoid(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]))) * mask  # step 5
         e_s = torch.exp(s2t)  # step 6
         heads = (e_r @ (v * e_s)) / (e_r @ e_s)  # step 7
+        assert m.out_proj is not None  # MTSA's default output projection
         return m.out_proj(heads.transpose(1, 2).reshape(x.shape))
 
 

@@ -54,9 +54,11 @@ from ..attention import (
     DynamicMaskAttention,
     FastDiSA,
     MultiHeadAttention,
+    SelfAttention,
     StaticMaskAttention,
 )
 from ..attention.headwise import HeadwiseLinear
+from ..errors import ArgumentTypeError
 from ..models.fusion import BiRNN, MultiCNN
 from .baselines import Algorithm1, CausalSDPA, TorchMHA
 
@@ -152,9 +154,12 @@ def _heads_and_widths(module: nn.Module) -> tuple[int, int, int]:
         heads = module.attention.num_heads
         return heads, module.attention.head_dim, module.attention.head_dim
     core = module.mtsa if isinstance(module, Algorithm1) else module
+    if not isinstance(core, SelfAttention):
+        raise ArgumentTypeError(f"no attention heads to cost in {type(module).__name__}")
     heads = core.num_heads
     d_v = core.d_model // heads
-    return heads, getattr(core, "d_k", d_v), d_v
+    d_k: int = getattr(core, "d_k", d_v)
+    return heads, d_k, d_v
 
 
 def forward_flops(module: nn.Module, backend: str, point: Point) -> int | None:
@@ -162,20 +167,20 @@ def forward_flops(module: nn.Module, backend: str, point: Point) -> int | None:
     model covers ``module`` (the caller then counts with ``FlopCounterMode``)."""
     B, n = point.batch, point.n
     family = family_of(module, backend)
-    if family == "lstm":
-        rnn = module.rnn
+    if isinstance(module, BiRNN):  # family lstm
         total = 0
-        for name, weight in rnn.named_parameters():
+        for name, weight in module.rnn.named_parameters():
             if name.startswith(("weight_ih", "weight_hh")):
                 total += 2 * B * n * weight.shape[0] * weight.shape[1]
         return total
-    if family == "cnn":
+    if isinstance(module, MultiCNN):  # family cnn
         # (B, C_in, n) → (B, C_out, n) per kernel size: the input is padded to keep n outputs
-        return sum(2 * B * n * conv.out_channels * conv.in_channels * conv.kernel_size[0] for conv in module.convs)
+        return sum(2 * B * n * module.channels * module.d_in * k for k in module.kernels)
     if family == "other":
         return None
     heads, d_k, d_v = _heads_and_widths(module)
-    keys = _local_span(module, n) if family == "local" else n * getattr(module, "head_window", 1)
+    span = _local_span(module, n) if family == "local" else None
+    keys = span if span is not None else n * getattr(module, "head_window", 1)
     value_width = 2 * d_v if family in ("tensorized", "algorithm1") else d_v  # [v ⊙ E ; E] is 2·d_v wide
     key_width = 0 if isinstance(module, DiSA) else d_k  # DiSA's score is additive: no q kᵀ product
     return projection_flops(module, B * n) + attention_flops(B, heads, n, keys, key_width, value_width)
@@ -240,12 +245,10 @@ def estimate_bytes(module: nn.Module, backend: str, point: Point) -> int:
     family = family_of(module, backend)
     if family == "other":
         return base
-    if family == "lstm":
-        hidden = module.hidden
-        return base + 2 * 2 * 5 * B * n * hidden * size  # gates and cell states of both directions, + grads
-    if family == "cnn":
-        kernels = sum(conv.kernel_size[0] for conv in module.convs)
-        return base + B * n * d * kernels * size  # unfolded input windows
+    if isinstance(module, BiRNN):  # family lstm
+        return base + 2 * 2 * 5 * B * n * module.hidden * size  # gates and cell states of both directions, + grads
+    if isinstance(module, MultiCNN):  # family cnn
+        return base + B * n * d * sum(module.kernels) * size  # unfolded input windows
     heads, _, d_v = _heads_and_widths(module)
     area = getattr(module, "head_window", 1)
     keys = n * area
@@ -255,7 +258,8 @@ def estimate_bytes(module: nn.Module, backend: str, point: Point) -> int:
         return base + _ALGORITHM1_COPIES * B * heads * n * keys * size
     if family == "local":
         # band scores per head, plus the keys and values gathered block by block (and their gradients)
-        return base + (_DENSE_COPIES * B * heads * n * _local_span(module, n) + 6 * area * B * n * d) * size
+        span = _local_span(module, n) or n
+        return base + (_DENSE_COPIES * B * heads * n * span + 6 * area * B * n * d) * size
     if backend == "reference":
         return base + _DENSE_COPIES * B * heads * n * keys * size
     # fused kernels: no n × m float tensor kept, but a mask per (batch,) head (bool, and a float copy in

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
@@ -239,7 +240,7 @@ def select_candidates(settings: BenchSettings, device: str) -> tuple[list[Candid
         if name in BASELINES:
             baseline = BASELINES[name]
             candidates.append(Candidate(name, BASELINE_BACKEND, "baseline", baseline.description,
-                                        lambda b=baseline: b.build(settings.width, settings.heads)))
+                                        functools.partial(baseline.build, settings.width, settings.heads)))
             continue
         info = attention_info(name)
         wanted = [b for b in info.backends if settings.backends is None or b in settings.backends]
@@ -254,8 +255,8 @@ def select_candidates(settings: BenchSettings, device: str) -> tuple[list[Candid
                 notes.append(f"{device}: {name}/{backend} not run: it {'; it '.join(reasons)}")
                 continue
             candidates.append(Candidate(name, backend, "mechanism", info.description,
-                                        lambda n=name, b=backend: create_attention(n, settings.width, settings.heads,
-                                                                                   backend=b)))
+                                        functools.partial(create_attention, name, settings.width, settings.heads,
+                                                          backend=backend)))
     if not candidates:
         raise ArgumentError(f"nothing to run on {device}: mechanisms {list(names)} with backends "
                          f"{list(settings.backends or all_backends())} leave no runnable pair"

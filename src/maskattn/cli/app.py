@@ -23,6 +23,20 @@ app = typer.Typer(help="maskattn: mask-based self-attention (MTSA, MAN, CSAN) fo
                   add_completion=False)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"maskattn {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                      help="print the version and exit")) -> None:
+    """maskattn: mask-based self-attention (MTSA, MAN, CSAN) for PyTorch."""
+
+
 def is_user_error(exc: BaseException) -> bool:
     """A mistake the user can fix: one of maskattn's own errors (raised on purpose, naming what was wrong), or an
     ``OSError`` about a file (it carries the file's name: the user's input or output path)."""

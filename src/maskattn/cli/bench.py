@@ -22,7 +22,7 @@ def bench(
                                                           "gpu (the GPU acceptance run); other options override it"),
     preset: str = typer.Option(None, "--preset", "-p", hidden=True, help="old name of --suite (until 0.3)"),
     mode: str = typer.Option(None, "--mode", help="train (forward + backward, default) or inference (forward, no_grad)"),
-    compile: bool = typer.Option(None, "--compile/--eager", help="run the modules through torch.compile(fullgraph=True) "
+    compiled: bool = typer.Option(None, "--compile/--eager", help="run the modules through torch.compile(fullgraph=True) "
                                                                  "(compilation happens in the untimed warm-up)"),
     lengths: str = typer.Option(None, "--lengths", "-n", help="comma-separated sequence lengths (default 64,128,256,512,1024)"),
     batch: int = typer.Option(None, "--batch", "-b", help="batch size (default 8)"),
@@ -56,7 +56,7 @@ def bench(
         given = {key: value for key, value in dict(batch=batch, width=width, heads=heads, dtype=dtype,
                                                    repeats=repeats, warmup=warmup, device=device,
                                                    mem_budget_gb=mem_budget_gb, mode=mode,
-                                                   compile=compile).items() if value is not None}
+                                                   compile=compiled).items() if value is not None}
         if lengths is not None:
             given["lengths"] = parse_lengths(lengths)
         if mechanisms is not None:

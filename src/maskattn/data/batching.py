@@ -31,6 +31,13 @@ class Batch:
     labels: torch.Tensor | None
     count: int
 
+    @property
+    def targets(self) -> torch.Tensor:
+        """The label ids (``(B,)``, or ``(B, n)`` tags), for a loss; a batch encoded without a label set has none."""
+        if self.labels is None:
+            raise ArgumentError("this batch has no labels (its examples were encoded without a label set)")
+        return self.labels
+
     def to(self, device) -> Batch:
         labels = None if self.labels is None else self.labels.to(device, non_blocking=True)
         return Batch({k: v.to(device, non_blocking=True) for k, v in self.inputs.items()}, labels, self.count)

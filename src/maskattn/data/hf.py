@@ -24,7 +24,7 @@ def hf_available() -> bool:
 
 def _convert(rows, split: str, *, text_field: str, label_field: str, pair_fields: tuple[str, str] | None,
              label_names: list[str] | None, lowercase: bool) -> list:
-    out = []
+    out: list[TextExample | PairExample] = []
     for number, row in enumerate(rows, start=1):
         where = f"{split} split, row {number}"
         for field in ((label_field,) + (pair_fields or (text_field,))):

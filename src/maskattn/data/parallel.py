@@ -180,7 +180,9 @@ class TokenBatchSampler:
         return epoch_generator(self.seed, epoch)
 
     def _cut(self, order: list[int]) -> list[list[int]]:
-        batches, current, width = [], [], 0
+        batches: list[list[int]] = []
+        current: list[int] = []
+        width = 0
         for i in order:
             new_width = max(width, self.sizes[i])
             if current and new_width * (len(current) + 1) > self.max_tokens:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import ArgumentTypeError
-from .examples import PairExample, TextExample
+from .examples import Example, PairExample, TextExample
 from .vocab import LabelSet
 
 __all__ = ["TokenizedText", "encode_with_tokenizer", "tokenizer_fingerprint"]
@@ -34,16 +34,18 @@ class TokenizedText:
     truncated: list[int]
 
 
-def _texts(examples: Sequence[TextExample | PairExample]) -> tuple[list[str], list[str] | None]:
-    if examples and isinstance(examples[0], PairExample):
-        return [" ".join(e.premise) for e in examples], [" ".join(e.hypothesis) for e in examples]
-    if any(not isinstance(e, TextExample) for e in examples):
+def _texts(examples: Sequence[Example]) -> tuple[list[str], list[str] | None]:
+    pairs = [e for e in examples if isinstance(e, PairExample)]
+    sentences = [e for e in examples if isinstance(e, TextExample)]
+    if pairs and not sentences and len(pairs) == len(examples):
+        return [" ".join(e.premise) for e in pairs], [" ".join(e.hypothesis) for e in pairs]
+    if len(sentences) != len(examples):
         kinds = sorted({type(e).__name__ for e in examples})
-        raise ArgumentTypeError(f"a tokenizer encodes sentences or sentence pairs, got {', '.join(kinds)}")
-    return [" ".join(e.tokens) for e in examples], None
+        raise ArgumentTypeError(f"a tokenizer encodes sentences or sentence pairs (not both), got {', '.join(kinds)}")
+    return [" ".join(e.tokens) for e in sentences], None
 
 
-def encode_with_tokenizer(examples: Sequence[TextExample | PairExample], tokenizer, labels: LabelSet | None, *,
+def encode_with_tokenizer(examples: Sequence[Example], tokenizer, labels: LabelSet | None, *,
                           max_len: int) -> TokenizedText:
     """Examples → items of token ids (module docstring), at most ``max_len`` tokens each; ``labels=None`` for
     unlabelled text."""
@@ -60,7 +62,7 @@ def encode_with_tokenizer(examples: Sequence[TextExample | PairExample], tokeniz
         item = {"tokens": encoded["input_ids"][i]}
         if second is not None:
             item["token_types"] = encoded["token_type_ids"][i]
-        if labels is not None:
+        if labels is not None and isinstance(example, (TextExample, PairExample)):  # _texts refused the others
             item["label"] = labels.encode(example.label)
         items.append(item)
     return TokenizedText(items, truncated)

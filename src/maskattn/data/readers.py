@@ -121,7 +121,8 @@ def read_conll(path: str | Path, *, labels: Iterable[str] | None = None, lowerca
     by blank lines; ``-DOCSTART-`` lines are skipped."""
     path = Path(path)
     labels = None if labels is None else set(labels)
-    out, rows = [], []  # rows: (line number, token, tag) of the current sentence
+    out: list[TaggedExample] = []
+    rows: list[tuple[int | None, str, str]] = []  # (line number, token, tag) of the current sentence
     for number, line in [*iter_lines(path), (None, "")]:  # a final blank line ends the last sentence
         columns = line.split()
         if not columns:

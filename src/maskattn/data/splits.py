@@ -69,8 +69,8 @@ def holdout(examples: Sequence[Example], fraction: float, *, seed: int = 0, mode
 
 def labels_of(examples: Sequence[Example]) -> set[str]:
     if examples and isinstance(examples[0], TaggedExample):
-        return {tag for e in examples for tag in e.tags}
-    return {e.label for e in examples}
+        return {tag for e in examples if isinstance(e, TaggedExample) for tag in e.tags}
+    return {e.label for e in examples if not isinstance(e, TaggedExample)}
 
 
 def check_label_sets(splits: Splits, names: dict[str, str] | None = None) -> None:

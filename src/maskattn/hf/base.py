@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn as nn
 
@@ -26,7 +28,18 @@ class ConvertedSelfAttention(nn.Module):
 
     mechanism: str
 
-    def __init__(self, original: nn.Module, options: dict):
+    @classmethod
+    def check_options(cls, options: dict, num_heads: int) -> dict:
+        """The mechanism's options completed with its defaults; a wrong one raises naming it."""
+        raise NotImplementedError
+
+    @classmethod
+    def change_note(cls, options: dict) -> str | None:
+        """How these options change a pretrained model's outputs at initialisation (None: they do not)."""
+        raise NotImplementedError
+
+    # ``original`` is a transformers BERT-family self-attention (untyped here: transformers is optional)
+    def __init__(self, original: Any, options: dict):
         super().__init__()
         self.config = original.config
         self.num_attention_heads = original.num_attention_heads

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
-import torch.nn as nn
 from transformers import PreTrainedModel
 
 from ..errors import ArgumentError, ArgumentTypeError
@@ -34,7 +34,7 @@ class ConversionWarning(UserWarning):
     """``convert`` chose a mechanism or options that change the pretrained model's outputs."""
 
 
-def _encoder_layers(model) -> nn.ModuleList:
+def _encoder_layers(model: Any) -> Any:  # the BERT-family layer list (nn.ModuleList of transformers layers)
     if not isinstance(model, PreTrainedModel):
         raise ArgumentTypeError(f"model must be a transformers PreTrainedModel (e.g. from AutoModel.from_pretrained or "
                         f"maskattn.hf.load_encoder), got {type(model).__name__}")
@@ -45,7 +45,8 @@ def _encoder_layers(model) -> nn.ModuleList:
     if model.config.is_decoder or model.config.add_cross_attention:
         raise ArgumentError(f"convert supports encoders only; this {model_type} has is_decoder="
                          f"{model.config.is_decoder}, add_cross_attention={model.config.add_cross_attention}")
-    return model.base_model.encoder.layer
+    base: Any = model.base_model  # BertModel, RobertaModel, …
+    return base.encoder.layer
 
 
 def _layer_indices(layers, count: int) -> list[int]:

@@ -10,6 +10,8 @@ in every self-attention layer.
 
 from __future__ import annotations
 
+from typing import cast
+
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -83,7 +85,7 @@ def register(mechanism: str | None = None, /, **options) -> str | tuple[str, ...
         if options:
             raise ArgumentError(f"options {sorted(options)} need a mechanism, e.g. register('csan2d', window=7); "
                              f"mechanisms: {', '.join(REGISTRABLE)}")
-        return (*(register(m) for m in REGISTRABLE), _add(SDPA, softmax_attention))
+        return (*(cast(str, register(m)) for m in REGISTRABLE), _add(SDPA, softmax_attention))
     if not isinstance(mechanism, str) or mechanism not in REGISTRABLE:
         raise ArgumentError(f"unknown mechanism {mechanism!r} for register(); expected one of "
                          f"{', '.join(repr(m) for m in REGISTRABLE)} (DMAN and MTSA have parameters: use "

@@ -22,7 +22,7 @@ from .options import check_choice, check_int, check_known, check_odd
 
 HEAD_EDGES = ("truncate", "circular")
 
-DEFAULTS = {
+DEFAULTS: dict[str, dict[str, object]] = {
     "csan1d": {"window": 11},
     "csan2d": {"window": 11, "head_window": 3, "head_edges": "truncate"},
     "sman": {"radius": 4},

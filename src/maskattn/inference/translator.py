@@ -12,14 +12,17 @@ batch greedily (``beam=1``) or with beam search, and returns detokenised text, o
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, cast
 
 import torch
-import torch.nn as nn
 
 from ..errors import ArgumentError, ArgumentTypeError
 from ..validation import check_positive_int
 from ..data.subword import BOS_ID, EOS_ID, PAD_ID, SubwordModel
 from .decoding import beam_search, greedy_decode
+
+if TYPE_CHECKING:
+    from ..models.seq2seq import Seq2Seq
 
 __all__ = ["Translator"]
 
@@ -33,7 +36,7 @@ class Translator:
     al. 2017; 0 ranks by log-probability).
     """
 
-    def __init__(self, model: nn.Module, subword: SubwordModel, *, max_len: int,
+    def __init__(self, model: Seq2Seq, subword: SubwordModel, *, max_len: int,
                  device: torch.device | str = "cpu"):
         if not isinstance(subword, SubwordModel):
             raise ArgumentTypeError(f"subword must be a SubwordModel, got {type(subword).__name__}")
@@ -66,8 +69,8 @@ class Translator:
             if beam == 1:
                 hyps = greedy_decode(self.model, src, bos_id=BOS_ID, eos_id=EOS_ID)
             else:
-                hyps = beam_search(self.model, src, beam_size=beam, length_penalty=length_penalty, bos_id=BOS_ID,
-                                   eos_id=EOS_ID)
+                hyps = cast(list[list[int]], beam_search(self.model, src, beam_size=beam, length_penalty=length_penalty,
+                                                          bos_id=BOS_ID, eos_id=EOS_ID))  # the best of each beam
             for row, i in enumerate(chunk):
                 out[i] = list(hyps[row])
         return out

@@ -32,7 +32,7 @@ BLOCK_MASK_CACHE_SIZE = 64
 FLEX_MIN_HEAD_DIM = 16
 #: compiled entries allowed for the shared eager-CUDA flex function (one per mask / score-mod kind and dtype)
 FLEX_RECOMPILE_LIMIT = 64
-_static_block_masks: OrderedDict = OrderedDict()
+_static_block_masks: OrderedDict[tuple, tuple] = OrderedDict()
 #: per forward of a stack (block_mask_scope): the block masks of batch-dependent masks
 _scoped_block_masks: contextvars.ContextVar[dict | None] = contextvars.ContextVar("maskattn_block_masks",
                                                                                    default=None)
@@ -98,18 +98,23 @@ def _block_mask(mask: Mask, B: int, H: int, n: int, m: int, device: torch.device
 
     if torch.compiler.is_compiling():
         return create_block_mask(mask.mask_mod, None if mask.static else B, H, n, m, device=device)
-    cache = None if mask.cache_key is None else _static_block_masks if mask.static else _scoped_block_masks.get()
     key = (mask.cache_key, None if mask.static else B, H, n, m, str(device))
-    if cache is not None and key in cache:
-        if mask.static:
-            cache.move_to_end(key)
-        return cache[key][1]
-    block_mask = create_block_mask(mask.mask_mod, None if mask.static else B, H, n, m, device=device)
-    if cache is not None:
+    if mask.cache_key is not None and mask.static:  # least recently used dropped first
+        if key in _static_block_masks:
+            _static_block_masks.move_to_end(key)
+            return _static_block_masks[key][1]
+        block_mask = create_block_mask(mask.mask_mod, None, H, n, m, device=device)
+        _static_block_masks[key] = (mask, block_mask)
+        if len(_static_block_masks) > BLOCK_MASK_CACHE_SIZE:
+            _static_block_masks.popitem(last=False)
+        return block_mask
+    scoped = None if mask.cache_key is None else _scoped_block_masks.get()
+    if scoped is not None and key in scoped:
+        return scoped[key][1]
+    block_mask = create_block_mask(mask.mask_mod, B, H, n, m, device=device)
+    if scoped is not None:
         # the entry holds the mask too: tensors its key names by id stay alive, so no id is reused meanwhile
-        cache[key] = (mask, block_mask)
-        if mask.static and len(cache) > BLOCK_MASK_CACHE_SIZE:
-            cache.popitem(last=False)
+        scoped[key] = (mask, block_mask)
     return block_mask
 
 

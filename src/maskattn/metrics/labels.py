@@ -10,6 +10,7 @@ __all__ = ["accuracy", "bio_spans", "span_f1"]
 
 
 def accuracy(predictions: Sequence[int], targets: Sequence[int]) -> float:
+    """The share of ``predictions`` equal to their ``targets`` (line-aligned class ids), in [0, 1]."""
     if len(predictions) != len(targets):
         raise ArgumentError(f"{len(predictions)} predictions for {len(targets)} targets")
     return sum(int(p == t) for p, t in zip(predictions, targets)) / max(1, len(targets))
@@ -18,13 +19,15 @@ def accuracy(predictions: Sequence[int], targets: Sequence[int]) -> float:
 def bio_spans(tags: Sequence[str]) -> set[tuple[int, int, str]]:
     """(start, end exclusive, type) chunks of a BIO sequence; an ``I-X`` without a preceding ``B-X`` /
     ``I-X`` starts a new chunk (conlleval's convention)."""
-    spans, start, kind = set(), None, None
+    spans: set[tuple[int, int, str]] = set()
+    start: int | None = None
+    kind = ""
     for i, tag in enumerate(list(tags) + ["O"]):
         prefix, _, label = tag.partition("-")
         continues = prefix == "I" and kind == label and start is not None
         if start is not None and not continues:
             spans.add((start, i, kind))
-            start, kind = None, None
+            start, kind = None, ""
         if prefix == "B" or (prefix == "I" and not continues):
             start, kind = i, label
     return spans

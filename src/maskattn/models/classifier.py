@@ -28,14 +28,16 @@ class SentenceEncoder(nn.Module):
     def __init__(self, embed: nn.Module, fusion: nn.Module, pooling: str | None = "source2token"):
         super().__init__()
         self.embed, self.fusion = embed, fusion
-        self.pool = Pool(fusion.out_dim, pooling) if pooling is not None else None
-        self.out_dim = fusion.out_dim
+        self.out_dim: int = fusion.out_dim  # type: ignore[assignment]  # every fusion declares out_dim (models.fusion)
+        self.pool = Pool(self.out_dim, pooling) if pooling is not None else None
 
     def tokens(self, ids: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
         """Context-aware token representations ``(B, n, out_dim)``."""
         return self.fusion(self.embed(ids), key_padding_mask=padding_mask)
 
     def forward(self, ids: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
+        if self.pool is None:
+            raise ArgumentError("this encoder has no pooling (pooling=None, a tagger's): read tokens() instead")
         return self.pool(self.tokens(ids, padding_mask), key_padding_mask=padding_mask)
 
     def attention_maps(self, ids: torch.Tensor,
@@ -71,7 +73,7 @@ class EncoderClassifier(nn.Module):
                  mlp_layers: int = 1, activation: str = "relu", dropout: float = 0.0):
         super().__init__()
         self.encoder = encoder
-        d = encoder.out_dim
+        d: int = encoder.out_dim
         self.head = MLP(self.inputs_per_example * d, mlp_hidden or d, num_classes, layers=mlp_layers,
                         activation=activation, dropout=dropout)
 

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn as nn
@@ -47,14 +47,14 @@ class MultiCNN(nn.Module):
 
     def __init__(self, d_in: int, *, channels: int = 200, kernels: Sequence[int] = (3, 4, 5)):
         super().__init__()
+        self.d_in, self.channels, self.kernels = d_in, channels, tuple(kernels)
         self.convs = nn.ModuleList(nn.Conv1d(d_in, channels, k) for k in kernels)
         self.out_dim = channels * len(kernels)
 
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         h = _zero_padding(x, key_padding_mask).transpose(1, 2)  # (B, d_in, n)
         # "same" length per kernel: (k-1)//2 zeros on the left, k//2 on the right
-        outs = [F.relu(conv(F.pad(h, ((conv.kernel_size[0] - 1) // 2, conv.kernel_size[0] // 2))))
-                for conv in self.convs]
+        outs = [F.relu(conv(F.pad(h, ((k - 1) // 2, k // 2)))) for k, conv in zip(self.kernels, self.convs)]
         out = torch.cat(outs, dim=1).transpose(1, 2)  # (B, n, out_dim)
         return _zero_padding(out, key_padding_mask)
 
@@ -88,7 +88,8 @@ class RecipeFusion(nn.Module):
         return self.encoder(x, key_padding_mask=key_padding_mask)
 
 
-BASELINES = {
+#: the baseline context fusions by name: ``factory(d_in, **options)`` → a module with an ``out_dim``
+BASELINES: dict[str, Callable[..., nn.Module]] = {
     "bilstm": lambda d, **kw: BiRNN(d, cell="lstm", **kw),
     "bigru": lambda d, **kw: BiRNN(d, cell="gru", **kw),
     "multi_cnn": MultiCNN,

@@ -17,6 +17,7 @@ import importlib
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -86,6 +87,8 @@ def load_pretrained_encoder(cfg: ModelConfig, *, replay: bool = False):
     except ImportError as exc:
         raise ConfigError(f"model.pretrained needs Hugging Face transformers ({exc}): pip install 'maskattn[hf]'") \
             from None
+    if cfg.pretrained is None:
+        raise ConfigError("model.pretrained is not set")
     folder = resolve_pretrained(cfg.pretrained)
     try:
         with _no_progress_bars():
@@ -105,7 +108,7 @@ def load_pretrained_encoder(cfg: ModelConfig, *, replay: bool = False):
     return encoder, tokenizer
 
 
-def encoder_max_tokens(encoder: nn.Module, tokenizer) -> int:
+def encoder_max_tokens(encoder: Any, tokenizer: Any) -> int:
     """The longest input the encoder reads: its position table (RoBERTa's positions start after the padding
     id), or the tokenizer's ``model_max_length`` when that is smaller."""
     config = encoder.config
@@ -123,7 +126,7 @@ class PretrainedClassifier(nn.Module):
     segment ids of a pair. ``max_tokens``: the longest input the encoder reads.
     """
 
-    def __init__(self, encoder: nn.Module, num_classes: int, *, max_tokens: int, pool: str = "mean",
+    def __init__(self, encoder: Any, num_classes: int, *, max_tokens: int, pool: str = "mean",
                  mlp_hidden: int | None = None, mlp_layers: int = 1, activation: str = "relu", dropout: float = 0.1):
         super().__init__()
         self.encoder = encoder
@@ -135,7 +138,7 @@ class PretrainedClassifier(nn.Module):
                         dropout=dropout)
 
     @classmethod
-    def from_config(cls, encoder: nn.Module, tokenizer, cfg: ModelConfig, num_classes: int) -> PretrainedClassifier:
+    def from_config(cls, encoder: Any, tokenizer: Any, cfg: ModelConfig, num_classes: int) -> PretrainedClassifier:
         """The classifier of ``cfg`` (``pool``, ``mlp_*``, ``activation``, ``dropout``) on ``encoder``."""
         return cls(encoder, num_classes, max_tokens=encoder_max_tokens(encoder, tokenizer), pool=cfg.pooling,
                    mlp_hidden=cfg.mlp_hidden, mlp_layers=cfg.mlp_layers, activation=cfg.activation,

@@ -322,8 +322,8 @@ class Seq2Seq(nn.Module):
                              f"{state.batch_size}; reorder the state with state.reorder(index) first")
         offset = len(state)
         self._check_positions(tgt_ids_new.shape[1], "the decoded target", offset)
-        padding = tgt_ids_new == self.pad_id
-        padding = padding if bool(padding.any()) else None  # caches stay mask-free while nothing is padding
+        is_pad = tgt_ids_new == self.pad_id
+        padding = is_pad if bool(is_pad.any()) else None  # caches stay mask-free while nothing is padding
         x = self._embed(tgt_ids_new, self.tgt_embed, self.tgt_positions, offset)
         x, caches = self.decoder.step(x, state.caches, padding)
         return self._logits(x), DecoderState(state.memory, state.memory_padding, caches)

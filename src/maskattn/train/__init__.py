@@ -6,6 +6,7 @@ kill, the embedded default job. Using the trained checkpoints: :mod:`maskattn.in
 from ..checkpoint import FORMAT, Checkpoint, load_checkpoint, load_weights
 from .api import cross_validate, resume, train
 from .checkpoint import save_checkpoint
+from . import config
 from .config import OptimConfig, RunConfig, TrainConfig, from_dict, list_presets, load_config, preset_path
 from .default_job import DEFAULT_JOB, run_default_job
 from .logger import MetricsLogger, read_metrics

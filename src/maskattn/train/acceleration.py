@@ -3,6 +3,8 @@ checks that refuse what cannot work before the first step, and the report of a r
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn as nn
 
@@ -53,7 +55,7 @@ def compile_model(model: nn.Module) -> nn.Module:
     """``torch.compile`` with dynamic shapes: the first new sequence length makes the graph length-generic, so
     variable-length batches compile at most twice (tested). The state dict stays the model's own (checkpoints
     hold the uncompiled names)."""
-    return torch.compile(model, dynamic=None)
+    return cast(nn.Module, torch.compile(model, dynamic=None))  # an OptimizedModule
 
 
 class RecompileMonitor:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -31,7 +32,7 @@ def capture_rng() -> tuple[dict[str, torch.Tensor], dict]:
         for i, state in enumerate(torch.cuda.get_rng_state_all()):
             tensors[f"rng.cuda.{i}"] = state
     version, mt, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    kind, keys, pos, has_gauss, cached = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state())
     tensors["rng.numpy"] = torch.from_numpy(keys.astype(np.int64))
     return tensors, {"python": [version, list(mt), gauss], "numpy": [kind, int(pos), int(has_gauss), float(cached)]}
 

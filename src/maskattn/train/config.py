@@ -180,6 +180,8 @@ def list_presets() -> list[str]:
 
 
 def preset_path(name: str) -> Path:
+    """The YAML file of the preset ``name`` shipped in ``maskattn/configs/``; an unknown name raises
+    :class:`~maskattn.errors.ConfigError` with the list of presets."""
     path = PRESETS_DIR / f"{name}.yaml"
     if not path.is_file():
         raise ConfigError(f"unknown preset {name!r}; presets: {', '.join(list_presets()) or '(none found)'}")

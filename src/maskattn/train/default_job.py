@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -15,7 +16,7 @@ from .trainer import Trainer
 
 __all__ = ["DEFAULT_JOB", "default_configs", "run_default_job"]
 
-DEFAULT_JOB = {
+DEFAULT_JOB: dict[str, dict[str, Any]] = {
     "data": {"source": "order", "order_sizes": [4000, 500, 1000], "order_lengths": [8, 24]},
     "model": {"type": "sentence", "encoder": "mtsa", "d_model": 32, "num_heads": 4, "ffn": False, "norm": "post",
               "positional": "none", "dropout": 0.0, "mlp_layers": 0},

@@ -78,7 +78,7 @@ class MetricsLogger:
         self.csv = Path(out_dir) / "metrics.csv"
         if not enabled:
             return
-        rows = []
+        rows: list[dict] = []
         if resume_step is not None:
             rows, torn = _read_rows(self.jsonl)
             if torn is not None and warn is not None:

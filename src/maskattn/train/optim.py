@@ -34,11 +34,12 @@ def parameter_groups(cfg, model: nn.Module) -> list[dict]:
     ``param_groups[0]["lr"]`` is the learning rate of the head (what the metrics log shows). With neither
     option: one group of every trainable parameter."""
     if cfg.layer_decay != 1.0:
-        if not hasattr(model, "layer_groups"):
+        layer_groups = getattr(model, "layer_groups", None)
+        if layer_groups is None:
             raise ConfigError(f"optim.layer_decay {cfg.layer_decay:g} needs a model with numbered layers, a "
                               f"pretrained encoder (model.pretrained); {type(model).__name__} has none: set "
                               "optim.layer_decay=1")
-        layers = model.layer_groups()
+        layers = layer_groups()
     else:
         layers = [[p for p in model.parameters() if p.requires_grad]]
     names = {id(p): name for name, p in model.named_parameters()}
@@ -77,6 +78,7 @@ def _lr_factor(schedule: str, warmup: int, total: int | None):
         return min(1.0, (step + 1) / warmup) if warmup else 1.0
 
     def warmup_then_linear(step: int) -> float:  # 1 at the last warm-up step, 1 / (total − peak) at the last step
+        assert total is not None  # build_schedule requires the run's length for 'linear'
         peak = max(warmup - 1, 0)
         if step < peak:
             return (step + 1) / warmup

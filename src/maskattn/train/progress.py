@@ -30,9 +30,9 @@ class TrainProgress:
         self.progress.__exit__(*exc)
 
     def update(self, step: int, *, loss: float | None = None, speed: float | None = None) -> None:
-        fields = {}
+        fields: dict[str, str] = {}
         if loss is not None:
             fields["loss"] = f"{loss:.4f}"
         if speed is not None:
             fields["speed"] = f"{speed:,.0f}"
-        self.progress.update(self.task, completed=step, **fields)
+        self.progress.update(self.task, completed=step, **fields)  # type: ignore[arg-type]  # task fields are free-form

@@ -92,7 +92,7 @@ class LocalnessTable:
     def summary(self) -> str:
         """Where the rows come from: the data file, and per checkpoint its rows, sentence count and the
         sentences it skipped."""
-        sources = {}
+        sources: dict[str, list[str]] = {}
         for r in self.rows:
             sources.setdefault(r.checkpoint, []).append(r.mechanism)
         parts = []
@@ -138,7 +138,7 @@ def localness_values(source: MapSource, sentences: Sequence[Sequence[int]], mech
     windows = _check_windows(windows)
     stack = source.stack
     found = find_sublayers(stack.attention_sublayers(), stack.layer_names, list(layers), mechanism)
-    keys = {}
+    keys: dict[int, str] = {}
     for layer, key in found:
         keys.setdefault(layer, key)
     missing = [layer for layer in layers if layer not in keys]
@@ -157,7 +157,7 @@ def localness_values(source: MapSource, sentences: Sequence[Sequence[int]], mech
 
 
 def localness_table(checkpoint: str | Path, data_file: str | Path, *, san_checkpoint: str | Path | None = None,
-                    windows: Sequence[int] = WINDOWS, layers: Sequence[int] | None = None, format: str | None = None,
+                    windows: Sequence[int] = WINDOWS, layers: Sequence[int] | None = None, format: str | None = None,  # noqa: A002 (as data.format)
                     batch_size: int = 32, device: str = "cpu") -> LocalnessTable:
     """MAN Table 5 for ``checkpoint`` (a classifier or translation model with DMAN sublayers) on ``data_file``.
 

@@ -5,7 +5,7 @@ attention sublayer's maps (the modules' own :meth:`~maskattn.SelfAttention.atten
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +14,7 @@ import torch.nn as nn
 
 from ..errors import ArgumentError, ArgumentTypeError
 from ..validation import describe
-from ..attention import AttentionMaps, list_attentions
+from ..attention import AttentionMaps, SelfAttention, list_attentions
 from ..inference import LoadedModel, Translator
 from ..layers import SAN_ALIAS
 from .sources import MapSource, load_for_maps
@@ -60,7 +60,7 @@ class SentenceMaps:
     tokens: tuple[str, ...]
     unknown: tuple[int, ...]
     layers: list[dict[str, AttentionMaps]]
-    modules: list[dict[str, nn.Module]]
+    modules: list[dict[str, SelfAttention]]
     layer_names: list[str]
     pool: torch.Tensor | None
 
@@ -89,7 +89,7 @@ def check_layers(layers: Sequence[int] | None, layer_names: Sequence[str]) -> li
     return list(layers)
 
 
-def find_sublayers(modules: Sequence[dict[str, nn.Module]], layer_names: Sequence[str],
+def find_sublayers(modules: Sequence[Mapping[str, nn.Module]], layer_names: Sequence[str],
                    layers: Sequence[int] | None = None, mechanism: str | None = None) -> list[tuple[int, str]]:
     """``(layer, key)`` of the attention sublayers (``modules`` as :meth:`maskattn.Encoder.attention_sublayers`)
     in ``layers`` (1-based, default all) whose mechanism is ``mechanism`` (a registered name or ``san``;

@@ -219,6 +219,7 @@ def sublayer_rows(sub: Sublayer, tokens: Sequence[str]) -> Grid:
     title = f"layer {sub.layer} · {sub.name}"
     if isinstance(module, (MTSA, FastDiSA)):  # MTSA Fig. 3
         labels = [f"{h} {name}" for h, name in enumerate(head_mask_names(module, n))]
+        assert maps.source2token is not None  # MTSA and Fast-DiSA return their source2token scores
         s2t = maps.source2token.mean(-1)  # (H, n, d_h) -> (H, n): token level, averaged over features
         return [_per_head(title, "token2token", maps.attention, tokens, labels)
                 + [_attention_panel(f"{title}\nsource2token (token level)", s2t, labels, tokens, ylabel="head",
@@ -226,11 +227,13 @@ def sublayer_rows(sub: Sublayer, tokens: Sequence[str]) -> Grid:
     if isinstance(module, DiSA):  # feature-wise (H, n, n, d_h) probabilities, averaged over features
         labels = [f"{h} {name}" for h, name in enumerate(head_mask_names(module, n))]
         return [_per_head(title, "attention (feature mean)", maps.attention.mean(-1), tokens, labels)]
-    heads = range(module.num_heads)
+    heads = range(maps.attention.shape[0])  # (H, n, n)
     if isinstance(module, DynamicMaskAttention):  # MAN Eq. 12 mask and the attention S_M(Q, K) of Eq. 4
+        assert maps.mask is not None  # DMAN and SMAN return their mask M
         return [[_mask_panel(f"{title}\nmask · head {h}", maps.mask[h], tokens, tokens) for h in heads],
                 _per_head(title, "attention", maps.attention, tokens, heads)]
     if isinstance(module, StaticMaskAttention):  # MAN Eq. 11: one 0/1 mask for every head
+        assert maps.mask is not None
         return [[_mask_panel(f"{title}\nmask", maps.mask[0], tokens, tokens)]
                 + _per_head(title, "attention", maps.attention, tokens, heads)]
     if isinstance(module, ConvSelfAttention) and module.head_window > 1:  # (H, n, H, n): keys of every head
@@ -269,8 +272,9 @@ def man_mask_grid(sentence: SentenceMaps, layer: int) -> Grid:
     n, tokens = len(sentence.tokens), sentence.tokens
     rows: Grid = []
     for sub in subs:
-        dman = [_mask_panel(f"(b) DMAN\nlayer {layer}, head {h}", sub.maps.mask[h], tokens, tokens)
-                for h in range(sub.module.num_heads)]
+        mask = sub.maps.mask  # (H, n, n)
+        assert mask is not None  # a DMAN sublayer returns its mask M
+        dman = [_mask_panel(f"(b) DMAN\nlayer {layer}, head {h}", mask[h], tokens, tokens) for h in range(mask.shape[0])]
         rows.append([_mask_panel("(a) SAN", torch.ones(n, n), tokens, tokens), *dman,
                      _mask_panel("(c) FFN", torch.eye(n), tokens, tokens)])
     return rows

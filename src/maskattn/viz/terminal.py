@@ -45,7 +45,7 @@ def panel_text(panel: Heatmap) -> Text:
     for i in range(rows):
         out.append(f"{_label(panel.row_labels[i]):>{_LABEL_WIDTH}} ")
         for j in range(cols):
-            level = shade_index(panel.values[i, j], panel.vmin, panel.vmax)
+            level = shade_index(float(panel.values[i, j]), panel.vmin, panel.vmax)
             if (i, j) == panel.highlight:
                 out.append("[]" if level == 0 else SHADES[level] * 2, style="bold red")
             else:
