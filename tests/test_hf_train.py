@@ -152,7 +152,7 @@ def test_eval_and_predict_commands_truncate_to_the_tokenizers_tokens(tmp_path, b
         result = runner.invoke(app, ["predict", "-k", best, "good", "", "the film was very very good and the plot too"])
     assert result.exit_code == 0, result.output
     assert len(result.stdout.split("\n")) == 4 and result.stdout.split("\n")[1] == ""  # blank in, blank out
-    assert "1 input line(s) longer" in " ".join(result.stderr.split()) and "line(s) 3" in result.stderr
+    assert "1 input line(s) longer" in " ".join(result.stderr.split()) and "argument(s) 3" in result.stderr
 
 
 def test_a_conversion_that_changes_the_model_warns_when_training_starts_only(tmp_path, bert):

@@ -8,12 +8,27 @@ Layout: :mod:`maskattn.masks` (mask predicates) → :mod:`maskattn.kernels` (aut
 :mod:`maskattn.inference`; plus ``data``, ``analysis``, ``bench``, ``viz``.
 """
 
+import os as _os
+from importlib import metadata as _metadata
+
+# OpenMP threads that wait for work by spinning collapse when another process shares the cores: PyTorch's libgomp
+# threads spin up to GOMP_SPINCOUNT (300,000 by default) before sleeping, and on 2 cores beside one busy process
+# `maskattn train --preset trec` ran at 74-85 examples/s instead of ~1,400. A spin of 1,000 keeps 775-781 there and
+# costs ~20 % on an idle machine (issue 23; docs/training.md "Threads"). It must be set before torch loads OpenMP, so
+# it takes effect when maskattn is imported first (every `maskattn` command); OMP_WAIT_POLICY or GOMP_SPINCOUNT set
+# by the user win.
+if not _os.environ.get("OMP_WAIT_POLICY") and not _os.environ.get("GOMP_SPINCOUNT"):
+    _os.environ["GOMP_SPINCOUNT"] = "1000"
+
 from . import analysis, attention, backends, functional, layers, masks
 from .attention import *  # noqa: F403 — the modules and the registry
 from .layers import ChainLayer, Decoder, Encoder, LayerCache, LayerSettings, MANLayer, csan_encoder
 
-__version__ = "0.1.0"
+try:  # one source of the version: the package metadata (pyproject.toml)
+    __version__ = _metadata.version("maskattn")
+except _metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
 
-__all__ = ["analysis", "backends", "functional", "layers", "masks", *attention.__all__,
+__all__ = ["analysis", "backends", "functional", "layers", "masks", *attention.__all__,  # noqa: PLE0604
            "ChainLayer", "LayerSettings", "LayerCache", "Encoder", "Decoder", "csan_encoder", "MANLayer",
            "__version__"]

@@ -36,7 +36,7 @@ from safetensors.torch import load_file
 from .errors import CheckpointError, UnverifiedCheckpointWarning
 
 __all__ = ["FORMAT", "CHECKSUM_KEY", "Checkpoint", "load_checkpoint", "load_weights", "content_digest",
-           "read_header"]
+           "read_header", "checkpoint_in_folder"]
 
 FORMAT = "maskattn-checkpoint/1"
 CHECKSUM_KEY = "sha256"  # metadata entry holding the checksum of the rest of the file
@@ -114,10 +114,35 @@ def _verify(path: Path, header: dict, data_start: int) -> None:
                               "(an earlier checkpoint, or best.safetensors / last.safetensors of the run)")
 
 
+def _held(folder: Path) -> str:
+    """The checkpoints a folder holds (and its folds' best ones), for a message."""
+    found = sorted(p.name for p in folder.glob("*.safetensors") if p.is_file())
+    found += sorted(f"{p.parent.name}/{p.name}" for p in folder.glob("*/best.safetensors"))
+    if not found:
+        return "it holds no .safetensors checkpoint"
+    return "it holds " + ", ".join(found[:8]) + (", …" if len(found) > 8 else "") + "; pass one of them"
+
+
+def _folder_message(folder: Path) -> str:
+    """What to say when a folder is given where a checkpoint file is expected: the checkpoints inside it."""
+    return f"checkpoint {folder} is a folder, not a checkpoint file: {_held(folder)}"
+
+
+def checkpoint_in_folder(folder: str | Path, name: str = "best.safetensors") -> Path:
+    """The checkpoint ``name`` of a run folder (``best.safetensors``: the model the run kept); a folder without
+    it raises :class:`CheckpointError` naming the checkpoints it holds."""
+    folder = Path(folder)
+    if not (folder / name).is_file():
+        raise CheckpointError(f"checkpoint {folder} is a folder without {name}: {_held(folder)}")
+    return folder / name
+
+
 def load_checkpoint(path: str | Path) -> Checkpoint:
     """Read and verify a checkpoint. A missing file, a file that is not safetensors, not a maskattn
     checkpoint, or whose content does not match its checksum raises :class:`CheckpointError` naming it."""
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(_folder_message(path))
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     header, data_start = read_header(path)

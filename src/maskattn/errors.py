@@ -16,6 +16,8 @@ class                       raised when
 ``CheckpointError``         a checkpoint is missing, corrupt, not maskattn's or does not fit the model
 ``RunFolderError``          a run folder is held by another process, or holds a run that would be replaced
 ``InputError``              an input a command refuses (e.g. a sentence too long to draw)
+``MemoryLimitError``        a batch whose estimated memory exceeds the budget (also an ``InputError``; the
+                            message gives the estimate, the budget and how to change either)
 ``BackendError``            an explicitly named attention backend cannot run a call (the message gives
                             every backend's reasons and what ``backend="auto"`` runs)
 ``DivergenceError``         the training loss stopped being finite (also a ``FloatingPointError``)
@@ -27,6 +29,7 @@ from __future__ import annotations
 import warnings
 
 __all__ = ["MaskattnError", "ArgumentError", "ArgumentTypeError", "ConfigError", "DataError", "CheckpointError", "RunFolderError", "InputError",
+           "MemoryLimitError",
            "BackendError", "DivergenceError", "UnverifiedCheckpointWarning", "warn_renamed", "renamed_attribute",
            "REMOVED_IN"]
 
@@ -65,6 +68,11 @@ class RunFolderError(MaskattnError):
 
 class InputError(MaskattnError, ValueError):
     """An input a command refuses (the message names the limit and how to change it)."""
+
+
+class MemoryLimitError(InputError):
+    """A batch whose estimated memory (:func:`maskattn.device.attention_memory_bytes`) exceeds the budget
+    (:func:`maskattn.device.memory_budget`): refused before it is built, with the estimate and what to change."""
 
 
 class BackendError(ArgumentError):

@@ -82,6 +82,8 @@ def count_flops(fn: Callable[[], object]) -> int:
 
 
 def machine_info(device: torch.device | str = "cpu") -> dict[str, object]:
+    """What a benchmark record says about the machine: PyTorch, Python, platform, processor, torch threads, the
+    device and, on CUDA, the GPU's name."""
     device = torch.device(device)
     info = {
         "torch": torch.__version__,
@@ -101,7 +103,7 @@ MATMUL_MAX_BYTES = 256 * 2**20
 
 
 def measure_point(module: nn.Module, x: torch.Tensor, grad_out: torch.Tensor, *, repeats: int, warmup: int,
-                  device: str) -> dict[str, float | int]:
+                  device: str) -> dict[str, float | int | None]:
     """Time ``module(x)`` and its backward separately and measure the peak memory of one training step.
 
     ``x`` ``(B, n, width)`` requires grad; ``grad_out`` has the output's shape and is passed to
@@ -145,7 +147,7 @@ def measure_point(module: nn.Module, x: torch.Tensor, grad_out: torch.Tensor, *,
 
 @torch.no_grad()
 def measure_inference(module: nn.Module, x: torch.Tensor, *, repeats: int, warmup: int,
-                      device: str) -> dict[str, float | int]:
+                      device: str) -> dict[str, float | int | None]:
     """Time ``module(x)`` under ``torch.no_grad()`` and measure the peak memory of one forward: ``warmup``
     untimed calls, one under the memory measurement, ``repeats`` timed. Times in milliseconds; the backward
     fields are None."""

@@ -137,6 +137,12 @@ def _ms(record, phase: str) -> str:
             f"[{record[f'{phase}_ms_min']:.2f}-{record[f'{phase}_ms_max']:.2f}]")
 
 
+def _percent(fraction: float | None) -> str:
+    """A fraction of the machine's matmul rate as a percentage; ``–`` where it is not meaningful (missing, or above
+    100 %: the reference rate was measured while the machine was busier than during the module's run)."""
+    return "–" if fraction is None or fraction > 1.0 else f"{100 * fraction:.1f}"
+
+
 def render_tables(result: BenchResult) -> list[Table]:
     """One table per device: a row per (mechanism/backend, n), grouped by mechanism/backend."""
     tables = []
@@ -157,7 +163,7 @@ def render_tables(result: BenchResult) -> list[Table]:
                 if r["status"] == "ok":
                     cells += [_ms(r, "fwd"), _ms(r, "bwd"), f"{r['peak_mib']:.1f}", f"{r['gflop']:.3g}",
                               f"{r['achieved_gflops']:.2f}", f"{r['matmul_gflops']:.1f}",
-                              f"{100 * r['matmul_fraction']:.1f}",
+                              _percent(r["matmul_fraction"]),
                               "–" if r.get("attention_tflops") is None else f"{r['attention_tflops']:.3g}", "ok"]
                 else:
                     cells += [""] * 8 + [f"{r['status']}: {r['reason']}"]

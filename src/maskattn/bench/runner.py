@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn as nn
@@ -60,8 +61,10 @@ FIELDS: dict[str, str] = {
     "gflop": "FLOPs of one forward+backward (inference: forward) (GFLOP)",
     "flop_source": "'analytic' (maskattn.bench.costs) or 'FlopCounterMode' (unmodelled module)",
     "achieved_gflops": "gflop / (fwd_ms_median + bwd_ms_median): achieved GFLOP/s",
-    "matmul_gflops": "GFLOP/s of the (B·H, n, d_h) x (B·H, d_h, n) bmm on this device and dtype (fastest of 5)",
-    "matmul_fraction": "achieved_gflops / matmul_gflops",
+    "matmul_gflops": "the machine's dense matmul rate: GFLOP/s of a square matmul (1024 on the CPU, 4096 on CUDA) "
+                     "on this device and dtype (fastest of 5), measured once per device",
+    "matmul_fraction": "achieved_gflops / matmul_gflops (a fraction of the machine's matmul rate, at most ~1; "
+                       "the table prints '–' above 1: the reference was then measured at a busier moment)",
     "attention_tflops": "useful attention TFLOP/s: FLOPs of the attention core over the pairs its mask allows "
                         "(maskattn.bench.costs.useful_attention_flops; causal and directional masks: about half) / "
                         "the step time, projections included in the time (so a lower bound on the kernel's own rate)",
@@ -83,6 +86,10 @@ class BenchResult:
         return {"format": "maskattn-bench/1", "machine": self.machine, "settings": self.settings,
                 "fields": FIELDS, "descriptions": self.descriptions, "notes": self.notes, "wall_s": self.wall_s,
                 "records": self.records}
+
+
+#: the side of the square matmul whose rate is ``matmul_gflops`` (the machine's dense rate), per device type
+REFERENCE_MATMUL = {"cpu": 1024, "cuda": 4096}
 
 
 def _budget_bytes(settings: BenchSettings, device: str) -> tuple[int, str]:
@@ -113,11 +120,13 @@ def _build(candidate: Candidate, settings: BenchSettings, device: str, dtype: to
         raise ArgumentError(f"cannot build {candidate.label} with width={settings.width}, heads={settings.heads}: "
                          f"{exc}") from None
     module = module.to(device=device, dtype=dtype).train(settings.mode == "train")
-    return torch.compile(module, fullgraph=True) if settings.compile else module
+    return cast(nn.Module, torch.compile(module, fullgraph=True)) if settings.compile else module
 
 
-def _flops(module: nn.Module, candidate: Candidate, point: Point, x: torch.Tensor, grad_out: torch.Tensor):
-    """(FLOPs of one step, source): analytic when modelled, else counted by FlopCounterMode."""
+def _flops(module: nn.Module, candidate: Candidate, point: Point, x: torch.Tensor,
+           grad_out: torch.Tensor | None) -> tuple[int, str]:
+    """(FLOPs of one step, source): analytic when modelled, else counted by FlopCounterMode (``grad_out``
+    None: a forward under ``no_grad``)."""
     inference = grad_out is None
     flops = (forward_flops if inference else step_flops)(_eager(module), candidate.backend, point)
     if flops is not None:
@@ -168,7 +177,10 @@ def run_benchmark(settings: BenchSettings, *, log: Callable[[str], None] | None 
     devices = resolve_devices(settings.device)
     dtype = DTYPES[settings.dtype]
     machine = _machine(devices)
-    notes, records, budgets, descriptions = [], [], {}, {}
+    notes: list[str] = []
+    records: list[dict] = []
+    budgets: dict[str, dict] = {}
+    descriptions: dict[str, str] = {}
     plans = []
     for device in devices:  # select and build everything first: configuration errors surface before any run
         candidates, left_out = select_candidates(settings, device)
@@ -188,14 +200,16 @@ def run_benchmark(settings: BenchSettings, *, log: Callable[[str], None] | None 
                            wall_s=time.perf_counter() - started)
 
     for device, candidates, modules, budget in plans:
+        # one reference rate per device: a square matmul large enough to reach the machine's dense rate (a bmm of
+        # the scores' own small shape is dominated by overheads, so modules seemed to run at 65x "the matmul rate")
+        size = REFERENCE_MATMUL["cuda" if device.startswith("cuda") else "cpu"]
+        matmul = matmul_gflops_per_s(1, size, size, dtype=dtype, device=device)
         for n in settings.lengths:
             point = Point(settings.batch, n, settings.width, dtype)
             started_n = time.perf_counter()
             generator = torch.Generator(device="cpu").manual_seed(settings.seed + n)
             x = torch.randn(point.batch, n, point.width, generator=generator).to(device=device, dtype=dtype)
             x.requires_grad_(True)
-            d_h = settings.width // settings.heads
-            matmul = matmul_gflops_per_s(settings.batch * settings.heads, n, d_h, dtype=dtype, device=device)
             counts = {"ok": 0, "skipped": 0, "failed": 0}
             for candidate, module in zip(candidates, modules):
                 record = _run_point(candidate, module, point, x, device, settings, budget, matmul, say)
@@ -247,10 +261,11 @@ def _run_point(candidate, module, point, x, device, settings, budget, matmul, sa
         reason = f"{type(exc).__name__}: {first_line}"
         say(f"FAILED {device} {candidate.label} n={point.n}: {reason}")
         return _record(candidate, module, point, device, settings, status="failed", reason=reason, **base)
-    seconds = (measured["fwd_ms_median"] + (measured["bwd_ms_median"] or 0.0)) / 1e3
+    fwd_ms, bwd_ms, peak = measured["fwd_ms_median"], measured["bwd_ms_median"], measured.pop("peak_bytes")
+    assert fwd_ms is not None and peak is not None  # every measurement times the forward and its peak memory
+    seconds = (fwd_ms + (bwd_ms or 0.0)) / 1e3
     achieved = flops / seconds / 1e9
     useful = useful_attention_flops(_eager(module), point, inference=grad_out is None)
-    peak = measured.pop("peak_bytes")
     return _record(candidate, module, point, device, settings, status="ok", **base, **measured,
                    peak_mib=peak / 2**20, gflop=flops / 1e9, flop_source=source, achieved_gflops=achieved,
                    matmul_fraction=achieved / matmul,

@@ -17,7 +17,7 @@ from .app import DEVICE_HELP, app, user_errors
 def eval_(
     checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="a .safetensors checkpoint"),
     data: Path = typer.Option(None, "--data", help="classifiers: labelled file to evaluate on"),
-    format: str = typer.Option(None, "--format", help="tsv, trec, trec_fine, nli, conll (default: the checkpoint's)"),
+    data_format: str = typer.Option(None, "--format", help="tsv, trec, trec_fine, nli, conll (default: the checkpoint's)"),
     src: Path = typer.Option(None, "--src", help="translation: source sentences, one per line"),
     ref: Path = typer.Option(None, "--ref", help="translation: reference translations, line-aligned with --src"),
     beam: int = typer.Option(5, "--beam", help="translation: beam size (1 = greedy)"),
@@ -31,6 +31,7 @@ def eval_(
     from ..inference import evaluate_file, evaluate_translation
 
     with user_errors():
+        checkpoint = _checkpoint_file(checkpoint)
         if src is not None or ref is not None:
             if src is None or ref is None or data is not None:
                 raise ArgumentError("translation evaluation takes both --src FILE and --ref FILE (and no --data)")
@@ -41,20 +42,49 @@ def eval_(
             raise ArgumentError("nothing to evaluate: pass --data FILE (classifiers) or --src FILE --ref FILE "
                              "(translation)")
         else:
-            metrics = evaluate_file(checkpoint, data, format=format, device=device,
+            metrics = evaluate_file(checkpoint, data, format=data_format, device=device,
                                     on_truncate=_warn_truncated("tokens"))
     Console().print_json(json.dumps(metrics))
 
 
-def _warn_truncated(unit: str) -> Callable[[list[int], int], None]:
-    """The ``on_truncate`` of the inference functions: say on stderr which input lines were cut to the model's
-    limit of ``unit``."""
+def _warn_truncated(unit: str, where: Callable[[list[int]], list[str]] | None = None
+                    ) -> Callable[[list[int], int], None]:
+    """The ``on_truncate`` of the inference functions: say on stderr which inputs were cut to the model's limit
+    of ``unit``. ``where`` names the inputs by their source (the default: ``line(s) N, …`` of the one file)."""
     def warn(lines: list[int], limit: int) -> None:
-        shown = ", ".join(map(str, lines[:10])) + (", …" if len(lines) > 10 else "")
+        shown = "; ".join(where(lines) if where is not None else [f"line(s) {_numbers(lines)}"])
         Console(stderr=True).print(f"[yellow]warning:[/yellow] {len(lines)} input line(s) longer than the model's "
-                                   f"max_len were truncated to fit (the first {limit} {unit}): line(s) {shown}",
+                                   f"max_len were truncated to fit (the first {limit} {unit}): {shown}",
                                    markup=True, highlight=False)
     return warn
+
+
+def _numbers(numbers: list[int]) -> str:
+    """The first ten of ``numbers``, comma-separated (``…`` when there are more)."""
+    return ", ".join(map(str, numbers[:10])) + (", …" if len(numbers) > 10 else "")
+
+
+def _by_source(arguments: int, input_file: Path | None) -> Callable[[list[int]], list[str]]:
+    """Names of 1-based input numbers when the inputs are ``arguments`` positional arguments followed by the lines
+    of ``input_file``: the file's lines by their line numbers, then the arguments by their position."""
+    def where(numbers: list[int]) -> list[str]:
+        lines = [n - arguments for n in numbers if n > arguments]
+        args = [n for n in numbers if n <= arguments]
+        return ([f"{input_file} line(s) {_numbers(lines)}"] if lines else []) + \
+            ([f"argument(s) {_numbers(args)}"] if args else [])
+    return where
+
+
+def _checkpoint_file(path: Path) -> Path:
+    """A checkpoint path as given, or for a run folder its ``best.safetensors`` (a note says so); a folder without
+    one raises :class:`CheckpointError` naming the checkpoints it holds."""
+    from ..checkpoint import checkpoint_in_folder
+
+    if not path.is_dir():
+        return path
+    chosen = checkpoint_in_folder(path)
+    Console(stderr=True).print(f"note: {path} is a folder; using {chosen}", highlight=False)
+    return chosen
 
 
 def _input_lines(path: Path | None) -> list[str]:
@@ -67,7 +97,7 @@ def _input_lines(path: Path | None) -> list[str]:
 @app.command()
 def translate(
     checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="a translation .safetensors checkpoint"),
-    input: Path = typer.Option(None, "--input", "-i", help="source sentences, one per line (default: stdin)"),
+    input_file: Path = typer.Option(None, "--input", "-i", help="source sentences, one per line (default: stdin)"),
     output: Path = typer.Option(None, "--output", "-o", help="write translations here (default: stdout)"),
     beam: int = typer.Option(5, "--beam", help="beam size (1 = greedy)"),
     length_penalty: float = typer.Option(0.6, "--length-penalty", help="GNMT length penalty α of beam search"),
@@ -79,8 +109,8 @@ def translate(
     from ..inference import load_translator
 
     with user_errors():
-        lines = _input_lines(input)
-        translator = load_translator(checkpoint, device=device)
+        lines = _input_lines(input_file)
+        translator = load_translator(_checkpoint_file(checkpoint), device=device)
         outputs = translator.translate(lines, beam=beam, length_penalty=length_penalty, batch_size=batch_size,
                                        on_truncate=_warn_truncated("subwords"))
         text = "".join(line + "\n" for line in outputs)
@@ -94,7 +124,7 @@ def translate(
 def predict(
     checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="a .safetensors checkpoint"),
     texts: list[str] = typer.Argument(None, help="sentences (pair models: 'premise ||| hypothesis')"),
-    input: Path = typer.Option(None, "--input", "-i", help="file with one sentence per line"),
+    input_file: Path = typer.Option(None, "--input", "-i", help="file with one sentence per line"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ):
     """Predict labels: one output line per input (the arguments, then the lines of --input), the label or a
@@ -103,9 +133,10 @@ def predict(
     from ..inference import predict as run_predict
 
     with user_errors():
-        lines = list(texts or []) + (_input_lines(input) if input is not None else [])
-        if not texts and input is None:
+        lines = list(texts or []) + (_input_lines(input_file) if input_file is not None else [])
+        if not texts and input_file is None:
             raise ArgumentError("no input: pass sentences as arguments or --input FILE")
-        labels = run_predict(checkpoint, lines, device=device, on_truncate=_warn_truncated("tokens"))
+        labels = run_predict(_checkpoint_file(checkpoint), lines, device=device,
+                             on_truncate=_warn_truncated("tokens", _by_source(len(texts or []), input_file)))
     for label in labels:
         typer.echo(" ".join(label) if isinstance(label, list) else label)

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from ..errors import ArgumentError
 from .app import DEVICE_HELP, app, user_errors
+from .inference import _checkpoint_file
 
 _MAX_LENGTH_HELP = "the longest sentence / --length drawn, in positions (default 256; maps are n × n per head)"
 
@@ -58,6 +59,7 @@ def viz_masks(
     of each head in --layer, and FFN's identity mask.
     """
     from .. import viz
+    from ..device import check_memory
     from ..viz.sources import MAX_LENGTH, check_length
 
     limit = max_length or MAX_LENGTH
@@ -73,6 +75,9 @@ def viz_masks(
             check_length(length, limit, "--length")
             specs = names or ["forward", "backward", "forward_strict", "backward_strict", "causal", "full",
                               "window:2", f"key_padding:{max(1, length - 2)}", "csan1d:3", "csan2d:3x3"]
+            # each panel: an n × n mask and its float64 image (a raised --max-length must not exhaust memory)
+            check_memory(len(specs) * length * length * 16, what=f"{len(specs)} mask panels of {length} × {length}",
+                         advice="lower --length")
             panels = viz.mask_panels(specs, length, num_heads=heads, query=query, head=head, head_edges=head_edges)
             grid = [panels[i:i + 5] for i in range(0, len(panels), 5)]  # five panels per row
             title = f"masks, length {length}"
@@ -86,7 +91,8 @@ def _sentence_maps(checkpoint: Path, sentence: str, device: str, max_length: int
     from ..viz.sources import check_length
 
     check_length(len(sentence.split()), max_length, "the sentence")
-    return viz.sentence_maps(viz.load_for_maps(checkpoint, device=device, max_length=max_length), sentence)
+    source = viz.load_for_maps(_checkpoint_file(checkpoint), device=device, max_length=max_length)
+    return viz.sentence_maps(source, sentence)
 
 
 @viz_app.command("attention")
@@ -127,7 +133,7 @@ def viz_localness(
                                         help="take the SAN rows from this model (default: --checkpoint's SAN sublayers)"),
     windows: list[int] = typer.Option(None, "--window", "-w", help="window w of Eq. 13 (repeatable; default 1 2 4)"),
     layers: list[int] = typer.Option(None, "--layer", "-l", help="encoder layer, 1-based (repeatable; default all)"),
-    format: str = typer.Option(None, "--format", help="tsv, trec, trec_fine, nli, conll, lines (default: the "
+    data_format: str = typer.Option(None, "--format", help="tsv, trec, trec_fine, nli, conll, lines (default: the "
                                "checkpoint's format; lines for translation checkpoints)"),
     csv_path: Path = typer.Option(None, "--csv", help="write the table as CSV"),
     json_path: Path = typer.Option(None, "--json", help="write the table as JSON"),
@@ -142,8 +148,9 @@ def viz_localness(
     from ..viz.localness import WINDOWS
 
     with user_errors():
-        table = localness_table(checkpoint, data, san_checkpoint=san_checkpoint, windows=windows or WINDOWS,
-                                layers=layers or None, format=format, batch_size=batch_size, device=device)
+        table = localness_table(_checkpoint_file(checkpoint), data, windows=windows or WINDOWS,
+                                san_checkpoint=None if san_checkpoint is None else _checkpoint_file(san_checkpoint),
+                                layers=layers or None, format=data_format, batch_size=batch_size, device=device)
         Console().print(table.summary(), highlight=False)
         Console().print(table.rich_table())
         for path, write in ((csv_path, table.write_csv), (json_path, table.write_json)):

@@ -4,7 +4,7 @@ its own tokenizer (:func:`prepare_pretrained_data`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -32,6 +32,8 @@ class PreparedData:
     dev: list[dict]
     test: list[dict]
     vectors: torch.Tensor | None = None
+    #: per split, how many examples were cut to the length limit (splits with none are absent)
+    truncated: dict[str, int] = field(default_factory=dict)
 
 
 def sentences_of(examples) -> list:
@@ -60,8 +62,12 @@ def prepare_data(cfg, *, vocab: Vocabulary | None = None, labels: LabelSet | Non
         if embed_dim is None:
             raise ArgumentError("data.vectors needs the embedding width (model.embed_dim or model.d_model)")
         vectors, _ = load_glove(cfg.vectors, vocab, embed_dim)
-    encode = (lambda examples: encode_examples(examples, vocab, labels, max_len=max_len or cfg.max_len))
-    return PreparedData(splits, vocab, labels, encode(splits.train), encode(splits.dev), encode(splits.test), vectors)
+    limit = max_len or cfg.max_len
+    encode = (lambda examples: encode_examples(examples, vocab, labels, max_len=limit))
+    truncated = {split: count for split in ("train", "dev", "test")
+                 if (count := sum(1 for e in getattr(splits, split) if limit and len(e) > limit))}
+    return PreparedData(splits, vocab, labels, encode(splits.train), encode(splits.dev), encode(splits.test), vectors,
+                        truncated)
 
 
 def _label_set(splits: Splits, labels: LabelSet | None) -> LabelSet:
@@ -79,5 +85,8 @@ def prepare_pretrained_data(cfg, tokenizer, *, max_len: int, labels: LabelSet | 
     again. There is no vocabulary to build."""
     splits = load_splits(cfg)
     labels = _label_set(splits, labels)
-    encode = (lambda examples: encode_with_tokenizer(examples, tokenizer, labels, max_len=max_len).items)
-    return PreparedData(splits, None, labels, encode(splits.train), encode(splits.dev), encode(splits.test))
+    encoded = {split: encode_with_tokenizer(getattr(splits, split), tokenizer, labels, max_len=max_len)
+               for split in ("train", "dev", "test")}
+    truncated = {split: len(e.truncated) for split, e in encoded.items() if e.truncated}
+    return PreparedData(splits, None, labels, encoded["train"].items, encoded["dev"].items, encoded["test"].items,
+                        truncated=truncated)

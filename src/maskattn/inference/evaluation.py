@@ -17,7 +17,7 @@ from .translator import Translator
 __all__ = ["evaluate_file", "evaluate_translation"]
 
 
-def evaluate_file(path: str | Path, data_file: str | Path, *, format: str | None = None, batch_size: int = 256,
+def evaluate_file(path: str | Path, data_file: str | Path, *, format: str | None = None, batch_size: int = 256,  # noqa: A002 (public keyword, as data.format)
                   device: str = "cpu", on_truncate: Callable[[list[int], int], None] | None = None) -> dict[str, float]:
     """Metrics of a classifier checkpoint on a labelled file (``format`` defaults to the checkpoint's data
     format). Examples longer than the model reads are truncated, as in training; ``on_truncate`` receives
@@ -29,7 +29,7 @@ def evaluate_file(path: str | Path, data_file: str | Path, *, format: str | None
     examples = READERS[fmt](data_file, labels=loaded.labels.itos, lowercase=loaded.config.data.lowercase)
     items, truncated = loaded.encode(examples, loaded.labels)
     if truncated and on_truncate is not None:
-        on_truncate([examples[i].line for i in truncated], loaded.input_limit)
+        on_truncate([line for i in truncated if (line := examples[i].line) is not None], loaded.input_limit)
     return evaluate(loaded.model, items, loaded.labels, batch_size=batch_size, device=resolve_device(device))
 
 

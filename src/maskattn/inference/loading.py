@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 from pathlib import Path
 
 import torch.nn as nn
@@ -24,7 +25,8 @@ from ..errors import CheckpointError, ConfigError
 from ..metrics import input_limit, pretrained_input_limit
 from ..models.config import ModelConfig
 from ..models.factory import build_model
-from ..models.pretrained import build_pretrained
+from ..models.seq2seq import Seq2Seq
+from ..models.pretrained import PretrainedClassifier, build_pretrained
 from ..device import resolve_device
 from .translator import Translator
 
@@ -54,10 +56,10 @@ class LoadedModel:
     tokenizer: object = None
 
     @property
-    def input_limit(self) -> int | None:
+    def input_limit(self) -> int:
         """The most tokens of a sentence the model reads (:func:`maskattn.metrics.input_limit`; for a pretrained
         encoder :func:`maskattn.metrics.pretrained_input_limit`, in its tokenizer's tokens)."""
-        if self.tokenizer is not None:
+        if isinstance(self.model, PretrainedClassifier):  # the model of a checkpoint with a tokenizer
             return pretrained_input_limit(self.config.data, self.model.max_tokens)
         return input_limit(self.config.data, self.config.model)
 
@@ -68,7 +70,9 @@ class LoadedModel:
         if self.tokenizer is not None:
             encoded = encode_with_tokenizer(examples, self.tokenizer, labels, max_len=limit)
             return encoded.items, encoded.truncated
-        truncated = [i for i, e in enumerate(examples) if limit is not None and len(e) > limit]
+        if self.vocab is None:
+            raise CheckpointError("this checkpoint holds neither a vocabulary nor a tokenizer")
+        truncated = [i for i, e in enumerate(examples) if len(e) > limit]
         return encode_examples(examples, self.vocab, labels, max_len=limit), truncated
 
 
@@ -133,7 +137,7 @@ def load_translator(path: str | Path | Checkpoint, *, device: str = "cpu") -> Tr
                               "(model.type seq2seq); use `maskattn predict` or `maskattn eval --data FILE` for it")
     settings = _settings(ckpt)
     subword = subword_from_checkpoint(ckpt)
-    model = build_model(settings.model, len(subword), 0)
+    model = cast(Seq2Seq, build_model(settings.model, len(subword), 0))  # model.type seq2seq
     load_weights(model, ckpt)
     torch_device = resolve_device(device)
     return Translator(model.to(torch_device).eval(), subword,

@@ -21,11 +21,13 @@ def predict(path: str | Path | LoadedModel, texts: list[str], *, batch_size: int
     list of tags (one per token) for a tagger. A blank text gives ``""`` (``[]`` for a tagger), so outputs stay
     aligned with inputs. Pair models take ``"premise ||| hypothesis"`` strings. A text longer than the model
     reads (:attr:`LoadedModel.input_limit`) is truncated; ``on_truncate`` receives the 1-based numbers of those
-    texts and the limit."""
+    texts and the limit. A tagger refuses such a text (:class:`InputError`): cut, it would get fewer tags than it
+    has tokens. Batches are cut to fit the memory budget (:func:`maskattn.device.check_memory`)."""
     loaded = path if isinstance(path, LoadedModel) else load_model(path, device=device)
     cfg = loaded.config
     lowercase = cfg.data.lowercase
-    examples, positions = [], []  # positions: index in texts of each example
+    examples: list[TextExample | PairExample] = []
+    positions: list[int] = []  # index in texts of each example
     for i, text in enumerate(texts):
         if not text.strip():
             continue
@@ -44,8 +46,12 @@ def predict(path: str | Path | LoadedModel, texts: list[str], *, batch_size: int
     if not examples:
         return outputs
     items, truncated = loaded.encode(examples)
+    if truncated and cfg.model.type == "tagger":  # cut, the output would have fewer tags than the input has tokens
+        shown = ", ".join(str(examples[i].line) for i in truncated[:10]) + (", …" if len(truncated) > 10 else "")
+        raise InputError(f"input(s) {shown}: longer than the {loaded.input_limit} tokens the tagger reads, and a "
+                         "tagger needs one tag per token; split them into shorter lines")
     if truncated and on_truncate is not None:
-        on_truncate([examples[i].line for i in truncated], loaded.input_limit)
+        on_truncate([positions[i] + 1 for i in truncated], loaded.input_limit)  # examples[i].line
     ids = predict_ids(loaded.model, items, batch_size=batch_size, device=resolve_device(device))
     for i, p in zip(positions, ids):
         outputs[i] = loaded.labels.decode(p) if isinstance(p, list) else loaded.labels.itos[p]

@@ -55,7 +55,13 @@ def rows_with_key(kpm: torch.Tensor | None, n: int, left: int, right: int) -> to
 def block_size(width: int) -> int:
     """Queries per block: the band of one block spans ``C + width − 1`` keys, so the wasted share of
     the score block is ``(C − 1) / (C + width − 1)``; 16–64 keeps matmuls efficient. Independent of the
-    sequence length (shorter sequences are padded to one block), so a compiled graph serves every length."""
+    sequence length (shorter sequences are padded to one block), so a compiled graph serves every length.
+
+    Under ``torch.compile`` :func:`_banded_autograd` adds one block of padding: with a single block (every
+    length up to ``C``) the traced graph specialised on the block count being 1 (a reshape skips a size-1
+    dimension) and recompiled at length ``C + 1``; with at least two blocks for every length, the graph traced
+    at the second length serves every later one (``tests/test_compile.py``, lengths from 1 up). The extra
+    block costs ``C`` padded query rows per call."""
     return max(16, min(64, width))
 
 
@@ -87,7 +93,7 @@ def _banded_autograd(q, k, v, left, right, index, valid, kpm, scale, score_mod, 
     A = 1 if index is None else index.shape[1]
     width = left + right + 1
     C = block_size(width)
-    nb = -(-n // C)
+    nb = -(-n // C) + int(torch.compiler.is_compiling())  # compiled: never one block (block_size)
     n_pad = nb * C
     L = C + width - 1  # keys reachable from one query block
     tail = right + n_pad - n

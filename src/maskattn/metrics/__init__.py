@@ -6,7 +6,8 @@ import it.
 * :func:`evaluate`: mean loss and accuracy (taggers: token accuracy and BIO chunk F1) of a classifier on
   encoded items; :func:`predict_ids`: its predicted class ids, in the items' order.
 * :func:`input_limit` / :func:`pretrained_input_limit`: the longest input a classifier reads (longer inputs
-  are truncated to it in training, evaluation and prediction alike).
+  are truncated to it in training, evaluation and prediction alike); :func:`item_length`: an encoded item's
+  longest sequence. Evaluation batches are cut to fit the memory budget (:func:`maskattn.device.check_memory`).
 * :func:`accuracy`, :func:`bio_spans`, :func:`span_f1`: metrics of predicted labels.
 * :func:`corpus_scores`: sacreBLEU corpus BLEU and chrF of translations, with their signatures.
 
@@ -14,9 +15,9 @@ Scoring a checkpoint on files (loading it, reading the files) is :mod:`maskattn.
 (:func:`~maskattn.inference.evaluate_file`, :func:`~maskattn.inference.evaluate_translation`).
 """
 
-from .classification import evaluate, input_limit, predict_ids, pretrained_input_limit, summed_loss
+from .classification import evaluate, input_limit, item_length, predict_ids, pretrained_input_limit, summed_loss
 from .labels import accuracy, bio_spans, span_f1
 from .translation import corpus_scores
 
-__all__ = ["summed_loss", "evaluate", "predict_ids", "input_limit", "pretrained_input_limit",
+__all__ = ["summed_loss", "evaluate", "predict_ids", "input_limit", "item_length", "pretrained_input_limit",
            "accuracy", "bio_spans", "span_f1", "corpus_scores"]

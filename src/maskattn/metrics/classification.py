@@ -4,29 +4,35 @@ classifier reads."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..data.batching import IGNORE_INDEX, BucketBatchSampler, collate
+from ..data.batching import IGNORE_INDEX, Batch, BucketBatchSampler, collate
 from ..data.config import DataConfig
 from ..data.vocab import LabelSet
 from ..errors import ArgumentError, ConfigError
+from ..device import check_memory, memory_budget
 from ..models.config import ModelConfig
+from ..models.memory import model_memory_bytes
 from .labels import accuracy, span_f1
 
-__all__ = ["summed_loss", "evaluate", "predict_ids", "input_limit", "pretrained_input_limit"]
+__all__ = ["summed_loss", "evaluate", "predict_ids", "input_limit", "item_length", "pretrained_input_limit"]
 
 
-def input_limit(data: DataConfig, model: ModelConfig) -> int | None:
-    """The most tokens a classifier of these settings reads from one sentence (``None``: no limit):
-    ``data.max_len`` (training cut its sentences there) and, with positional encodings, ``model.max_len`` (the
-    rows of the positional table). Longer inputs are truncated to it — in training, evaluation and
-    prediction alike."""
-    limits = [data.max_len] if data.max_len else []
+def input_limit(data: DataConfig, model: ModelConfig) -> int:
+    """The most tokens a classifier of these settings reads from one sentence: ``data.max_len`` when it is set,
+    else ``model.max_len`` (512 by default) — every model has a limit, with or without positional encodings, so
+    one long line cannot make attention's n × n scores exhaust memory; with positional encodings never more than
+    ``model.max_len`` (the rows of the positional table). Longer inputs are truncated to it, with a warning that
+    counts them — in training, evaluation and prediction alike. A limit raised by hand is checked against the
+    memory budget before a batch is built (:func:`maskattn.device.check_memory`)."""
+    limit = data.max_len or model.max_len
     if model.positional != "none":
-        limits.append(model.max_len)
-    return min(limits, default=None)
+        limit = min(limit, model.max_len)
+    return limit
 
 
 def pretrained_input_limit(data: DataConfig, max_tokens: int) -> int:
@@ -50,10 +56,36 @@ def summed_loss(logits: torch.Tensor, labels: torch.Tensor, *, label_smoothing: 
                            ignore_index=IGNORE_INDEX, reduction="sum", label_smoothing=label_smoothing)
 
 
-def _batches(items: list[dict], batch_size: int):
-    """Length-sorted evaluation batches, with the item indices of each."""
+def item_length(item: dict) -> int:
+    """The longest sequence of an encoded item (its tokens, or the longer side of a pair)."""
+    return max(len(item[key]) for key in ("tokens", "premise", "hypothesis") if key in item)
+
+
+def _fit_memory(model: nn.Module, items: list[dict], indices: list[int], budget: int | None,
+                device: torch.device | str) -> Iterator[list[int]]:
+    """``indices`` as one batch, or split into smaller ones when its estimated memory
+    (:func:`~maskattn.models.memory.model_memory_bytes`) exceeds ``budget``; a single item over the budget is
+    refused with :class:`~maskattn.errors.MemoryLimitError` before anything is built."""
+    length = max(item_length(items[i]) for i in indices)
+    if budget is None or model_memory_bytes(model, len(indices), length) <= budget:
+        yield indices
+        return
+    one = model_memory_bytes(model, 1, length)
+    check_memory(one, what=f"one input of {length} tokens", device=device,
+                 advice="shorten it (or train a model with a smaller data.max_len)")
+    size = max(1, budget // one)
+    for start in range(0, len(indices), size):
+        yield indices[start:start + size]
+
+
+def _batches(model: nn.Module, items: list[dict], batch_size: int,
+             device: torch.device | str) -> Iterator[tuple[list[int], Batch]]:
+    """Length-sorted evaluation batches, with the item indices of each; a batch whose estimated memory exceeds
+    the budget (:func:`maskattn.device.memory_budget`) is cut into smaller ones before it is built."""
+    budget = memory_budget(device)
     for indices in BucketBatchSampler(items, batch_size, shuffle=False).batches():
-        yield indices, collate([items[i] for i in indices])
+        for part in _fit_memory(model, items, indices, budget, device):
+            yield part, collate([items[i] for i in part])
 
 
 @torch.no_grad()
@@ -62,7 +94,7 @@ def predict_ids(model: nn.Module, items: list[dict], *, batch_size: int = 256,
     """Predicted class ids (one per item, or one list per item for taggers), in the items' order."""
     model.eval()
     out: list = [None] * len(items)
-    for indices, batch in _batches(items, batch_size):
+    for indices, batch in _batches(model, items, batch_size, device):
         batch = batch.to(device)
         pred = model(**batch.inputs).argmax(-1).cpu()
         for row, i in enumerate(indices):
@@ -82,9 +114,9 @@ def evaluate(model: nn.Module, items: list[dict], labels: LabelSet, *, batch_siz
         raise ArgumentError("cannot evaluate on an empty split")
     model.eval()
     total, count = 0.0, 0
-    for _, batch in _batches(items, batch_size):
+    for _, batch in _batches(model, items, batch_size, device):
         batch = batch.to(device)
-        total += float(summed_loss(model(**batch.inputs), batch.labels))
+        total += float(summed_loss(model(**batch.inputs), batch.targets))
         count += batch.count
     predictions = predict_ids(model, items, batch_size=batch_size, device=device)
     result = {"loss": total / count}

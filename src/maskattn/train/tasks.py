@@ -19,7 +19,7 @@ import base64
 import hashlib
 import math
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 import torch.nn as nn
@@ -34,8 +34,11 @@ from ..data.subword import PAD_ID, SUBWORD_TYPES, SubwordModel
 from ..data.vocab import LabelSet, Vocabulary
 from ..errors import ArgumentError, CheckpointError, ConfigError
 from ..inference import Translator, check_tokenizer, subword_from_checkpoint
-from ..metrics import corpus_scores, evaluate, input_limit, pretrained_input_limit, summed_loss
+from ..device import check_memory
+from ..metrics import corpus_scores, evaluate, input_limit, item_length, pretrained_input_limit, summed_loss
 from ..models.factory import build_model
+from ..models.memory import model_memory_bytes
+from ..models.seq2seq import Seq2Seq
 from ..models.pretrained import PretrainedClassifier, encoder_max_tokens, load_pretrained_encoder
 from .config import RunConfig
 
@@ -48,9 +51,15 @@ class Task(Protocol):
     """The interface the trainer uses."""
 
     unit: str  # what throughput counts: "examples" or "tokens" (target tokens)
-    metrics: tuple[str, ...]  # dev metrics that train.metric may select
     model: nn.Module
-    sampler: BucketBatchSampler | TokenBatchSampler
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """Dev metrics that ``train.metric`` may select."""
+
+    @property
+    def sampler(self) -> BucketBatchSampler | TokenBatchSampler:
+        """The train split's batch sampler (its state goes into checkpoints)."""
 
     def loss_terms(self, indices: list[int]) -> int:
         """Number of loss terms in the batch (the normaliser of the mean loss)."""
@@ -81,6 +90,30 @@ def _label_smoothing(cfg: RunConfig, default: float) -> float:
     return eps
 
 
+def truncation_notices(truncated: dict[str, int], limit: int, source: str) -> list[str]:
+    """One warning counting the examples of every split cut to ``limit`` tokens (``source``: where the limit
+    comes from); none when nothing was cut."""
+    if not truncated:
+        return []
+    counts = ", ".join(f"{count} {split}" for split, count in truncated.items())
+    return [f"{sum(truncated.values())} example(s) longer than {limit} tokens ({counts}) were truncated to their first "
+            f"{limit} tokens (the limit: {source}); set data.max_len to change it"]
+
+
+def check_training_memory(model: nn.Module, items: list[dict], batch_size: int, device: torch.device) -> None:
+    """Refuse (:class:`~maskattn.errors.MemoryLimitError`) a run whose largest training batch — ``batch_size``
+    items as long as the longest train item — is estimated (:func:`~maskattn.models.memory.model_memory_bytes`)
+    above the memory budget, before the first step."""
+    if not items:
+        return
+    length = max(item_length(item) for item in items)
+    estimate = model_memory_bytes(model, min(batch_size, len(items)), length, training=True)
+    check_memory(estimate, device=device,
+                 what=f"a training step on {min(batch_size, len(items))} sentences of {length} tokens "
+                      "(train.batch_size, the longest train sentence)",
+                 advice="lower data.max_len or train.batch_size")
+
+
 class ClassificationTask:
     """Sentence / pair classification and tagging on the readers of :mod:`maskattn.data`."""
 
@@ -95,12 +128,18 @@ class ClassificationTask:
         self.label_smoothing = _label_smoothing(cfg, 0.0)
         vocab = Vocabulary(checkpoint.vocab) if checkpoint else None
         labels = LabelSet(checkpoint.labels) if checkpoint else None
+        limit = input_limit(cfg.data, cfg.model)
         self.data: PreparedData = prepare_data(cfg.data, vocab=vocab, labels=labels,
                                                embed_dim=cfg.model.embed_dim or cfg.model.d_model,
-                                               max_len=input_limit(cfg.data, cfg.model))
+                                               max_len=limit)
+        assert self.data.vocab is not None  # prepare_data builds one (only a tokenizer's data has none)
+        self.vocab: Vocabulary = self.data.vocab
         self.sampler = BucketBatchSampler(self.data.train, cfg.train.batch_size, seed=cfg.train.seed)
-        self.model = build_model(cfg.model, len(self.data.vocab), len(self.data.labels), pad_id=Vocabulary.pad_id,
+        self.model = build_model(cfg.model, len(self.vocab), len(self.data.labels), pad_id=Vocabulary.pad_id,
                                  pretrained=self.data.vectors)
+        self.notices = truncation_notices(self.data.truncated, limit,
+                                          "data.max_len" if limit == cfg.data.max_len else "model.max_len")
+        check_training_memory(self.model, self.data.train, cfg.train.batch_size, device)
 
     def loss_terms(self, indices: list[int]) -> int:
         return collate([self.data.train[i] for i in indices]).count
@@ -110,7 +149,7 @@ class ClassificationTask:
 
     def loss_sum(self, module: nn.Module, indices: list[int]) -> torch.Tensor:
         batch = collate([self.data.train[i] for i in indices]).to(self.device)
-        return summed_loss(module(**batch.inputs), batch.labels, label_smoothing=self.label_smoothing)
+        return summed_loss(module(**batch.inputs), batch.targets, label_smoothing=self.label_smoothing)
 
     def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
         return evaluate(model, getattr(self.data, split), self.data.labels, batch_size=self.cfg.train.eval_batch_size,
@@ -120,7 +159,7 @@ class ClassificationTask:
         return bool(getattr(self.data, split))
 
     def checkpoint_fields(self) -> dict:
-        return {"vocab": self.data.vocab.to_list(), "labels": self.data.labels.itos, "extra": {}}
+        return {"vocab": self.vocab.to_list(), "labels": self.data.labels.itos, "extra": {}}
 
     def data_summary(self) -> dict:
         return {}
@@ -152,6 +191,8 @@ class PretrainedClassificationTask(ClassificationTask):
         self.data: PreparedData = prepare_pretrained_data(cfg.data, self.tokenizer, max_len=max_len, labels=labels)
         self.sampler = BucketBatchSampler(self.data.train, cfg.train.batch_size, seed=cfg.train.seed)
         self.model = PretrainedClassifier.from_config(encoder, self.tokenizer, cfg.model, len(self.data.labels))
+        self.notices = truncation_notices(self.data.truncated, max_len,
+                                          "data.max_len" if cfg.data.max_len else "what the encoder reads")
 
     def checkpoint_fields(self) -> dict:
         return {"vocab": [], "labels": self.data.labels.itos,
@@ -198,6 +239,9 @@ class TranslationTask:
                              f"{self.max_len}; raise data.max_tokens or lower data.max_len")
         self.cfg, self.device = cfg, device
         self.label_smoothing = _label_smoothing(cfg, TRANSLATION_LABEL_SMOOTHING)
+        if data.src_lang is None or data.tgt_lang is None:
+            raise ConfigError(f"translation needs data.src_lang and data.tgt_lang (the file suffixes), got "
+                              f"{data.src_lang!r} and {data.tgt_lang!r}")
         self.text: dict[str, ParallelText] = {}
         for split in ("train", "dev", "test"):
             prefix = getattr(data, split)
@@ -254,7 +298,7 @@ class TranslationTask:
         result = {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
         if split == "test" or train_config.metric != "loss":
             text = self.text[split]
-            translator = Translator(model, self.subword, max_len=self.max_len, device=self.device)
+            translator = Translator(cast(Seq2Seq, model), self.subword, max_len=self.max_len, device=self.device)
             hyps = translator.translate(text.source, beam=train_config.eval_beam if split == "dev" else train_config.test_beam,
                                         length_penalty=train_config.length_penalty, batch_size=train_config.eval_batch_size)
             scores = corpus_scores(hyps, text.target)

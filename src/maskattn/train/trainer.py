@@ -112,6 +112,9 @@ class Trainer:
             raise CheckpointError(f"checkpoint {ckpt.path} holds a {ckpt.model_type!r} model, the config a "
                                   f"{cfg.model.type!r} model")
         self.task: Task = build_task(cfg, self.device, ckpt)
+        if self.dist.is_main:
+            for message in getattr(self.task, "notices", ()):
+                self._warn(message)
         if train_config.metric not in self.task.metrics:
             raise ConfigError(f"train.metric {train_config.metric!r} is not computed for model.type {cfg.model.type!r}; "
                              f"expected one of {', '.join(self.task.metrics)}")
@@ -120,7 +123,9 @@ class Trainer:
         self.optimizer = build_optimizer(cfg.optim, self.model)
         self.scheduler = build_scheduler(cfg.optim, self.optimizer, self.total_steps())
         self.step, self.epoch, self.position = 0, 0, 0
-        self.best_metric, self.best_step, self.bad_evals = None, None, 0
+        self.best_metric: float | None = None
+        self.best_step: int | None = None
+        self.bad_evals = 0
         self.ema = build_ema(self.model, train_config.ema_decay)
         if ckpt is not None:
             self._restore(ckpt)
@@ -172,6 +177,7 @@ class Trainer:
     def _restore(self, ckpt: Checkpoint) -> None:
         load_weights(self.model, ckpt)
         state = ckpt.trainer
+        assert state is not None  # from_checkpoint refused weights-only checkpoints
         optimizer_from_flat(self.optimizer, ckpt.extra_tensors, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step, self.epoch, self.position = ckpt.step, state["epoch"], state["position"]
@@ -219,7 +225,7 @@ class Trainer:
             if local:
                 loss_sum = self.task.loss_sum(module, local)
             else:  # an empty shard still joins DDP's gradient all-reduce
-                loss_sum = sum(p.sum() for p in module.parameters()) * 0.0
+                loss_sum = sum((p.sum() for p in module.parameters()), torch.zeros((), device=self.device)) * 0.0
         loss = loss_sum * (world / global_count)
         self.optimizer.zero_grad(set_to_none=True)
         (self.scaler.scale(loss) if self.scaler else loss).backward()
@@ -349,7 +355,7 @@ class Trainer:
         best = self.out_dir / "best.safetensors"
         if best.exists():
             load_weights(self.eval_model, load_checkpoint(best))
-        summary = {"best_dev": self.best_metric, "best_step": self.best_step, "steps": self.step,
+        summary: dict[str, object] = {"best_dev": self.best_metric, "best_step": self.best_step, "steps": self.step,
                    "metric": self.cfg.train.metric, "out_dir": str(self.out_dir)}
         if self._train_seconds > 0:  # this session's training steps (evaluation time excluded)
             summary[f"{self.task.unit}_per_s"] = round(self._train_units / self._train_seconds, 1)

@@ -18,7 +18,9 @@ Everything downstream (:mod:`.maps`, :mod:`.panels`, :mod:`.localness`) is the s
 Drawing a sentence costs ``heads × n²`` values per sublayer, and the picture is unreadable long before memory
 runs out, so :meth:`MapSource.encode` refuses a sentence of more than ``max_length`` positions
 (:data:`MAX_LENGTH` by default, ``--max-length`` on the command line) before any model work, with an
-:class:`~maskattn.errors.InputError` naming the limit and the length.
+:class:`~maskattn.errors.InputError` naming the limit and the length; and :meth:`MapSource.maps` refuses a batch
+whose maps are estimated above the memory budget (:func:`maskattn.device.check_memory`: a raised ``--max-length``
+cannot exhaust the machine), with a :class:`~maskattn.errors.MemoryLimitError` giving the estimate.
 """
 
 from __future__ import annotations
@@ -37,11 +39,13 @@ from ..data.pipeline import sentences_of
 from ..data.readers import READERS, read_sentences, tokenize
 from ..data.subword import UNK_ID
 from ..data.text import read_lines
+from ..device import check_memory
 from ..errors import ArgumentError, ArgumentTypeError, InputError
 from ..inference import LoadedModel, Translator, load_model, load_translator
 from ..layers import Encoder
 from ..models.classifier import SentenceEncoder
-from ..models.fusion import BASELINES
+from ..models.fusion import BASELINES, RecipeFusion
+from ..models.memory import model_memory_bytes
 from ..models.seq2seq import Seq2Seq
 
 __all__ = ["CLASSIFIER_FORMATS", "MAX_LENGTH", "EncodedSentence", "EncodedFile", "MapSource", "ClassifierSource",
@@ -111,7 +115,7 @@ class MapSource(ABC):
         the model takes, :class:`InputError` when it has more than ``max_length`` positions."""
 
     @abstractmethod
-    def read_file(self, path: str | Path, *, format: str | None = None) -> EncodedFile:
+    def read_file(self, path: str | Path, *, format: str | None = None) -> EncodedFile:  # noqa: A002 (as data.format)
         """The sentences of a dataset file (``format``: see the subclasses); ``ValueError`` when none is left."""
 
     @abstractmethod
@@ -131,6 +135,9 @@ class MapSource(ABC):
         if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence) or not ids or not all(ids):
             raise ArgumentError(f"ids must be a non-empty list of non-empty id sequences, got {describe(ids)}")
         width = max(len(row) for row in ids)
+        check_memory(model_memory_bytes(self.model, len(ids), width, maps=True), device=self.device,
+                     what=f"the attention maps of {len(ids)} sentence(s) of {width} positions",
+                     advice="shorten the sentence (or lower --max-length / --batch-size)")
         batch = torch.full((len(ids), width), self.pad_id, dtype=torch.long)  # (B, n)
         for i, row in enumerate(ids):
             batch[i, :len(row)] = torch.tensor(list(row), dtype=torch.long)
@@ -158,11 +165,12 @@ class ClassifierSource(MapSource):
                              "attention maps; use a checkpoint of a layer-recipe encoder (e.g. 'mtsa', "
                              "'dman>san>ffn x6')")
         encoder = getattr(loaded.model, "encoder", None)
-        if not isinstance(encoder, SentenceEncoder):
+        if not isinstance(encoder, SentenceEncoder) or not isinstance(encoder.fusion, RecipeFusion) \
+                or loaded.vocab is None:
             raise ArgumentError(f"the model ({type(loaded.model).__name__}, model.type {loaded.config.model.type!r}) has "
-                             "no sentence encoder to read attention maps from")
+                             "no layer-recipe sentence encoder of its own to read attention maps from")
         super().__init__(loaded.model, encoder.fusion.encoder, loaded.vocab.pad_id, max_length)
-        self.loaded, self.encoder = loaded, encoder
+        self.loaded, self.encoder, self.vocab = loaded, encoder, loaded.vocab
 
     def encode(self, sentence: str) -> EncodedSentence:
         """Whitespace tokens, lowercased with ``data.lowercase``; longer than ``data.max_len`` (training
@@ -179,10 +187,10 @@ class ClassifierSource(MapSource):
             if len(tokens) > limit:
                 raise ArgumentError(f"the sentence has {len(tokens)} tokens but the model takes at most {limit} ({why}); "
                                  "shorten it")
-        ids = tuple(self.loaded.vocab.encode(tokens))
-        return EncodedSentence(tokens, ids, tuple(i for i, t in enumerate(ids) if t == self.loaded.vocab.unk_id))
+        ids = tuple(self.vocab.encode(tokens))
+        return EncodedSentence(tokens, ids, tuple(i for i, t in enumerate(ids) if t == self.vocab.unk_id))
 
-    def read_file(self, path: str | Path, *, format: str | None = None) -> EncodedFile:
+    def read_file(self, path: str | Path, *, format: str | None = None) -> EncodedFile:  # noqa: A002 (as data.format)
         """Read as training read its data: the reader of ``format`` (default the checkpoint's ``data.format``;
         ``lines`` = one raw sentence per line; NLI files give premises and hypotheses), lowercasing, and
         truncation to ``data.max_len``; sentences without tokens are skipped (``empty``)."""
@@ -196,7 +204,7 @@ class ClassifierSource(MapSource):
         else:
             sentences = sentences_of(READERS[fmt](path, lowercase=lowercase))
         max_len = cfg.data.max_len
-        kept = [tuple(self.loaded.vocab.encode(s[:max_len] if max_len else s)) for s in sentences if s]
+        kept = [tuple(self.vocab.encode(s[:max_len] if max_len else s)) for s in sentences if s]
         if not kept:
             raise ArgumentError(f"data file {path} holds no sentences")
         empty = len(sentences) - len(kept)
@@ -236,7 +244,7 @@ class TranslationSource(MapSource):
             raise ArgumentError(f"the sentence has {self._too_long(len(pieces))}; shorten it")
         return EncodedSentence((*pieces, "</s>"), tuple(ids), tuple(i for i, t in enumerate(ids) if t == UNK_ID))
 
-    def read_file(self, path: str | Path, *, format: str | None = None) -> EncodedFile:
+    def read_file(self, path: str | Path, *, format: str | None = None) -> EncodedFile:  # noqa: A002 (as data.format)
         """Raw source text, one sentence per line (``format`` ``lines``, the default), read as translation
         reads its source files; empty lines and sentences longer than the model takes are skipped (counted
         in ``skipped`` as ``empty`` and ``over-long``)."""

@@ -1,0 +1,208 @@
+"""Bounded memory on any input (issue 23): a default length limit for every model, one warning counting what was
+cut, a memory estimate that refuses a batch over the budget before it is built (training, predict / eval, viz),
+run folders given as checkpoints, and truncation warnings numbered by source."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from _train_helpers import tiny_config, write_sentiment
+from maskattn import device as device_module
+from maskattn.checkpoint import load_checkpoint
+from maskattn.cli import app
+from maskattn.data.config import DataConfig
+from maskattn.device import (MEMORY_LIMIT_ENV, attention_memory_bytes, check_memory, format_bytes,
+                             memory_budget)
+from maskattn.errors import CheckpointError, ConfigError, InputError, MemoryLimitError
+from maskattn.inference import evaluate_file, load_model, predict
+from maskattn.metrics import input_limit
+from maskattn.models.config import ModelConfig
+from maskattn.models.memory import model_memory_bytes
+from maskattn.train import Trainer
+
+runner = CliRunner()
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny MTSA sentence classifier without positional encodings (the default job's kind of model)."""
+    root = tmp_path_factory.mktemp("limits")
+    data = write_sentiment(root)
+    Trainer(tiny_config(data, root / "run", train={"max_steps": 8, "eval_every": 4})).fit()
+    return data, root / "run"
+
+
+# --- item 1: a default limit for every model ---------------------------------------------------------------
+
+def test_every_model_has_a_default_length_limit():
+    # was None for models without positional encodings: one long line grew memory quadratically
+    assert input_limit(DataConfig(), ModelConfig()) == 512
+    assert input_limit(DataConfig(max_len=40), ModelConfig()) == 40
+    assert input_limit(DataConfig(max_len=5000), ModelConfig()) == 5000  # raised by hand: the memory check decides
+    assert input_limit(DataConfig(), ModelConfig(max_len=64)) == 64
+    assert input_limit(DataConfig(max_len=900), ModelConfig(positional="sinusoidal")) == 512
+
+
+def test_a_long_training_line_is_truncated_with_one_warning_that_counts_it(tmp_path):
+    data = write_sentiment(tmp_path)
+    with (data / "train.tsv").open("a") as train:
+        train.write("pos\t" + " ".join(["good"] * 700) + "\n")
+        train.write("neg\t" + " ".join(["bad"] * 600) + "\n")
+    console = Console(record=True, width=400)
+    trainer = Trainer(tiny_config(data, tmp_path / "run", train={"max_steps": 2, "eval_every": 2}), console=console)
+    longest = max(len(item["tokens"]) for split in ("train", "dev") for item in getattr(trainer.task.data, split))
+    trainer.close()
+    assert longest == 512
+    text = flat(console.export_text())
+    assert text.count("were truncated") == 1
+    assert "2 example(s) longer than 512 tokens" in text and "model.max_len" in text
+
+
+def test_memory_estimate_is_quadratic_and_counts_feature_wise_maps():
+    one = attention_memory_bytes(1, 1000, heads=4, layers=1, width=64)
+    assert attention_memory_bytes(1, 2000, heads=4, layers=1, width=64) > 3.9 * one
+    assert attention_memory_bytes(1, 1000, heads=4, layers=2, width=64, training=True) > one
+    assert attention_memory_bytes(1, 1000, heads=4, layers=1, width=64, score_features=16) > 15 * one
+    assert format_bytes(3 * 2**30) == "3.0 GiB" and format_bytes(5 * 2**20) == "5 MiB"
+
+
+def test_the_budget_is_a_share_of_available_memory_or_the_environment(monkeypatch):
+    monkeypatch.delenv(MEMORY_LIMIT_ENV, raising=False)
+    monkeypatch.setattr(device_module, "available_memory_bytes", lambda device="cpu": 10 * 2**30)
+    assert memory_budget() == int(10 * 2**30 * device_module.MEMORY_FRACTION)
+    monkeypatch.setattr(device_module, "available_memory_bytes", lambda device="cpu": None)
+    assert memory_budget() is None
+    for text, expected in (("8G", 8 * 2**30), ("512MiB", 512 * 2**20), ("1000", 1000), ("none", None)):
+        monkeypatch.setenv(MEMORY_LIMIT_ENV, text)
+        assert memory_budget() == expected
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, "lots")
+    with pytest.raises(ConfigError, match="MASKATTN_MEMORY_LIMIT='lots' is not a memory size"):
+        memory_budget()
+
+
+def test_available_memory_is_read_from_the_system():
+    free = device_module.available_memory_bytes("cpu")
+    assert free is None or free > 2**20
+
+
+def test_check_memory_names_the_estimate_the_budget_and_the_way_out(monkeypatch):
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, "1M")
+    check_memory(2**19, what="x", advice="y")
+    with pytest.raises(MemoryLimitError) as caught:
+        check_memory(3 * 2**30, what="a batch of 4 sentences", advice="lower data.max_len")
+    message = str(caught.value)
+    assert "a batch of 4 sentences would need about 3.0 GiB, more than the 1 MiB budget" in message
+    assert "lower data.max_len" in message and "MASKATTN_MEMORY_LIMIT" in message
+    assert isinstance(caught.value, InputError)
+
+
+def test_training_over_the_memory_budget_is_refused_before_the_first_step(tmp_path, monkeypatch):
+    data = write_sentiment(tmp_path)
+    with (data / "train.tsv").open("a") as train:
+        for _ in range(6):  # some land in the train split (a quarter is held out for dev)
+            train.write("pos\t" + " ".join(["good"] * 3000) + "\n")
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, "256M")  # a small budget instead of gigabytes
+    cfg = tiny_config(data, tmp_path / "run", data={"max_len": 3000})
+    with pytest.raises(MemoryLimitError, match=r"a training step on 8 sentences of 3000 tokens .* would need about "
+                                                r"[\d.]+ GiB, more than the 256 MiB budget"):
+        Trainer(cfg)
+    assert not (tmp_path / "run" / "last.safetensors").exists()
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, "none")
+    Trainer(tiny_config(data, tmp_path / "run2", data={"max_len": 3000}, train={"max_steps": 1})).close()
+
+
+def test_predict_and_eval_batches_fit_the_budget_or_are_refused(trained, tmp_path, monkeypatch):
+    data, run = trained
+    loaded = load_model(run / "best.safetensors")
+    texts = ["the film was good " * 50, "the plot was bad " * 50, "good", "bad"]  # 200 tokens: under the 512 limit
+    expected = predict(loaded, texts)
+    one = model_memory_bytes(loaded.model, 1, 200)
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, str(int(one * 1.5)))  # one sentence fits, a batch of two does not
+    assert predict(loaded, texts) == expected  # cut into smaller batches, same answers
+    metrics = evaluate_file(run / "best.safetensors", data / "test.tsv")
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, "1M")  # not even one long sentence fits
+    with pytest.raises(MemoryLimitError, match="one input of 200 tokens would need about"):
+        predict(loaded, texts)
+    monkeypatch.delenv(MEMORY_LIMIT_ENV)
+    assert evaluate_file(run / "best.safetensors", data / "test.tsv") == metrics
+    result = runner.invoke(app, ["predict", "-k", str(run / "best.safetensors"), "good " * 300], env={
+        MEMORY_LIMIT_ENV: "1M"})
+    assert result.exit_code == 2 and "error:" in result.output and "more than the 1 MiB budget" in flat(result.output)
+
+
+def test_viz_with_a_raised_max_length_is_refused_with_the_estimate(trained, monkeypatch):
+    _, run = trained
+    sentence = " ".join(["good"] * 3000)
+    result = runner.invoke(app, ["viz", "attention", sentence, "-k", str(run / "best.safetensors"),
+                                 "--max-length", "5000", "--no-terminal", "-o", "x.png"],
+                           env={MEMORY_LIMIT_ENV: "512M"})
+    assert result.exit_code == 2, result.output
+    assert "the attention maps of 1 sentence(s) of 3000 positions would need about" in flat(result.output)
+    assert "more than the 512 MiB budget" in flat(result.output)
+
+
+def test_viz_masks_with_a_raised_length_is_refused_with_the_estimate():
+    result = runner.invoke(app, ["viz", "masks", "--length", "3000", "--max-length", "3000", "--no-terminal",
+                                 "-o", "x.png"], env={MEMORY_LIMIT_ENV: "64M"})
+    assert result.exit_code == 2, result.output
+    assert "10 mask panels of 3000 × 3000 would need about 1.3 GiB, more than the 64 MiB budget" in flat(result.output)
+
+
+# --- item 2: a run folder given as a checkpoint ------------------------------------------------------------
+
+def test_a_run_folder_as_checkpoint_takes_its_best_checkpoint(trained):
+    data, run = trained
+    result = runner.invoke(app, ["eval", "-k", str(run), "--data", str(data / "test.tsv")])
+    assert result.exit_code == 0, result.output
+    assert f"{run} is a folder; using {run / 'best.safetensors'}" in flat(result.stderr)
+    result = runner.invoke(app, ["predict", "-k", str(run), "good"])
+    assert result.exit_code == 0 and len(result.stdout.split()) == 1
+
+
+def test_a_folder_without_best_names_the_checkpoints_inside(trained, tmp_path):
+    _, run = trained
+    folder = tmp_path / "runs" / "trec2"
+    folder.mkdir(parents=True)
+    (folder / "last.safetensors").write_bytes((run / "last.safetensors").read_bytes())
+    result = runner.invoke(app, ["eval", "-k", str(folder), "--data", "x.tsv"])
+    assert result.exit_code == 2
+    message = flat(result.output)
+    assert "does not exist" not in message  # was: "checkpoint runs/trec2 does not exist"
+    assert f"checkpoint {folder} is a folder without best.safetensors: it holds last.safetensors" in message
+    with pytest.raises(CheckpointError, match="is a folder, not a checkpoint file: it holds last.safetensors"):
+        load_checkpoint(folder)
+    with pytest.raises(CheckpointError, match="it holds no .safetensors checkpoint"):
+        load_checkpoint(tmp_path / "runs")
+
+
+# --- item 3: truncation warnings numbered by source ----------------------------------------------------------
+
+def test_truncation_warning_numbers_file_lines_and_arguments_by_source(tmp_path):
+    data = write_sentiment(tmp_path)
+    Trainer(tiny_config(data, tmp_path / "run", model={"max_len": 8}, train={"max_steps": 4, "eval_every": 4})).fit()
+    mix = tmp_path / "mix.txt"
+    mix.write_text("good\nbad\nthe film was very very good and the plot too\n")
+    result = runner.invoke(app, ["predict", "-k", str(tmp_path / "run" / "best.safetensors"), "-i", str(mix),
+                                 "a", "the film was very very good and the plot too"])
+    assert result.exit_code == 0, result.output
+    warning = flat(result.stderr)
+    assert "2 input line(s) longer than the model's max_len were truncated" in warning
+    assert f"{mix} line(s) 3; argument(s) 2" in warning  # was: "line(s) 2, 5"
+    assert len(result.stdout.splitlines()) == 5
+
+
+def test_a_tagger_refuses_an_input_it_would_have_to_cut(tmp_path):
+    from _train_helpers import write_conll
+
+    data = write_conll(tmp_path)
+    cfg = tiny_config(data, tmp_path / "run", data={"format": "conll", "train": "train.txt", "test": "test.txt"},
+                      model={"type": "tagger", "max_len": 6}, train={"max_steps": 2, "eval_every": 2})
+    Trainer(cfg).fit()
+    with pytest.raises(InputError, match="input\\(s\\) 2: longer than the 6 tokens the tagger reads"):
+        predict(tmp_path / "run" / "best.safetensors", ["new york", "the film in new york was very good"])
