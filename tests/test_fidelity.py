@@ -942,3 +942,31 @@ def test_new_options_compile_fullgraph():
         compiled = torch.compile(module, fullgraph=True, backend="aot_eager")
         with torch.no_grad():
             torch.testing.assert_close(compiled(x, kpm), module(x, kpm), rtol=1e-5, atol=1e-6)
+
+
+def test_new_options_train_under_cpu_bf16_autocast():
+    """Forward and backward of the new options under CPU bfloat16 autocast agree with float32 to a few bfloat16
+    epsilons in relative norm (as tests/test_mixed_precision.py asks of every registered mechanism); the
+    parameters stay float32."""
+    x, kpm = batch(n=9)
+    x = x.float()
+    grad = torch.randn(x.shape, generator=torch.Generator().manual_seed(1))
+    tol = 4 * torch.finfo(torch.bfloat16).eps
+    for module in (maskattn.MTSA.authors_config("nmt_setup1", d_model=16, num_heads=4),
+                   maskattn.MTSA(16, 2, d_in=16, in_hidden=12, in_activation="swish", d_out=16, s2t_activation="selu",
+                                 v_activation="gelu_tanh", out_activation="lrelu", out_bias=False),
+                   maskattn.DynamicMaskAttention(16, 4, **_summ_dman()),
+                   FullMaskAttention(16, 4, activation="gelu")):
+        module = module.eval()
+        results = []
+        for bf16 in (False, True):
+            inputs = x.clone().requires_grad_()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                out = module(inputs, kpm)
+            out.backward(grad)
+            results.append((out.float(), inputs.grad))
+        (out32, dx32), (out16, dx16) = results
+        assert all(p.dtype == torch.float32 for p in module.parameters())
+        assert torch.isfinite(out16).all() and torch.isfinite(dx16).all()
+        assert (out16 - out32).norm() <= tol * out32.norm(), type(module).__name__
+        assert (dx16 - dx32).norm() <= tol * dx32.norm(), type(module).__name__

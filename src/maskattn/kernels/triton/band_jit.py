@@ -48,6 +48,15 @@ def _band_queries(j0, BLOCK_N: tl.constexpr, left, right, N):
 
 
 @triton.jit
+def _area_entry(ENTRY, K, V, b, skb, skh, svb, svh):
+    """One entry of a head's area (``ENTRY`` points one before its pair ``(a, g)``): the area offset ``a`` and the
+    bases of head ``g``'s keys and values in batch row ``b``."""
+    a = tl.load(ENTRY + 1)
+    g = tl.load(ENTRY + 2)
+    return a, K + b.to(tl.int64) * skb + g.to(tl.int64) * skh, V + b.to(tl.int64) * svb + g.to(tl.int64) * svh
+
+
+@triton.jit
 def _tile(base, start, stride_n, stride_d, idx, feats, N, D):
     """The ``(len(idx), len(feats))`` tile of rows ``start + idx`` of a ``(N, D)`` matrix at ``base`` (int64
     row offset of the tile, int32 offsets inside it); 0 outside."""
@@ -104,10 +113,7 @@ def band_fwd(Q, K, V, KPM, AREA, SEED, OUT, LSE,
     start, end = _band_keys(i0, BLOCK_M, left, right, N)
     area = AREA + h * AREA_ROW
     for e in range(tl.load(area)):
-        a = tl.load(area + 1 + 2 * e)
-        g = tl.load(area + 2 + 2 * e)
-        k_base = K + b.to(tl.int64) * skb + g.to(tl.int64) * skh
-        v_base = V + b.to(tl.int64) * svb + g.to(tl.int64) * svh
+        a, k_base, v_base = _area_entry(area + 2 * e, K, V, b, skb, skh, svb, svh)
         for j0 in range(start, end, BLOCK_N):
             cols = j0 + idx_n
             k = _tile(k_base, j0, skn, skd, idx_n, fk, N, D_K)
@@ -182,10 +188,7 @@ def band_bwd_q(Q, K, V, KPM, AREA, SEED, OUT, DO, LSE, DELTA, DQ,
     start, end = _band_keys(i0, BLOCK_M, left, right, N)
     area = AREA + h * AREA_ROW
     for e in range(tl.load(area)):
-        a = tl.load(area + 1 + 2 * e)
-        g = tl.load(area + 2 + 2 * e)
-        k_base = K + b.to(tl.int64) * skb + g.to(tl.int64) * skh
-        v_base = V + b.to(tl.int64) * svb + g.to(tl.int64) * svh
+        a, k_base, v_base = _area_entry(area + 2 * e, K, V, b, skb, skh, svb, svh)
         for j0 in range(start, end, BLOCK_N):
             cols = j0 + idx_n
             k = _tile(k_base, j0, skn, skd, idx_n, fk, N, D_K)
