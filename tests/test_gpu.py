@@ -116,7 +116,11 @@ def _gradients(module, x, kpm, grad_out=None):
 @pytest.mark.parametrize("name", list(_triton_cases()))
 def test_triton_kernels_match_the_float64_reference(name, dtype, tol, n):
     """Outputs and every parameter's gradient of the fused kernels, at lengths that are not multiples of a tile,
-    with key padding, against the float64 reference backend."""
+    with key padding, against the float64 reference backend. With float16 inputs MTSA's value path (``v ⊙ E``,
+    ``E``, ``dO / D``) runs in bfloat16 by design — E needs float32's exponent range (docs/design.md §3) — so the
+    tensorized mechanisms are held to bfloat16's tolerance there."""
+    if dtype == torch.float16 and maskattn.attention_info(name).family == "tensorized":
+        tol = 3e-2
     x, kpm = batch(n)
     reference = build(name, backend="reference").double()
     fused = build(name, backend="triton").to(dtype)

@@ -68,6 +68,7 @@ class Situation:
         score_mod: the local family's score modifier: None, ``"logsigmoid"`` or ``"other"``.
         scale: the tensorized family's token2token scale (``"log_sigmoid"`` / ``"identity"``), else None.
         row_floor: DMAN's mask floor is relative to each row's maximum (``mask_floor_mode="row_max"``).
+        decoding: fewer queries than keys — a decoding step against a cache (DMAN).
     """
 
     device: str = "cpu"
@@ -82,6 +83,7 @@ class Situation:
     score_mod: str | None = None
     scale: str | None = None
     row_floor: bool = False
+    decoding: bool = False
 
     @classmethod
     def of(cls, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *grad_inputs: torch.Tensor | None,
@@ -102,13 +104,15 @@ def _none(_: Situation) -> list[str]:
 class Backend:
     """One backend of one family: ``unsupported(situation)`` — why it cannot run a call; ``passed_over(situation)``
     — why ``auto`` does not choose it although it could run; ``available()`` — why it is missing from this
-    installation (None when present; the backend table assumes every package is installed)."""
+    installation (None when present; the backend table assumes every package is installed); ``declared()`` — limits
+    that depend on the device at hand (compute capability, shared memory), in words, for :func:`limits`."""
 
     name: str
     summary: str
     unsupported: Callable[[Situation], list[str]] = _none
     passed_over: Callable[[Situation], list[str]] = _none
     available: Callable[[], str | None] = lambda: None
+    declared: Callable[[], list[str]] = lambda: []
 
     def reasons(self, situation: Situation, *, installed: bool = False) -> list[str]:
         """Why this backend cannot run ``situation`` (``installed``: as if every package were installed)."""
@@ -143,7 +147,18 @@ _SDPA = Backend("sdpa", "PyTorch's fused scaled_dot_product_attention")
 def _triton_passed_over(s: Situation) -> list[str]:
     if s.device != "cuda":
         return ["Triton's interpreter runs the kernels on the CPU for tests only"]
-    return []
+    reasons = []
+    if triton_runtime.disabled():
+        reasons.append(f"{triton_runtime.DISABLE_ENV}=1 in the environment takes the Triton kernels out of auto's "
+                       "choices")
+    if s.dtype == torch.float32:
+        reasons.append("float32 inputs: Triton's IEEE tl.dot is a loop of FMAs (spilling registers, minutes to "
+                       "compile) and TF32 would change the results; the kernels are for bfloat16 / float16 "
+                       "(autocast)")
+    if s.decoding:
+        reasons.append("a decoding step (fewer queries than keys): one query fills one row of a 64-row tile; the "
+                       "other kernels read the cache once")
+    return reasons
 
 
 def _flex_unsupported(s: Situation) -> list[str]:
@@ -160,8 +175,9 @@ def _flex(summary: str, passed_over: Callable[[Situation], list[str]] = _flex_of
                    lambda: None if flex_available() else "needs torch.nn.attention.flex_attention (PyTorch >= 2.5)")
 
 
-def _triton(summary: str, unsupported: Callable[[Situation], list[str]]) -> Backend:
-    return Backend("triton", summary, unsupported, _triton_passed_over, triton_runtime.missing_reason)
+def _triton(summary: str, unsupported: Callable[[Situation], list[str]], kernels: tuple[str, ...]) -> Backend:
+    return Backend("triton", summary, unsupported, _triton_passed_over, triton_runtime.missing_reason,
+                   lambda: triton_runtime.declared_limits(kernels))
 
 
 def _dman_flex_passed_over(s: Situation) -> list[str]:
@@ -201,7 +217,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
         _triton("fused FlashAttention-2-style kernel with the gate log σ(z) and deterministic mask gradients",
                 lambda s: triton_dman.unsupported(device=s.device, dtype=s.dtype,
                                                   head_dims={"d_k": s.head_dims[0], "d_v": s.head_dims[1]},
-                                                  row_floor=s.row_floor)),
+                                                  row_floor=s.row_floor), triton_dman.KERNELS),
         _flex("the bias inside a score_mod", _dman_flex_passed_over),
         Backend("sdpa", "the tiled recomputing PyTorch kernel (exact gradients of a, P, U)"),
         _REFERENCE),
@@ -211,7 +227,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
         _triton("fused band kernel over the head area (CSAN 2D), O(n·band)",
                 lambda s: triton_band.unsupported(
                     device=s.device, dtype=s.dtype, head_dims={"d_k": s.head_dims[0], "d_v": s.head_dims[1]},
-                    score_mod=s.score_mod) + banded.unsupported(band=s.band)),
+                    score_mod=s.score_mod) + banded.unsupported(band=s.band), triton_band.KERNELS),
         _flex("block masks that skip empty blocks, O(n·band)", _local_flex_passed_over),
         Backend("banded", "the O(n·band) PyTorch band kernel", _banded_unsupported),
         Backend("sdpa", "dense masked SDPA, O(n²)", _local_sdpa_unsupported),
@@ -222,7 +238,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
         _triton("fused sigmoid attention over [v⊙E; E] with per-head band skipping and Appendix A.3's dropout",
                 lambda s: triton_tensorized.unsupported(
                     device=s.device, dtype=s.dtype, head_dims={"d_k": s.head_dims[0], "d_v": s.head_dims[1]},
-                    head_bands=s.head_bands, scale=s.scale or "log_sigmoid")),
+                    head_bands=s.head_bands, scale=s.scale or "log_sigmoid"), triton_tensorized.KERNELS),
         _flex("one FlexAttention call over [v⊙E; E]"),
         Backend("banded", "the band kernel over [v⊙E; E] (window heads)", _tensorized_banded_unsupported),
         Backend("sdpa", "the blocked sigmoid kernel (applies Appendix A.3's dropout)"),
@@ -338,4 +354,4 @@ def limits(family: str, backend: str) -> list[str]:
             for reason in entry.reasons(probe, installed=True):
                 if reason not in seen:
                     seen.append(reason)
-    return seen
+    return seen + [reason for reason in entry.declared() if reason not in seen]

@@ -250,7 +250,7 @@ def dynamic_mask_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qu
         return empty_output(q, v, k, query_logit, distance_bias, head_bias)
     chosen = backends.resolve("dman", backend, backends.Situation.of(
         q, k, v, query_logit, distance_bias, head_bias, dropout=drop > 0, batch_mask=kpm is not None,
-        row_floor=row_max))
+        row_floor=row_max, decoding=n < m))
     if chosen == "triton":
         return dman_triton(q, k, v, query_logit, distance_bias, head_bias, causal=causal, key_padding_mask=kpm,
                            q_offset=q_offset, dropout_p=drop, mask_floor=mask_floor)

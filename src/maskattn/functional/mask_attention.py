@@ -152,8 +152,8 @@ def eq4_float64(q, k, v, mask_weights, allowed=None):
     shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))  # any constant cancels
     numer = m_full * torch.exp((scores - shift).masked_fill(~admissible, 0.0))
     denom = numer.sum(-1, keepdim=True)
-    probs = torch.where(denom > 0, numer / torch.where(denom > 0, denom, torch.ones_like(denom)),
-                        torch.zeros_like(numer))
+    empty = denom == 0  # no admissible key: 0 (a NaN denominator is not empty: NaN inputs give NaN)
+    probs = torch.where(empty, torch.zeros_like(numer), numer / torch.where(empty, torch.ones_like(denom), denom))
     return torch.matmul(probs, v), probs
 
 

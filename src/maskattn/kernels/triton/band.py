@@ -34,14 +34,17 @@ from torch.library import custom_op, register_autograd
 
 from . import runtime
 
-__all__ = ["band_triton", "unsupported", "area_table", "owner_table", "band_tiles"]
+__all__ = ["band_triton", "unsupported", "area_table", "owner_table", "band_tiles", "KERNELS"]
+
+#: the kernel passes of one band call (:data:`.runtime.TILE_TABLE`; the narrow variants share the kernels)
+KERNELS = ("band_fwd", "band_bwd_q", "band_bwd_kv", "band_fwd_narrow", "band_bwd_q_narrow", "band_bwd_kv_narrow")
 
 
 
 def unsupported(*, device: str, dtype: torch.dtype, head_dims: dict[str, int], score_mod: str | None) -> list[str]:
     """Why the Triton band kernels cannot run a call (an empty list when they can); ``score_mod`` is None,
     ``"logsigmoid"`` (``F.logsigmoid``) or the name of another modifier."""
-    reasons = runtime.call_reasons(device, dtype, head_dims)
+    reasons = runtime.call_reasons(device, dtype, head_dims, KERNELS)
     if score_mod not in (None, "logsigmoid"):
         reasons.append("has no kernel for a score_mod other than None or F.logsigmoid")
     return reasons
@@ -88,29 +91,32 @@ def owner_table(area: list[int], num_heads: int) -> list[int]:
     return table
 
 
-def band_tiles(head_dim: int, left: int, right: int, device: str) -> tuple[runtime.Tiles, runtime.Tiles]:
-    """``(query-major, key-major)`` tiles: the first for forward and dQ (``block_m`` queries per program, key
-    tiles of ``block_n``), the second for the dK/dV pass (``block_n`` keys per program, query tiles of
-    ``block_m``). Under the interpreter both are :func:`.runtime.tiles`' 16 × 16. On CUDA: FlashAttention-2's
-    sizes for wide bands; for a band of at most 33 positions the inner tiles are 32 wide (fewer wasted scores
-    where one query tile's band is 64 + 32 keys). Not tuned on a GPU yet."""
-    base = runtime.tiles(head_dim, device)
-    if device != "cuda" or runtime.interpreted():
-        return base, base
-    narrow = left + right + 1 <= 33
-    inner = 32 if narrow else base.block_n
-    return (runtime.Tiles(base.block_m, min(inner, base.block_n), base.warps, base.stages),
-            runtime.Tiles(min(inner, base.block_m), base.block_n, base.warps, base.stages))
+#: bands of at most this many positions take the ``*_narrow`` tiles of :data:`.runtime.TILE_TABLE` (32-wide inner
+#: tiles: fewer wasted scores where one query tile's band is 64 + 32 keys)
+NARROW_BAND = 33
 
 
-def _constants(q: torch.Tensor, v: torch.Tensor, kpm, logsigmoid: bool, dropout_p: float) -> dict:
-    return dict(runtime.launch_constants(q, v), HAS_KPM=kpm is not None, LOGSIG=logsigmoid, DROPOUT=dropout_p > 0)
+def band_tiles(head_dim: int, left: int, right: int, device, dtype: torch.dtype = torch.float16
+               ) -> tuple[runtime.Tiles, runtime.Tiles, runtime.Tiles]:
+    """The tiles of the forward, the query (dQ) and the key (dK/dV) pass for a band ``i − left … i + right``: the
+    ``band_*`` entries of :data:`.runtime.TILE_TABLE`, ``band_*_narrow`` for a band of at most
+    :data:`NARROW_BAND` positions; under the interpreter :func:`.runtime.tiles`' 16 × 16."""
+    suffix = "_narrow" if left + right + 1 <= NARROW_BAND else ""
+    return tuple(runtime.tiles(f"{kernel}{suffix}", head_dim, device, dtype)  # type: ignore[return-value]
+                 for kernel in ("band_fwd", "band_bwd_q", "band_bwd_kv"))
+
+
+def _constants(q: torch.Tensor, v: torch.Tensor, kpm, logsigmoid: bool, dropout_p: float, tiles: runtime.Tiles
+               ) -> dict:
+    return dict(runtime.launch_constants(q, v), HAS_KPM=kpm is not None, LOGSIG=logsigmoid, DROPOUT=dropout_p > 0,
+                BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, num_warps=tiles.warps, num_stages=tiles.stages)
 
 
 def _launch_sizes(q, area, left, right):
+    """``B, H, n, A, left, right``: the area width ``A`` and the band clamped to the sequence (a band wider than the
+    sequence covers it: clamping keeps every position sum far inside int32)."""
     B, H, n, _ = q.shape
     A = (len(area) // H - 1) // 2
-    # a band wider than the sequence covers it: clamping keeps every position sum far inside int32
     return B, H, n, A, min(left, n), min(right, n)
 
 
@@ -119,7 +125,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding: tor
              seed: torch.Tensor | None, left: int, right: int, scale: float, logsigmoid: bool,
              dropout_p: float) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out, lse)``: out ``(B, H, n, d_v)`` in q's dtype, laid out as ``(B, n, H, d_v)`` (merging the heads is a
-    view), and the float32 (float64) log-sum-exp per row, contiguous ``(B, H, n)`` (``+inf``: no allowed key)."""
+    view), and the float32 (float64) log₂-sum-exp₂ per row, contiguous ``(B, H, n)`` (``+inf``: no allowed key)."""
     B, H, n, A, left, right = _launch_sizes(q, area, left, right)
     d_v = v.shape[-1]
     out = q.new_empty(B, n, H, d_v).transpose(1, 2)
@@ -127,14 +133,13 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding: tor
     if out.numel() == 0:
         lse.fill_(float("inf"))
         return out, lse
-    jit = runtime.load("band_jit")
-    constants = _constants(q, v, key_padding, logsigmoid, dropout_p)
-    tiles, _ = band_tiles(max(q.shape[-1], d_v), left, right, q.device.type)
-    jit.band_fwd[(runtime.cdiv(n, tiles.block_m), B * H)](
-        q, k, v, runtime.placeholder(key_padding, q), runtime.device_table(area, q.device), runtime.placeholder(seed, q, torch.int64),
-        out, lse, *runtime.stride_args(q, k, v, out), H, n, A, left, right, q.shape[-1], d_v, len(area) // H,
-        scale, dropout_p, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, num_warps=tiles.warps,
-        num_stages=tiles.stages, **constants)
+    tiles, _, _ = band_tiles(max(q.shape[-1], d_v), left, right, q.device, q.dtype)
+    query_tiles = runtime.cdiv(n, tiles.block_m)
+    runtime.launch(
+        runtime.load("band_jit").band_fwd, query_tiles * B * H, q, k, v, runtime.placeholder(key_padding, q),
+        runtime.device_table(area, q.device), runtime.placeholder(seed, q, torch.int64), out, lse,
+        *runtime.stride_args(q, k, v, out), H, n, A, left, right, q.shape[-1], d_v, query_tiles, len(area) // H,
+        scale, dropout_p, **_constants(q, v, key_padding, logsigmoid, dropout_p, tiles))
     return out, lse
 
 
@@ -158,18 +163,19 @@ def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     jit = runtime.load("band_jit")
     owners = owner_table(area, H)
     delta = q.new_empty(B, H, n, dtype=lse.dtype)
-    constants = _constants(q, v, key_padding, logsigmoid, dropout_p)
-    rows, keys = band_tiles(max(d_k, d_v), left, right, q.device.type)
+    _, rows, keys = band_tiles(max(d_k, d_v), left, right, q.device, q.dtype)
     kpm, seed = runtime.placeholder(key_padding, q), runtime.placeholder(seed, q, torch.int64)
     sizes = (H, n, A, left, right, d_k, d_v)
-    jit.band_bwd_q[(runtime.cdiv(n, rows.block_m), B * H)](
-        q, k, v, kpm, runtime.device_table(area, q.device), seed, out, grad_out, lse, delta, grad_q,
-        *runtime.stride_args(q, k, v, out, grad_out), *sizes, len(area) // H, scale, dropout_p,
-        BLOCK_M=rows.block_m, BLOCK_N=rows.block_n, num_warps=rows.warps, num_stages=rows.stages, **constants)
-    jit.band_bwd_kv[(runtime.cdiv(n, keys.block_n), B * H)](
-        q, k, v, kpm, runtime.device_table(owners, q.device), seed, grad_out, lse, delta, grad_k, grad_v,
-        *runtime.stride_args(q, k, v, grad_out), *sizes, len(owners) // H, scale, dropout_p,
-        BLOCK_M=keys.block_m, BLOCK_N=keys.block_n, num_warps=keys.warps, num_stages=keys.stages, **constants)
+    query_tiles = runtime.cdiv(n, rows.block_m)
+    runtime.launch(
+        jit.band_bwd_q, query_tiles * B * H, q, k, v, kpm, runtime.device_table(area, q.device), seed, out, grad_out,
+        lse, delta, grad_q, *runtime.stride_args(q, k, v, out, grad_out), *sizes, query_tiles, len(area) // H, scale,
+        dropout_p, **_constants(q, v, key_padding, logsigmoid, dropout_p, rows))
+    key_tiles = runtime.cdiv(n, keys.block_n)
+    runtime.launch(
+        jit.band_bwd_kv, key_tiles * B * H, q, k, v, kpm, runtime.device_table(owners, q.device), seed, grad_out,
+        lse, delta, grad_k, grad_v, *runtime.stride_args(q, k, v, grad_out), *sizes, key_tiles, len(owners) // H,
+        scale, dropout_p, **_constants(q, v, key_padding, logsigmoid, dropout_p, keys))
     return grad_q, grad_k, grad_v
 
 

@@ -4,7 +4,8 @@
 FlashAttention-2 with the gate in the scores: ``score = q·k / √d_k + log M``, ``log M = logσ(a_t + P[clip(t − s)]
 + U_h)`` (``log max(M, ε)`` with a ``mask_floor``), an online softmax per query tile in float32 (float64 for
 float64 inputs) that keeps the output and one log-sum-exp per row for backward (docs/design.md §3). The mask is
-used in log form, so rows whose ``σ(z)`` underflows stay exact. Key tiles wholly beyond the clip distance (every
+used in log form, so rows whose ``σ(z)`` underflows stay exact; scores, ``log M`` and the log-sum-exp are in log₂
+units inside (``exp2``). Key tiles wholly beyond the clip distance (every
 ``t − s >= D`` or every ``t − s <= −D``) use one gate value per row; causal key tiles in the future are skipped.
 
 Backward is two passes without atomics (keys: dK, dV; queries: dQ), deterministic: the query pass also returns
@@ -27,13 +28,18 @@ from torch.library import custom_op, register_autograd
 
 from . import runtime
 
-__all__ = ["dman_triton", "unsupported", "near_offsets"]
+LOG2E = 1.4426950408889634  # log₂ e: the kernels' exponentials are base 2
+
+__all__ = ["dman_triton", "unsupported", "near_offsets", "KERNELS"]
+
+#: the kernel passes of one DMAN call (:data:`.runtime.TILE_TABLE`)
+KERNELS = ("dman_fwd", "dman_bwd_kv", "dman_bwd_q")
 
 
 def unsupported(*, device: str, dtype: torch.dtype, head_dims: dict[str, int], row_floor: bool = False) -> list[str]:
     """Why the Triton kernels cannot run a DMAN call (an empty list when they can); ``row_floor``: the call floors
     ``M`` relative to its row maximum (``mask_floor_mode="row_max"``), which the kernel's one scalar floor cannot."""
-    reasons = runtime.call_reasons(device, dtype, head_dims)
+    reasons = runtime.call_reasons(device, dtype, head_dims, KERNELS)
     if row_floor:
         reasons.append("cannot apply a row-normalised mask floor (mask_floor_mode='row_max'): the kernel takes one "
                        "fixed floor")
@@ -50,24 +56,26 @@ def near_offsets(max_distance: int, q_offset: int, block: int) -> tuple[int, int
     return r_lo, r_hi
 
 
-def _constants(q: torch.Tensor, v: torch.Tensor, kpm, causal: bool, dropout_p: float, mask_floor) -> dict:
-    tiles = runtime.tiles(max(q.shape[-1], v.shape[-1]), q.device.type)
-    block = min(tiles.block_m, tiles.block_n)  # square tiles: the diagonal sums of dz need BLOCK_M == BLOCK_N
-    constants = dict(runtime.launch_constants(q, v), CAUSAL=bool(causal), HAS_KPM=kpm is not None,
-                     HAS_FLOOR=mask_floor is not None, DROPOUT=dropout_p > 0, BLOCK=block, num_warps=tiles.warps,
-                     num_stages=tiles.stages)
-    del constants["FAST"]  # the gate's 1 − σ(z) = exp(log σ(z) − z) reuses log M: no sigmoid to speed up
-    return constants
+def _constants(kernel: str, q: torch.Tensor, v: torch.Tensor, kpm, causal: bool, dropout_p: float,
+               mask_floor) -> dict:
+    tiles = runtime.tiles(kernel, max(q.shape[-1], v.shape[-1]), q.device, q.dtype)
+    # square tiles: the diagonal sums of dz need BLOCK_M == BLOCK_N (the table's DMAN entries are square)
+    return dict(runtime.launch_constants(q, v), CAUSAL=bool(causal), HAS_KPM=kpm is not None,
+                HAS_FLOOR=mask_floor is not None, DROPOUT=dropout_p > 0, BLOCK=tiles.block_m, num_warps=tiles.warps,
+                num_stages=tiles.stages)
 
 
-def _scalars(q, k, v, table, q_offset: int, dropout_p: float, mask_floor, block: int):
-    """The kernels' size and scalar arguments after the strides: ``H, N, M, D_K, D_V, D, q_offset, R_LO, R_HI``
-    and ``scale, drop_p, log_floor``."""
+def _sizes(q, k, v, table, q_offset: int, block: int):
+    """The kernels' size arguments after the strides: ``H, N, M, D_K, D_V, num_tiles, D, q_offset, R_LO, R_HI``
+    (``num_tiles``: of queries; the key pass replaces it)."""
     D = (table.numel() - 1) // 2
     r_lo, r_hi = near_offsets(D, q_offset, block)
-    head = (q.shape[1], q.shape[2], k.shape[2], q.shape[-1], v.shape[-1], D, q_offset, r_lo, r_hi)
-    tail = (1.0 / math.sqrt(q.shape[-1]), dropout_p, 0.0 if mask_floor is None else math.log(mask_floor))
-    return head, tail
+    return [q.shape[1], q.shape[2], k.shape[2], q.shape[-1], v.shape[-1], runtime.cdiv(q.shape[2], block), D,
+            q_offset, r_lo, r_hi]
+
+
+def _floor(mask_floor) -> float:
+    return 0.0 if mask_floor is None else math.log(mask_floor)
 
 
 def _parameter_strides(a, table, u) -> list[int]:
@@ -79,18 +87,21 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
              u: torch.Tensor, key_padding: torch.Tensor | None, seed: torch.Tensor | None, causal: bool,
              q_offset: int, dropout_p: float, mask_floor: float | None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out, lse)``: out ``(B, H, n, d_v)`` in q's dtype, laid out as ``(B, n, H, d_v)`` (merging the heads is a
-    view), and the float32 (float64) log-sum-exp of each row ``(B, H, n)`` (0 for a row with no allowed key)."""
-    B, H, n, _ = q.shape
+    view), and the float32 (float64) log₂-sum-exp₂ of each row ``(B, H, n)`` (0 for a row with no allowed key)."""
+    B, H, n, d_k = q.shape
     d_v = v.shape[-1]
     out = q.new_empty(B, n, H, d_v).transpose(1, 2)
     lse = q.new_empty(B, H, n, dtype=runtime.accumulator(q.dtype))
     if out.numel() == 0:
         return out, lse
-    constants = _constants(q, v, key_padding, causal, dropout_p, mask_floor)
-    head, tail = _scalars(q, k, v, table, q_offset, dropout_p, mask_floor, constants["BLOCK"])
-    runtime.load("dman_jit").dman_fwd[(runtime.cdiv(n, constants["BLOCK"]), B * H)](
-        q, k, v, a, table, u, runtime.placeholder(key_padding, q), runtime.placeholder(seed, q, torch.int64), out,
-        lse, *runtime.stride_args(q, k, v, out), *_parameter_strides(a, table, u), *head, *tail, **constants)
+    constants = _constants("dman_fwd", q, v, key_padding, causal, dropout_p, mask_floor)
+    sizes = _sizes(q, k, v, table, q_offset, constants["BLOCK"])
+    scale = 1.0 / math.sqrt(d_k)
+    runtime.launch(
+        runtime.load("dman_jit").dman_fwd, sizes[5] * B * H, q, k, v, a, table, u,
+        runtime.placeholder(key_padding, q), runtime.placeholder(seed, q, torch.int64), out, lse,
+        *runtime.stride_args(q, k, v, out), *_parameter_strides(a, table, u), *sizes, scale * LOG2E, dropout_p,
+        _floor(mask_floor), **constants)
     return out, lse
 
 
@@ -135,28 +146,34 @@ def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     B, H, n, d_k = q.shape
     m, d_v = k.shape[2], v.shape[-1]
     acc = lse.dtype
-    grad_q, grad_k, grad_v = q.new_zeros(B, H, n, d_k), k.new_zeros(B, H, m, d_k), v.new_zeros(B, H, m, d_v)
     if q.numel() == 0 or k.numel() == 0:
-        return grad_q, grad_k, grad_v, torch.zeros_like(a), torch.zeros_like(table), torch.zeros_like(u)
+        return (q.new_zeros(B, H, n, d_k), k.new_zeros(B, H, m, d_k), v.new_zeros(B, H, m, d_v), torch.zeros_like(a),
+                torch.zeros_like(table), torch.zeros_like(u))
+    grad_q, grad_k, grad_v = q.new_empty(B, H, n, d_k), k.new_empty(B, H, m, d_k), v.new_empty(B, H, m, d_v)
     jit = runtime.load("dman_jit")
     grad_out = grad_out.to(out.dtype)
     delta = (grad_out.to(acc) * out.to(acc)).sum(-1)  # Δ_i = dO_i · out_i, (B, H, n)
-    constants = _constants(q, v, key_padding, causal, dropout_p, mask_floor)
-    block = constants["BLOCK"]
-    head, tail = _scalars(q, k, v, table, q_offset, dropout_p, mask_floor, block)
-    D, (r_lo, r_hi) = head[5], head[7:9]
-    query_tiles, key_tiles = runtime.cdiv(n, block), runtime.cdiv(m, block)
-    r_min, r_max = max(r_lo, 1 - key_tiles), min(r_hi, query_tiles - 1)
-    slots = max(1, r_max - r_min + 1)
-    row_grad = q.new_empty(B * H, n, dtype=acc)
-    near = q.new_zeros(B * H, query_tiles, slots, 2 * block, dtype=acc)
-    far = q.new_empty(B * H, query_tiles, 2, dtype=acc)
+    keys = _constants("dman_bwd_kv", q, v, key_padding, causal, dropout_p, mask_floor)
+    queries = _constants("dman_bwd_q", q, v, key_padding, causal, dropout_p, mask_floor)
+    scale = 1.0 / math.sqrt(d_k)
+    tail = (scale, scale * LOG2E, dropout_p, _floor(mask_floor))
     common = (q, k, v, a, table, u, runtime.placeholder(key_padding, q), runtime.placeholder(seed, q, torch.int64),
               lse, delta, grad_out)
     strides = (*runtime.stride_args(q, k, v, grad_out), *_parameter_strides(a, table, u))
-    jit.dman_bwd_kv[(key_tiles, B * H)](*common, grad_k, grad_v, *strides, *head, *tail, **constants)
-    jit.dman_bwd_q[(query_tiles, B * H)](*common, grad_q, row_grad, near, far, *strides, *head, r_min, slots, *tail,
-                                         **constants)
+    key_sizes = _sizes(q, k, v, table, q_offset, keys["BLOCK"])
+    key_sizes[5] = runtime.cdiv(m, keys["BLOCK"])
+    runtime.launch(jit.dman_bwd_kv, key_sizes[5] * B * H, *common, grad_k, grad_v, *strides, *key_sizes, *tail,
+                   **keys)
+    block = queries["BLOCK"]
+    sizes = _sizes(q, k, v, table, q_offset, block)
+    D, query_tiles, (r_lo, r_hi) = sizes[6], sizes[5], sizes[8:10]
+    r_min, r_max = max(r_lo, 1 - runtime.cdiv(m, block)), min(r_hi, query_tiles - 1)
+    slots = max(1, r_max - r_min + 1)
+    row_grad = q.new_empty(B * H, n, dtype=acc)
+    near = q.new_empty(B * H, query_tiles, slots, 2 * block, dtype=acc)  # every slot written by the kernel
+    far = q.new_empty(B * H, query_tiles, 2, dtype=acc)
+    runtime.launch(jit.dman_bwd_q, query_tiles * B * H, *common, grad_q, row_grad, near, far, *strides, *sizes[:10],
+                   r_min, slots, *tail, **queries)
     row_grad = row_grad.view(B, H, n)
     return (grad_q, grad_k, grad_v, row_grad.sum(1).to(a.dtype),
             _distance_gradient(near, far, r_min, q_offset, D, block).to(table.dtype),

@@ -9,42 +9,42 @@ Per (batch, head) pair, with ``z_ij = a_i + U_h + P[clip(t − s, −D, D) + D]`
 
 over the allowed keys (causal ``s <= t``, not padded), ``d_ij`` the inverted-dropout keep-mask drawn from Philox
 by position (forward accumulates the dropped ``p`` into the output, the undropped one into the normaliser).
-The mask enters in log form, so the softmax stays exact when ``σ(z)`` underflows. Backward uses FlashAttention-2's
+The mask enters in log form, so the softmax stays exact when ``σ(z)`` underflows. Scores are kept in log₂ units
+(``scale`` and ``log M`` times ``log₂e``; exponentials are ``exp2``). Backward uses FlashAttention-2's
 ``dS = p ⊙ (d ⊙ dO·vᵀ − Δ)`` with ``Δ_i = dO_i·out_i`` (computed before the kernels) and
 ``dz = dS ⊙ (1 − σ(z))`` (0 where the floor ``ε`` holds), with ``1 − σ(z) = exp(logσ(z) − z)``.
+
+Keys past the sequence and padded keys are set to ``−inf`` per column (one select per score); only the *near*
+tiles, which hold the causal diagonal, compute a two-dimensional mask.
 
 Tiles are square (``BLOCK`` queries × ``BLOCK`` keys). A key tile at relative block offset ``r = query tile −
 key tile`` covers the distances ``r·BLOCK + q_offset − (BLOCK − 1) … r·BLOCK + q_offset + (BLOCK − 1)``,
 whatever the query tile; ``R_LO <= r <= R_HI`` are the *near* offsets, where some distance lies inside
 ``(−D, D)``. Beyond them a tile is *far*: every distance is ``>= D`` (far left, ``r > R_HI``) or ``<= −D``
 (far right, ``r < R_LO``), ``z`` is constant along each row and the tile uses one gate value per row (no
-transcendental per score). The key loop (and the query loop of the key pass) runs far-left, near and far-right
-ranges separately, each an inlined, constexpr-specialised tile function.
+transcendental per score besides the softmax's ``exp2``). The key loop (and the query loop of the key pass) is one
+loop whose body branches on the tile's kind, a branch uniform over the program (three loops, one per kind,
+serialised sm_90's wgmma pipeline, and the per-score gather of ``P`` is not software-pipelined inside the branch).
 
-The query pass writes ``Σ_j dz_ij`` per row, per near tile the ``2·BLOCK`` diagonal sums of ``dz`` (slot ``r −
-R_MIN``, column ``c = (i − j) + BLOCK − 1`` within the tile, the last column 0; one ``tl.gather``) and one sum
-per far side; the wrapper reduces them to the gradients of ``a``, ``P`` and ``U`` with deterministic PyTorch sums.
+Per score (head dims d, FLOPs of ``tl.dot``): forward 4d, backward 6d (key pass) + 6d (query pass), as
+FlashAttention-2 with the same two-pass split; transcendentals per score: far tiles 1 forward, 1 backward per pass;
+near tiles 3 forward (``logσ``: ``exp2`` and ``log2``; the softmax's ``exp2``) and 3–4 per backward pass (with
+``1 − σ(z)``), FlashAttention-2 1.
+
+The query pass writes ``Σ_j dz`` per row, per near tile the ``2·BLOCK`` diagonal sums of ``dz`` (slot ``r −
+R_MIN``, column ``c = (i − j) + BLOCK − 1`` within the tile, the last column 0; one ``tl.gather``) — and zeros in
+the slots of near tiles it does not visit, so its buffer needs no fill — and one sum per far side; the wrapper
+reduces them to the gradients of ``a``, ``P`` and ``U`` with deterministic PyTorch sums.
 """
 
 import triton
 import triton.language as tl
 
-from .jit_helpers import dropout_keep, log_sigmoid, online_softmax
+from .jit_helpers import (LOG2E, dropout_keep, head_base, load_tile, log_sigmoid, online_softmax, program_tile,
+                          store_tile)
 
-
-@triton.jit
-def _near_gate(row_bias, rows, cols, P, sp, D, q_offset, log_floor, HAS_FLOOR: tl.constexpr):
-    """``(log M, d log M / dz)`` of a near tile, from ``z = row_bias + P[clip(t − s) + D]`` (in row_bias's
-    type): ``logσ(z)`` (floored) and ``1 − σ(z) = exp(logσ(z) − z)`` (0 where floored)."""
-    delta = q_offset + rows[:, None] - cols[None, :]
-    index = tl.minimum(tl.maximum(delta, -D), D) + D
-    return _gate(row_bias[:, None] + tl.load(P + index * sp).to(row_bias.dtype), log_floor, HAS_FLOOR)
-
-
-@triton.jit
-def _far_gate(row_bias, edge, log_floor, HAS_FLOOR: tl.constexpr):
-    """``(log M, d log M / dz)`` per row for the far tiles of one side (``edge`` = ``P[2D]`` or ``P[0]``)."""
-    return _gate(row_bias + edge.to(row_bias.dtype), log_floor, HAS_FLOOR)
+#: never specialised on == 1 (a new length, offset or distance must not recompile)
+_SIZES = ["H", "N", "M", "num_tiles", "D", "q_offset", "R_LO", "R_HI"]
 
 
 @triton.jit
@@ -52,7 +52,7 @@ def _gate(z, log_floor, HAS_FLOOR: tl.constexpr):
     """``(log M, d log M / dz)`` of logits ``z``: ``logσ(z)`` (floored at ``log ε``) and ``1 − σ(z) =
     exp(logσ(z) − z)`` (0 where floored: a floored ``log M`` is constant)."""
     log_m = log_sigmoid(z)
-    grad = tl.exp(log_m - z)
+    grad = tl.exp2((log_m - z) * LOG2E)
     if HAS_FLOOR:
         floored = log_m < log_floor
         log_m = tl.where(floored, log_floor, log_m)
@@ -61,68 +61,85 @@ def _gate(z, log_floor, HAS_FLOOR: tl.constexpr):
 
 
 @triton.jit
-def _allowed(rows, cols, N, M, q_offset, kpm_row, CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr):
-    """The tile's (rows × cols) mask: inside the sequences, causal (``s <= t``), not a padded key."""
-    allowed = (rows[:, None] < N) & (cols[None, :] < M)
-    if CAUSAL:
-        allowed = allowed & (cols[None, :] <= q_offset + rows[:, None])
-    if HAS_KPM:
-        padded = tl.load(kpm_row + cols, mask=cols < M, other=1)
-        allowed = allowed & (padded == 0)[None, :]
-    return allowed
+def _near_gate(row_bias, rows, cols, P, sp, D, q_offset, log_floor, HAS_FLOOR: tl.constexpr):
+    """``(log M, d log M / dz)`` of a near tile, from ``z = row_bias + P[clip(t − s) + D]`` (in row_bias's
+    type)."""
+    delta = q_offset + rows[:, None] - cols[None, :]
+    index = tl.minimum(tl.maximum(delta, -D), D) + D
+    return _gate(row_bias[:, None] + tl.load(P + index * sp).to(row_bias.dtype), log_floor, HAS_FLOOR)
 
 
 @triton.jit
-def _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, j0, rows, fk, fv, row_bias, far_log_m, P, sp, D, q_offset,
-              log_floor, skn, skd, svn, svd, N, M, D_K, D_V, kpm_row, seed, bh, scale, drop_p,
-              NEAR: tl.constexpr, CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr,
-              DROPOUT: tl.constexpr, PRECISION: tl.constexpr, BLOCK: tl.constexpr):
-    """One key tile of the online softmax: returns the updated ``(acc, row_max, row_sum)``."""
-    cols = j0 + tl.arange(0, BLOCK)
-    in_keys = cols[:, None] < M
-    k = tl.load(k_base + cols[:, None] * skn + fk[None, :] * skd, mask=in_keys & (fk[None, :] < D_K), other=0.0)
-    v = tl.load(v_base + cols[:, None] * svn + fv[None, :] * svd, mask=in_keys & (fv[None, :] < D_V), other=0.0)
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(acc.dtype) * scale
-    if NEAR:
-        log_m, _ = _near_gate(row_bias, rows, cols, P, sp, D, q_offset, log_floor, HAS_FLOOR)
-        score = s + log_m
+def _keep_keys(s2, cols, M, kpm_row, HAS_KPM: tl.constexpr):
+    """The scores ``s2`` with ``−inf`` at keys past the sequence and at padded keys (a select, not an added bias: a
+    non-finite padded key stays out, as on the reference backend)."""
+    keep = cols < M
+    if HAS_KPM:
+        keep = keep & (tl.load(kpm_row + cols, mask=cols < M, other=1) == 0)
+    return tl.where(keep[None, :], s2, float("-inf"))
+
+
+@triton.jit
+def _near_scores(s2, row_bias, rows, cols, P, sp, D, q_offset, log_floor, CAUSAL: tl.constexpr,
+                 HAS_FLOOR: tl.constexpr):
+    """``(score, d log M / dz)`` of a near tile in log₂ units: the scaled scores plus ``log M``, ``−inf`` past the
+    causal diagonal."""
+    log_m, grad_gate = _near_gate(row_bias, rows, cols, P, sp, D, q_offset, log_floor, HAS_FLOOR)
+    score = s2 + log_m * LOG2E
+    if CAUSAL:
+        score = tl.where(cols[None, :] <= q_offset + rows[:, None], score, float("-inf"))
+    return score, grad_gate
+
+
+@triton.jit
+def _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, j0, rows, idx_n, fk, fv, row_bias, far_log_m2, P, sp, D,
+              q_offset, log_floor, skn, skd, svn, svd, N, M, D_K, D_V, kpm_row, seed, bh, scale2, drop_p, near,
+              CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr,
+              PRECISION: tl.constexpr, BLOCK: tl.constexpr):
+    """One key tile of the online softmax: returns the updated ``(acc, row_max, row_sum)``. ``near`` (uniform over
+    the program): the tile holds distances inside ``(−D, D)`` — a gate per score, and the causal diagonal; else one
+    gate per row, ``far_log_m2``."""
+    cols = j0 + idx_n
+    k = load_tile(k_base, j0, skn, skd, idx_n, fk, M, D_K)
+    v = load_tile(v_base, j0, svn, svd, idx_n, fv, M, D_V)
+    s2 = _keep_keys(tl.dot(q, tl.trans(k), input_precision=PRECISION).to(acc.dtype) * scale2, cols, M, kpm_row,
+                    HAS_KPM)
+    if near:
+        score = _near_scores(s2, row_bias, rows, cols, P, sp, D, q_offset, log_floor, CAUSAL, HAS_FLOOR)[0]
     else:
-        score = s + far_log_m[:, None]
-    allowed = _allowed(rows, cols, N, M, q_offset, kpm_row, CAUSAL, HAS_KPM)
-    p, alpha, new_max = online_softmax(tl.where(allowed, score, float("-inf")), row_max)
+        score = s2 + far_log_m2[:, None]
+    p, alpha, new_max = online_softmax(score, row_max)
     row_sum = row_sum * alpha + tl.sum(p, axis=1)
     if DROPOUT:
-        keep = dropout_keep(seed, bh, rows, cols, N, M, drop_p)
-        p = tl.where(keep, p / (1.0 - drop_p), 0.0)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION).to(acc.dtype)
+        p = tl.where(dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK, BLOCK), p / (1.0 - drop_p), 0.0)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
     return acc, new_max, row_sum
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_SIZES)
 def dman_fwd(Q, K, V, A, P, U, KPM, SEED, OUT, LSE,
              sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, son, sod, sab, san, sp, su,
-             H, N, M, D_K, D_V, D, q_offset, R_LO, R_HI, scale, drop_p, log_floor,
+             H, N, M, D_K, D_V, num_tiles, D, q_offset, R_LO, R_HI, scale2, drop_p, log_floor,
              CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr,
              PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr, BLOCK_DK: tl.constexpr,
              BLOCK_DV: tl.constexpr):
-    """Grid ``(⌈N / BLOCK⌉, B·H)``: one query tile of one (batch, head) pair per program. LSE is contiguous
-    ``(B·H, N)`` in ACC (0 for rows with no allowed key, whose output is 0)."""
-    qt = tl.program_id(0)
+    """``num_tiles · B · H`` programs: one query tile of one (batch, head) pair each. LSE is contiguous
+    ``(B·H, N)`` in ACC, log₂ units (0 for rows with no allowed key, whose output is 0)."""
+    qt, bh = program_tile(num_tiles)
     i0 = qt * BLOCK
-    bh = tl.program_id(1)
     b = bh // H
     h = bh % H
-    rows = i0 + tl.arange(0, BLOCK)
+    idx = tl.arange(0, BLOCK)
+    rows = i0 + idx
     fk = tl.arange(0, BLOCK_DK)
     fv = tl.arange(0, BLOCK_DV)
-    q = tl.load(Q + b.to(tl.int64) * sqb + h * sqh + rows[:, None] * sqn + fk[None, :] * sqd,
-                mask=(rows[:, None] < N) & (fk[None, :] < D_K), other=0.0)
+    q = load_tile(head_base(Q, b, h, sqb, sqh), i0, sqn, sqd, idx, fk, N, D_K)
     row_bias = (tl.load(A + b.to(tl.int64) * sab + rows * san, mask=rows < N, other=0.0).to(ACC)
                 + tl.load(U + h * su).to(ACC))
-    left_log_m, _ = _far_gate(row_bias, tl.load(P + 2 * D * sp), log_floor, HAS_FLOOR)  # t − s >= D
-    right_log_m, _ = _far_gate(row_bias, tl.load(P), log_floor, HAS_FLOOR)  # t − s <= −D
-    k_base = K + b.to(tl.int64) * skb + h * skh
-    v_base = V + b.to(tl.int64) * svb + h * svh
+    left_log_m, _ = _gate(row_bias + tl.load(P + 2 * D * sp).to(ACC), log_floor, HAS_FLOOR)  # t − s >= D
+    right_log_m, _ = _gate(row_bias + tl.load(P).to(ACC), log_floor, HAS_FLOOR)  # t − s <= −D
+    k_base = head_base(K, b, h, skb, skh)
+    v_base = head_base(V, b, h, svb, svh)
     kpm_row = KPM + b.to(tl.int64) * M
     seed = tl.load(SEED) if DROPOUT else 0
     acc = tl.zeros((BLOCK, BLOCK_DV), dtype=ACC)
@@ -131,42 +148,33 @@ def dman_fwd(Q, K, V, A, P, U, KPM, SEED, OUT, LSE,
     key_end = M
     if CAUSAL:  # key tiles wholly in the future are skipped
         key_end = tl.minimum(M, q_offset + tl.minimum(i0 + BLOCK, N))
-    near_start = tl.maximum((qt - R_HI) * BLOCK, 0)
-    near_end = tl.minimum(tl.maximum((qt - R_LO + 1) * BLOCK, 0), key_end)
+    near_start = tl.maximum((qt - R_HI) * BLOCK, 0)  # key tiles [near_start, far_right_start) are near
     far_right_start = tl.maximum((qt - R_LO + 1) * BLOCK, 0)
-    for j0 in range(0, tl.minimum(near_start, key_end), BLOCK):  # far left: one gate value per row
-        acc, row_max, row_sum = _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, j0, rows, fk, fv, row_bias,
-                                          left_log_m, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N, M,
-                                          D_K, D_V, kpm_row, seed, bh, scale, drop_p, False, CAUSAL, HAS_KPM,
-                                          HAS_FLOOR, DROPOUT, PRECISION, BLOCK)
-    for j0 in range(near_start, near_end, BLOCK):
-        acc, row_max, row_sum = _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, j0, rows, fk, fv, row_bias,
-                                          left_log_m, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N, M,
-                                          D_K, D_V, kpm_row, seed, bh, scale, drop_p, True, CAUSAL, HAS_KPM,
-                                          HAS_FLOOR, DROPOUT, PRECISION, BLOCK)
-    for j0 in range(far_right_start, key_end, BLOCK):  # far right
-        acc, row_max, row_sum = _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, j0, rows, fk, fv, row_bias,
-                                          right_log_m, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N, M,
-                                          D_K, D_V, kpm_row, seed, bh, scale, drop_p, False, CAUSAL, HAS_KPM,
-                                          HAS_FLOOR, DROPOUT, PRECISION, BLOCK)
-    nonempty = row_sum > 0
-    out = tl.where(nonempty[:, None], acc / tl.where(nonempty, row_sum, 1.0)[:, None], 0.0)
-    tl.store(OUT + b.to(tl.int64) * sob + h * soh + rows[:, None] * son + fv[None, :] * sod,
-             out.to(OUT.dtype.element_ty), mask=(rows[:, None] < N) & (fv[None, :] < D_V))
-    lse = tl.where(nonempty, row_max + tl.log(tl.where(nonempty, row_sum, 1.0)), 0.0)
+    left_log_m2 = left_log_m * LOG2E
+    right_log_m2 = right_log_m * LOG2E
+    for j0 in range(0, key_end, BLOCK):  # one loop (one wgmma pipeline); the tile's kind is uniform
+        near = (j0 >= near_start) & (j0 < far_right_start)
+        far_log_m2 = tl.where(j0 < near_start, left_log_m2, right_log_m2)
+        acc, row_max, row_sum = _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, j0, rows, idx, fk, fv, row_bias,
+                                          far_log_m2, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N, M, D_K,
+                                          D_V, kpm_row, seed, bh, scale2, drop_p, near, CAUSAL, HAS_KPM, HAS_FLOOR,
+                                          DROPOUT, PRECISION, BLOCK)
+    empty = row_sum == 0  # no allowed key (a NaN sum is not empty: NaN inputs give NaN, as on the reference)
+    out = tl.where(empty[:, None], 0.0, acc / tl.where(empty, 1.0, row_sum)[:, None])
+    store_tile(head_base(OUT, b, h, sob, soh), i0, son, sod, idx, fv, N, D_V, out.to(OUT.dtype.element_ty))
+    lse = tl.where(empty, 0.0, row_max + tl.log2(tl.where(empty, 1.0, row_sum)))
     tl.store(LSE + bh.to(tl.int64) * N + rows, lse, mask=rows < N)
 
 
 @triton.jit
-def _bwd_tile(q, k, v, do, lse, delta, rows, cols, log_m, N, M, q_offset, kpm_row, seed, bh, scale, drop_p,
-              CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr):
-    """``(dS, dropped p)`` of a tile: the gradient of the scores and the probabilities that weighted ``v``."""
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(lse.dtype) * scale
-    allowed = _allowed(rows, cols, N, M, q_offset, kpm_row, CAUSAL, HAS_KPM)
-    p = tl.where(allowed, tl.exp(tl.where(allowed, s + log_m - lse[:, None], 0.0)), 0.0)
+def _bwd_tile(q, k, v, do, lse, delta, rows, cols, j0, score, N, M, seed, bh, drop_p,
+              DROPOUT: tl.constexpr, PRECISION: tl.constexpr, BLOCK: tl.constexpr):
+    """``(dS, dropped p)`` of a tile from its scores (log₂ units, ``−inf`` where not allowed): the gradient of the
+    natural scores and the probabilities that weighted ``v``."""
+    p = tl.exp2(score - lse[:, None])
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION).to(lse.dtype)
     if DROPOUT:
-        keep = dropout_keep(seed, bh, rows, cols, N, M, drop_p)
+        keep = dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK, BLOCK)
         dp = tl.where(keep, dp / (1.0 - drop_p), 0.0)
         dropped = tl.where(keep, p / (1.0 - drop_p), 0.0)
     else:
@@ -175,165 +183,164 @@ def _bwd_tile(q, k, v, do, lse, delta, rows, cols, log_m, N, M, q_offset, kpm_ro
 
 
 @triton.jit
-def _bwd_kv_tile(grad_k, grad_v, k, v, q_base, do_base, i0, cols, fk, fv, a_row, u_h, edge, P, sp, D, q_offset,
-                 log_floor, LSE, DELTA, san, sqn, sqd, sgn, sgd, N, M, D_K, D_V, kpm_row, seed, bh, scale, drop_p,
-                 NEAR: tl.constexpr, CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr,
-                 DROPOUT: tl.constexpr, PRECISION: tl.constexpr, BLOCK: tl.constexpr):
-    """One query tile's contribution to a key tile's ``(dK / scale, dV)``."""
-    rows = i0 + tl.arange(0, BLOCK)
+def _bwd_kv_tile(grad_k, grad_v, k, v, kept, q_base, do_base, i0, j0, idx, cols, fk, fv, a_row, u_h, edge, P, sp,
+                 D, q_offset, log_floor, LSE, DELTA, san, sqn, sqd, sgn, sgd, N, M, D_K, D_V, seed, bh, scale2,
+                 drop_p, near, CAUSAL: tl.constexpr, HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr,
+                 PRECISION: tl.constexpr, BLOCK: tl.constexpr):
+    """One query tile's contribution to a key tile's ``(dK / scale, dV)`` (``near`` as in :func:`_fwd_tile`;
+    ``edge`` the table entry of the far side)."""
+    rows = i0 + idx
     in_rows = rows < N
-    q = tl.load(q_base + rows[:, None] * sqn + fk[None, :] * sqd, mask=in_rows[:, None] & (fk[None, :] < D_K),
-                other=0.0)
-    do = tl.load(do_base + rows[:, None] * sgn + fv[None, :] * sgd, mask=in_rows[:, None] & (fv[None, :] < D_V),
-                 other=0.0)
+    q = load_tile(q_base, i0, sqn, sqd, idx, fk, N, D_K)
+    do = load_tile(do_base, i0, sgn, sgd, idx, fv, N, D_V)
     lse = tl.load(LSE + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
     delta = tl.load(DELTA + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
     row_bias = tl.load(a_row + rows * san, mask=in_rows, other=0.0).to(lse.dtype) + u_h
-    if NEAR:
-        log_m, _ = _near_gate(row_bias, rows, cols, P, sp, D, q_offset, log_floor, HAS_FLOOR)
+    s2 = tl.where(kept[None, :], tl.dot(q, tl.trans(k), input_precision=PRECISION).to(lse.dtype) * scale2,
+                  float("-inf"))
+    if near:
+        score = _near_scores(s2, row_bias, rows, cols, P, sp, D, q_offset, log_floor, CAUSAL, HAS_FLOOR)[0]
     else:
-        far_log_m, _ = _far_gate(row_bias, edge, log_floor, HAS_FLOOR)
-        log_m = far_log_m[:, None]
-    ds, dropped = _bwd_tile(q, k, v, do, lse, delta, rows, cols, log_m, N, M, q_offset, kpm_row, seed, bh, scale,
-                            drop_p, CAUSAL, HAS_KPM, DROPOUT, PRECISION)
-    grad_v += tl.dot(tl.trans(dropped).to(do.dtype), do, input_precision=PRECISION).to(grad_v.dtype)
-    grad_k += tl.dot(tl.trans(ds).to(q.dtype), q, input_precision=PRECISION).to(grad_k.dtype)
+        score = s2 + (_gate(row_bias + edge.to(lse.dtype), log_floor, HAS_FLOOR)[0] * LOG2E)[:, None]
+    ds, dropped = _bwd_tile(q, k, v, do, lse, delta, rows, cols, j0, score, N, M, seed, bh, drop_p, DROPOUT,
+                            PRECISION, BLOCK)
+    grad_v = tl.dot(tl.trans(dropped).to(do.dtype), do, grad_v, input_precision=PRECISION)
+    grad_k = tl.dot(tl.trans(ds).to(q.dtype), q, grad_k, input_precision=PRECISION)
     return grad_k, grad_v
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_SIZES)
 def dman_bwd_kv(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, DK, DV,
                 sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sgb, sgh, sgn, sgd, sab, san, sp, su,
-                H, N, M, D_K, D_V, D, q_offset, R_LO, R_HI, scale, drop_p, log_floor,
+                H, N, M, D_K, D_V, num_tiles, D, q_offset, R_LO, R_HI, scale, scale2, drop_p, log_floor,
                 CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr,
                 PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr, BLOCK_DK: tl.constexpr,
                 BLOCK_DV: tl.constexpr):
-    """Grid ``(⌈M / BLOCK⌉, B·H)``: the gradients of one key tile (k, v), over the query tiles that see it
-    (far right of it, near, far left). DK, DV are contiguous ``(B, H, M, ·)``."""
-    kt = tl.program_id(0)
+    """``num_tiles · B · H`` programs: the gradients of one key tile (k, v) over the query tiles that see it (far
+    right of it, near, far left). DK, DV are contiguous ``(B·H, M, ·)``."""
+    kt, bh = program_tile(num_tiles)
     j0 = kt * BLOCK
-    bh = tl.program_id(1)
     b = bh // H
     h = bh % H
-    cols = j0 + tl.arange(0, BLOCK)
+    idx = tl.arange(0, BLOCK)
+    cols = j0 + idx
     fk = tl.arange(0, BLOCK_DK)
     fv = tl.arange(0, BLOCK_DV)
-    in_keys = cols[:, None] < M
-    k = tl.load(K + b.to(tl.int64) * skb + h * skh + cols[:, None] * skn + fk[None, :] * skd,
-                mask=in_keys & (fk[None, :] < D_K), other=0.0)
-    v = tl.load(V + b.to(tl.int64) * svb + h * svh + cols[:, None] * svn + fv[None, :] * svd,
-                mask=in_keys & (fv[None, :] < D_V), other=0.0)
-    q_base = Q + b.to(tl.int64) * sqb + h * sqh
-    do_base = DO + b.to(tl.int64) * sgb + h * sgh
+    k = load_tile(head_base(K, b, h, skb, skh), j0, skn, skd, idx, fk, M, D_K)
+    v = load_tile(head_base(V, b, h, svb, svh), j0, svn, svd, idx, fv, M, D_V)
+    kept = cols < M  # the key tile's keys inside the sequence and not padded
+    if HAS_KPM:
+        kept = kept & (tl.load(KPM + b.to(tl.int64) * M + cols, mask=cols < M, other=1) == 0)
+    q_base = head_base(Q, b, h, sqb, sqh)
+    do_base = head_base(DO, b, h, sgb, sgh)
     a_row = A + b.to(tl.int64) * sab
     u_h = tl.load(U + h * su).to(ACC)
     left_edge = tl.load(P + 2 * D * sp)
     right_edge = tl.load(P)
-    kpm_row = KPM + b.to(tl.int64) * M
     seed = tl.load(SEED) if DROPOUT else 0
     grad_k = tl.zeros((BLOCK, BLOCK_DK), dtype=ACC)
     grad_v = tl.zeros((BLOCK, BLOCK_DV), dtype=ACC)
     query_start = 0
     if CAUSAL:  # query tiles wholly before the key tile are skipped
         query_start = (tl.maximum(j0 - q_offset, 0) // BLOCK) * BLOCK
-    near_start = tl.maximum(query_start, tl.maximum((kt + R_LO) * BLOCK, 0))
-    far_left_start = tl.maximum(query_start, tl.maximum((kt + R_HI + 1) * BLOCK, 0))
-    for i0 in range(query_start, tl.minimum(tl.maximum((kt + R_LO) * BLOCK, 0), N), BLOCK):  # key tile far right
-        grad_k, grad_v = _bwd_kv_tile(grad_k, grad_v, k, v, q_base, do_base, i0, cols, fk, fv, a_row, u_h,
-                                      right_edge, P, sp, D, q_offset, log_floor, LSE, DELTA, san, sqn, sqd, sgn, sgd,
-                                      N, M, D_K, D_V, kpm_row, seed, bh, scale, drop_p, False, CAUSAL, HAS_KPM,
-                                      HAS_FLOOR, DROPOUT, PRECISION, BLOCK)
-    for i0 in range(near_start, tl.minimum(tl.maximum((kt + R_HI + 1) * BLOCK, 0), N), BLOCK):
-        grad_k, grad_v = _bwd_kv_tile(grad_k, grad_v, k, v, q_base, do_base, i0, cols, fk, fv, a_row, u_h,
-                                      right_edge, P, sp, D, q_offset, log_floor, LSE, DELTA, san, sqn, sqd, sgn, sgd,
-                                      N, M, D_K, D_V, kpm_row, seed, bh, scale, drop_p, True, CAUSAL, HAS_KPM,
-                                      HAS_FLOOR, DROPOUT, PRECISION, BLOCK)
-    for i0 in range(far_left_start, N, BLOCK):  # key tile far left
-        grad_k, grad_v = _bwd_kv_tile(grad_k, grad_v, k, v, q_base, do_base, i0, cols, fk, fv, a_row, u_h,
-                                      left_edge, P, sp, D, q_offset, log_floor, LSE, DELTA, san, sqn, sqd, sgn, sgd,
-                                      N, M, D_K, D_V, kpm_row, seed, bh, scale, drop_p, False, CAUSAL, HAS_KPM,
-                                      HAS_FLOOR, DROPOUT, PRECISION, BLOCK)
-    base = bh.to(tl.int64) * M
-    tl.store(DK + (base + cols[:, None]) * D_K + fk[None, :], (grad_k * scale).to(DK.dtype.element_ty),
-             mask=in_keys & (fk[None, :] < D_K))
-    tl.store(DV + (base + cols[:, None]) * D_V + fv[None, :], grad_v.to(DV.dtype.element_ty),
-             mask=in_keys & (fv[None, :] < D_V))
+    near_start = (kt + R_LO) * BLOCK  # query tiles [near_start, far_left_start) are near; before: the key tile
+    far_left_start = (kt + R_HI + 1) * BLOCK  # is far right of them, after: far left
+    for i0 in range(query_start, N, BLOCK):  # one loop (one wgmma pipeline); the tile's kind is uniform
+        near = (i0 >= near_start) & (i0 < far_left_start)
+        edge = tl.where(i0 < near_start, right_edge, left_edge)
+        grad_k, grad_v = _bwd_kv_tile(grad_k, grad_v, k, v, kept, q_base, do_base, i0, j0, idx, cols, fk, fv,
+                                      a_row, u_h, edge, P, sp, D, q_offset, log_floor, LSE, DELTA, san, sqn, sqd, sgn,
+                                      sgd, N, M, D_K, D_V, seed, bh, scale2, drop_p, near, CAUSAL, HAS_FLOOR, DROPOUT,
+                                      PRECISION, BLOCK)
+    key_base = bh.to(tl.int64) * M
+    store_tile(DK + key_base * D_K, j0, D_K, 1, idx, fk, M, D_K, (grad_k * scale).to(DK.dtype.element_ty))
+    store_tile(DV + key_base * D_V, j0, D_V, 1, idx, fv, M, D_V, grad_v.to(DV.dtype.element_ty))
 
 
 @triton.jit
-def _bwd_q_tile(grad_q, row_acc, q, do, lse, delta, k_base, v_base, j0, qt, rows, fk, fv, row_bias, far_log_m, P, sp,
-                D, q_offset, log_floor, skn, skd, svn, svd, N, M, D_K, D_V, kpm_row, seed, bh, scale, drop_p,
-                near_out, R_MIN, NEAR: tl.constexpr, CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr,
-                HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr, BLOCK: tl.constexpr):
-    """One key tile's contribution to a query tile's ``dQ / scale`` and to ``row_acc``: near tiles add
-    ``Σ_j dz`` per row and write the tile's ``2·BLOCK`` diagonal sums of ``dz`` to their slot of ``near_out``;
-    far tiles add ``Σ_j dS`` per row (times the row's ``1 − σ(z)`` later)."""
-    cols = j0 + tl.arange(0, BLOCK)
-    in_keys = cols[:, None] < M
-    k = tl.load(k_base + cols[:, None] * skn + fk[None, :] * skd, mask=in_keys & (fk[None, :] < D_K), other=0.0)
-    v = tl.load(v_base + cols[:, None] * svn + fv[None, :] * svd, mask=in_keys & (fv[None, :] < D_V), other=0.0)
-    if NEAR:
-        log_m, grad_gate = _near_gate(row_bias, rows, cols, P, sp, D, q_offset, log_floor, HAS_FLOOR)
+def _diagonal_sums(dz, near_out, slot, BLOCK: tl.constexpr):
+    """Write the ``2·BLOCK`` diagonal sums of a near tile's ``dz`` to its slot: column ``c < BLOCK`` holds
+    ``i − j = c − (BLOCK − 1)``, column ``BLOCK + c`` holds ``i − j = c + 1`` (the last one 0)."""
+    # column c < BLOCK holds j = i + BLOCK − 1 − c (if < BLOCK), column BLOCK + c holds j = i − 1 − c (if >= 0) — the
+    # same j modulo BLOCK, and exactly one of the two exists, so one gather G[i, c] = dz[i, (i + BLOCK − 1 − c) mod
+    # BLOCK] serves both halves
+    i_local = tl.arange(0, BLOCK)[:, None]
+    c_local = tl.arange(0, BLOCK)[None, :]
+    skewed = tl.gather(dz, (i_local + (BLOCK - 1) - c_local) % BLOCK, axis=1)
+    lower = tl.sum(tl.where(i_local <= c_local, skewed, 0.0), axis=0)  # i − j = c − (BLOCK − 1) <= 0
+    upper = tl.sum(tl.where(i_local > c_local, skewed, 0.0), axis=0)  # i − j = c + 1 >= 1
+    out = near_out + slot * (2 * BLOCK) + tl.arange(0, BLOCK)  # the slot offset is small: near_out is int64-based
+    tl.store(out, lower)
+    tl.store(out + BLOCK, upper)
+
+
+@triton.jit
+def _bwd_q_tile(grad_q, left_ds, near_dz, right_ds, q, do, lse, delta, k_base, v_base, j0, qt, rows, idx, fk, fv,
+                row_bias, left_log_m2, right_log_m2, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N, M, D_K, D_V,
+                kpm_row, seed, bh, scale2, drop_p, near_out, R_MIN, near, left, CAUSAL: tl.constexpr,
+                HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
+                BLOCK: tl.constexpr):
+    """One key tile's contribution to a query tile's ``dQ / scale`` and to its row sums: a near tile adds ``Σ_j dz``
+    per row to ``near_dz`` and writes its ``2·BLOCK`` diagonal sums of ``dz`` to its slot of ``near_out``; a far
+    tile adds ``Σ_j dS`` per row to ``left_ds`` or ``right_ds`` (times the row's ``1 − σ(z)`` later)."""
+    cols = j0 + idx
+    k = load_tile(k_base, j0, skn, skd, idx, fk, M, D_K)
+    v = load_tile(v_base, j0, svn, svd, idx, fv, M, D_V)
+    s2 = _keep_keys(tl.dot(q, tl.trans(k), input_precision=PRECISION).to(lse.dtype) * scale2, cols, M, kpm_row,
+                    HAS_KPM)
+    if near:
+        score, grad_gate = _near_scores(s2, row_bias, rows, cols, P, sp, D, q_offset, log_floor, CAUSAL, HAS_FLOOR)
     else:
-        log_m = far_log_m[:, None]
-    ds, _ = _bwd_tile(q, k, v, do, lse, delta, rows, cols, log_m, N, M, q_offset, kpm_row, seed, bh, scale, drop_p,
-                      CAUSAL, HAS_KPM, DROPOUT, PRECISION)
-    grad_q += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION).to(grad_q.dtype)
-    if NEAR:
+        score = s2 + tl.where(left, left_log_m2, right_log_m2)[:, None]
+        grad_gate = s2  # unused on far tiles
+    ds, _ = _bwd_tile(q, k, v, do, lse, delta, rows, cols, j0, score, N, M, seed, bh, drop_p, DROPOUT, PRECISION,
+                      BLOCK)
+    grad_q = tl.dot(ds.to(k.dtype), k, grad_q, input_precision=PRECISION)
+    if near:
         dz = ds * grad_gate
-        row_acc += tl.sum(dz, axis=1)
-        # diagonal sums over c = (i − j) + BLOCK − 1: column c < BLOCK holds j = i + BLOCK − 1 − c (if < BLOCK),
-        # column BLOCK + c holds j = i − 1 − c (if >= 0) — the same j modulo BLOCK, and exactly one of the two
-        # exists, so one gather G[i, c] = dz[i, (i + BLOCK − 1 − c) mod BLOCK] serves both halves
-        i_local = tl.arange(0, BLOCK)[:, None]
-        c_local = tl.arange(0, BLOCK)[None, :]
-        skewed = tl.gather(dz, (i_local + (BLOCK - 1) - c_local) % BLOCK, axis=1)
-        lower = tl.sum(tl.where(i_local <= c_local, skewed, 0.0), axis=0)  # i − j = c − (BLOCK − 1) <= 0
-        upper = tl.sum(tl.where(i_local > c_local, skewed, 0.0), axis=0)  # i − j = c + 1 >= 1
-        out = near_out + (qt - j0 // BLOCK - R_MIN).to(tl.int64) * (2 * BLOCK) + tl.arange(0, BLOCK)
-        tl.store(out, lower)
-        tl.store(out + BLOCK, upper)
+        near_dz += tl.sum(dz, axis=1)
+        _diagonal_sums(dz, near_out, qt - j0 // BLOCK - R_MIN, BLOCK)
+    elif left:
+        left_ds += tl.sum(ds, axis=1)
     else:
-        row_acc += tl.sum(ds, axis=1)
-    return grad_q, row_acc
+        right_ds += tl.sum(ds, axis=1)
+    return grad_q, left_ds, near_dz, right_ds
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_SIZES + ["R_MIN", "N_SLOTS"])
 def dman_bwd_q(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, DQ, ROW_GRAD, NEAR_GRAD, FAR_GRAD,
                sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sgb, sgh, sgn, sgd, sab, san, sp, su,
-               H, N, M, D_K, D_V, D, q_offset, R_LO, R_HI, R_MIN, N_SLOTS, scale, drop_p, log_floor,
-               CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr,
-               PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr, BLOCK_DK: tl.constexpr,
-               BLOCK_DV: tl.constexpr):
-    """Grid ``(⌈N / BLOCK⌉, B·H)``: the gradient of one query tile, over the key tiles it sees, and of its
-    mask logits. DQ is contiguous ``(B, H, N, D_K)``; ROW_GRAD ``(B·H, N)`` gets ``Σ_j dz`` per row; NEAR_GRAD
-    ``(B·H, ⌈N / BLOCK⌉, N_SLOTS, 2·BLOCK)`` (zero-filled) the diagonal sums of the near tiles at slot ``r −
-    R_MIN``; FAR_GRAD ``(B·H, ⌈N / BLOCK⌉, 2)`` the sums of ``dz`` over the far-left and far-right tiles."""
-    qt = tl.program_id(0)
+               H, N, M, D_K, D_V, num_tiles, D, q_offset, R_LO, R_HI, R_MIN, N_SLOTS, scale, scale2, drop_p,
+               log_floor, CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr,
+               DROPOUT: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
+               BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """``num_tiles · B · H`` programs: the gradient of one query tile over the key tiles it sees, and of its mask
+    logits. DQ is contiguous ``(B·H, N, D_K)``; ROW_GRAD ``(B·H, N)`` gets ``Σ_j dz`` per row; NEAR_GRAD
+    ``(B·H, num_tiles, N_SLOTS, 2·BLOCK)`` the diagonal sums of the near tiles at slot ``r − R_MIN`` (zeros in the
+    slots this program does not visit); FAR_GRAD ``(B·H, num_tiles, 2)`` the sums of ``dz`` over the far-left and
+    far-right tiles."""
+    qt, bh = program_tile(num_tiles)
     i0 = qt * BLOCK
-    bh = tl.program_id(1)
     b = bh // H
     h = bh % H
-    rows = i0 + tl.arange(0, BLOCK)
+    idx = tl.arange(0, BLOCK)
+    rows = i0 + idx
     in_rows = rows < N
     fk = tl.arange(0, BLOCK_DK)
     fv = tl.arange(0, BLOCK_DV)
-    q = tl.load(Q + b.to(tl.int64) * sqb + h * sqh + rows[:, None] * sqn + fk[None, :] * sqd,
-                mask=in_rows[:, None] & (fk[None, :] < D_K), other=0.0)
-    do = tl.load(DO + b.to(tl.int64) * sgb + h * sgh + rows[:, None] * sgn + fv[None, :] * sgd,
-                 mask=in_rows[:, None] & (fv[None, :] < D_V), other=0.0)
+    q = load_tile(head_base(Q, b, h, sqb, sqh), i0, sqn, sqd, idx, fk, N, D_K)
+    do = load_tile(head_base(DO, b, h, sgb, sgh), i0, sgn, sgd, idx, fv, N, D_V)
     lse = tl.load(LSE + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
     delta = tl.load(DELTA + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
     row_bias = (tl.load(A + b.to(tl.int64) * sab + rows * san, mask=in_rows, other=0.0).to(ACC)
                 + tl.load(U + h * su).to(ACC))
-    left_log_m, left_gate = _far_gate(row_bias, tl.load(P + 2 * D * sp), log_floor, HAS_FLOOR)
-    right_log_m, right_gate = _far_gate(row_bias, tl.load(P), log_floor, HAS_FLOOR)
-    k_base = K + b.to(tl.int64) * skb + h * skh
-    v_base = V + b.to(tl.int64) * svb + h * svh
+    left_log_m, left_gate = _gate(row_bias + tl.load(P + 2 * D * sp).to(ACC), log_floor, HAS_FLOOR)
+    right_log_m, right_gate = _gate(row_bias + tl.load(P).to(ACC), log_floor, HAS_FLOOR)
+    k_base = head_base(K, b, h, skb, skh)
+    v_base = head_base(V, b, h, svb, svh)
     kpm_row = KPM + b.to(tl.int64) * M
     seed = tl.load(SEED) if DROPOUT else 0
-    n_tiles = tl.num_programs(0)
-    near_out = NEAR_GRAD + (bh.to(tl.int64) * n_tiles + qt) * N_SLOTS * (2 * BLOCK)
+    near_out = NEAR_GRAD + (bh.to(tl.int64) * num_tiles + qt) * N_SLOTS * (2 * BLOCK)
     grad_q = tl.zeros((BLOCK, BLOCK_DK), dtype=ACC)
     left_ds = tl.zeros((BLOCK,), dtype=ACC)
     near_dz = tl.zeros((BLOCK,), dtype=ACC)
@@ -341,29 +348,27 @@ def dman_bwd_q(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, DQ, ROW_GRAD, NEAR_G
     key_end = M
     if CAUSAL:
         key_end = tl.minimum(M, q_offset + tl.minimum(i0 + BLOCK, N))
-    near_start = tl.maximum((qt - R_HI) * BLOCK, 0)
-    near_end = tl.minimum(tl.maximum((qt - R_LO + 1) * BLOCK, 0), key_end)
+    near_start = tl.maximum((qt - R_HI) * BLOCK, 0)  # key tiles [near_start, far_right_start) are near
     far_right_start = tl.maximum((qt - R_LO + 1) * BLOCK, 0)
-    for j0 in range(0, tl.minimum(near_start, key_end), BLOCK):  # far left
-        grad_q, left_ds = _bwd_q_tile(grad_q, left_ds, q, do, lse, delta, k_base, v_base, j0, qt, rows, fk, fv,
-                                      row_bias, left_log_m, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N, M,
-                                      D_K, D_V, kpm_row, seed, bh, scale, drop_p, near_out, R_MIN, False, CAUSAL,
-                                      HAS_KPM, HAS_FLOOR, DROPOUT, PRECISION, BLOCK)
-    for j0 in range(near_start, near_end, BLOCK):
-        grad_q, near_dz = _bwd_q_tile(grad_q, near_dz, q, do, lse, delta, k_base, v_base, j0, qt, rows, fk, fv,
-                                      row_bias, left_log_m, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N, M,
-                                      D_K, D_V, kpm_row, seed, bh, scale, drop_p, near_out, R_MIN, True, CAUSAL,
-                                      HAS_KPM, HAS_FLOOR, DROPOUT, PRECISION, BLOCK)
-    for j0 in range(far_right_start, key_end, BLOCK):  # far right
-        grad_q, right_ds = _bwd_q_tile(grad_q, right_ds, q, do, lse, delta, k_base, v_base, j0, qt, rows, fk, fv,
-                                       row_bias, right_log_m, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N,
-                                       M, D_K, D_V, kpm_row, seed, bh, scale, drop_p, near_out, R_MIN, False, CAUSAL,
-                                       HAS_KPM, HAS_FLOOR, DROPOUT, PRECISION, BLOCK)
+    near_end = tl.minimum(far_right_start, key_end)
+    zeros = tl.zeros((2 * BLOCK,), dtype=ACC)
+    for slot in range(N_SLOTS):  # the slots of near tiles this program does not visit hold 0
+        j0 = (qt - R_MIN - slot) * BLOCK
+        if (j0 < near_start) | (j0 >= near_end):
+            tl.store(near_out + slot * (2 * BLOCK) + tl.arange(0, 2 * BLOCK), zeros)
+    left_log_m2 = left_log_m * LOG2E
+    right_log_m2 = right_log_m * LOG2E
+    for j0 in range(0, key_end, BLOCK):  # one loop (one wgmma pipeline); the tile's kind is uniform
+        near = (j0 >= near_start) & (j0 < far_right_start)
+        grad_q, left_ds, near_dz, right_ds = _bwd_q_tile(
+            grad_q, left_ds, near_dz, right_ds, q, do, lse, delta, k_base, v_base, j0, qt, rows, idx, fk, fv, row_bias,
+            left_log_m2, right_log_m2, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N, M, D_K, D_V, kpm_row, seed,
+            bh, scale2, drop_p, near_out, R_MIN, near, j0 < near_start, CAUSAL, HAS_KPM, HAS_FLOOR, DROPOUT, PRECISION,
+            BLOCK)
     left_dz = left_ds * left_gate
     right_dz = right_ds * right_gate
     tl.store(ROW_GRAD + bh.to(tl.int64) * N + rows, left_dz + near_dz + right_dz, mask=in_rows)
-    far_out = FAR_GRAD + (bh.to(tl.int64) * n_tiles + qt) * 2
+    far_out = FAR_GRAD + (bh.to(tl.int64) * num_tiles + qt) * 2
     tl.store(far_out, tl.sum(left_dz, axis=0))
     tl.store(far_out + 1, tl.sum(right_dz, axis=0))
-    tl.store(DQ + (bh.to(tl.int64) * N + rows[:, None]) * D_K + fk[None, :], (grad_q * scale).to(DQ.dtype.element_ty),
-             mask=in_rows[:, None] & (fk[None, :] < D_K))
+    store_tile(DQ + bh.to(tl.int64) * N * D_K, i0, D_K, 1, idx, fk, N, D_K, (grad_q * scale).to(DQ.dtype.element_ty))

@@ -1,45 +1,67 @@
-"""``@triton.jit`` helpers shared by the kernels (imported only through :func:`.runtime.load`)."""
+"""``@triton.jit`` helpers shared by the kernels (imported only through :func:`.runtime.load`).
+
+Exponentials are base 2 (``exp2``, ``log2``: the hardware's ``ex2`` / ``lg2``); callers fold ``log₂e`` into the
+factor they already multiply by (the score scale), FlashAttention-2's way."""
 
 import triton
 import triton.language as tl
 
+LOG2E = tl.constexpr(1.4426950408889634)  # log₂ e (a constexpr: @jit functions read only those as globals)
+LN2 = tl.constexpr(0.6931471805599453)  # ln 2
+
 
 @triton.jit
-def sigmoid(x, FAST: tl.constexpr):
-    """``σ(x)`` in float32. ``FAST`` (CUDA, half-precision inputs): ``0.5·tanh(x/2) + 0.5`` with the
-    hardware's ``tanh.approx`` (one instruction instead of an exponential and a division; relative error
-    ~2⁻¹¹, below bfloat16's resolution). The interpreter has no inline assembly, so tests run ``FAST=False``."""
-    if FAST:
-        t = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x * 0.5], dtype=tl.float32,
-                                      is_pure=True, pack=1)
-        return 0.5 * t + 0.5
-    else:
-        return tl.sigmoid(x)
+def sigmoid_log2(x2):
+    """``σ(x)`` of ``x2 = x·log₂e`` (a score whose scale already holds ``log₂e``): ``1 / (1 + 2^(−x2))``."""
+    return 1.0 / (1.0 + tl.exp2(-x2))
+
+
+@triton.jit
+def sigmoid(x):
+    """``σ(x) = 1 / (1 + 2^(−x·log₂e))`` in ``x``'s type: one ``exp2`` and one division, with a relative error of a
+    few ulp over the whole range — no cancellation, unlike ``½·tanh(x/2) + ½``, whose hardware ``tanh.approx`` has an
+    *absolute* error near 2⁻¹¹ (docs/design.md §3). Below float32's normal range (``x < −87``) it is 0 or a
+    denormal, as ``torch.sigmoid``; the same formula runs under the interpreter and on CUDA."""
+    return 1.0 / (1.0 + tl.exp2(-x * LOG2E))
 
 
 @triton.jit
 def log_sigmoid(x):
-    """``log σ(x) = min(x, 0) − log1p(exp(−|x|))``: finite for every finite ``x``."""
-    return tl.minimum(x, 0.0) - tl.log(1.0 + tl.exp(-tl.abs(x)))
+    """``log σ(x) = min(x, 0) − log(1 + exp(−|x|))``: finite for every finite ``x``."""
+    return tl.minimum(x, 0.0) - LN2 * tl.log2(1.0 + tl.exp2(-tl.abs(x) * LOG2E))
 
 
 @triton.jit
 def online_softmax(score, row_max):
-    """One key tile of FlashAttention-2's online softmax: ``(p, alpha, new_max)`` from the tile's scores (``−inf``
-    where not allowed) and the running row maximum — ``p = exp(score − new_max)``, and ``alpha`` rescales what
-    was accumulated so far. A row with no allowed key yet keeps the maximum ``−inf`` and gets ``p = 0``."""
+    """One key tile of FlashAttention-2's online softmax in base 2: ``(p, alpha, new_max)`` from the tile's scores
+    in log₂ units (``−inf`` where not allowed) and the running row maximum — ``p = 2^(score − new_max)``, and
+    ``alpha`` rescales what was accumulated so far. A row with no allowed key yet keeps the maximum ``−inf`` and
+    gets ``p = 0``."""
     new_max = tl.maximum(row_max, tl.max(score, axis=1))
     safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
-    return tl.exp(score - safe_max[:, None]), tl.exp(row_max - safe_max), new_max
+    return tl.exp2(score - safe_max[:, None]), tl.exp2(row_max - safe_max), new_max
+
+
+#: Philox-4×32 rounds of the dropout masks: 7, the fewest that pass TestU01's BigCrush (Salmon et al., SC 2011,
+#: "Parallel random numbers: as easy as 1, 2, 3", Table 2); Triton's default is 10
+DROPOUT_ROUNDS = tl.constexpr(7)
 
 
 @triton.jit
-def dropout_keep(seed, bh, rows, cols, N, M, drop_p):
-    """The keep-mask of attention dropout for the (rows × cols) tile of pair ``bh``: Philox numbers drawn at
-    the absolute position ``(bh·N + row)·M + col`` (int64), so forward and backward, whatever their tiles,
-    draw the same number for the same score."""
+def dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The keep-mask of attention dropout for the tile of pair ``bh``, query ``rows`` (``BLOCK_M``) × keys
+    ``j0 … j0 + BLOCK_N − 1``: one 32-bit Philox number per score, drawn at its absolute position
+    ``(bh·N + row)·M + col`` (int64), so forward and backward, whatever their tiles, draw the same number for the
+    same score; kept when it is at least ``p·2³²`` (an integer comparison, no conversion to float).
+
+    One Philox call per four scores (``tl.rand4x``) would do a quarter of the arithmetic, but spreading its four
+    numbers over a tile (``tl.join`` and a reshape into the accumulator's layout) spilled ~1 KB of registers per
+    thread on sm_80 in the offline compile check (docs/gpu.md), where one call per score with 7 rounds spills
+    none."""
+    cols = j0 + tl.arange(0, BLOCK_N)
     offsets = (bh.to(tl.int64) * N + rows[:, None].to(tl.int64)) * M + cols[None, :].to(tl.int64)
-    return tl.rand(seed, offsets) >= drop_p
+    numbers = tl.randint(seed, offsets, DROPOUT_ROUNDS).to(tl.uint32, bitcast=True)
+    return numbers >= tl.cast(drop_p * 4294967296.0, tl.uint32)
 
 
 @triton.jit
@@ -62,6 +84,52 @@ def query_range(j0, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, lo, hi, N, M):
     start = (start // BLOCK_M) * BLOCK_M
     end = tl.minimum(last - lo + 1, N)
     return start, end
+
+
+@triton.jit
+def aligned_run(start, end, lowest, highest, BLOCK: tl.constexpr):
+    """``(first, stop)``: among the tile starts ``start, start + BLOCK, … < end``, the run ``first <= t < stop``
+    of those with ``lowest <= t <= highest`` (empty when ``first >= stop``). With ``lowest``/``highest`` the bounds
+    that put a whole tile inside a band, it splits a loop into masked edges and an unmasked interior."""
+    first = start + tl.maximum(lowest - start + BLOCK - 1, 0) // BLOCK * BLOCK
+    first = tl.minimum(first, end)
+    stop = tl.where(highest >= first, start + (highest - start) // BLOCK * BLOCK + BLOCK, first)
+    return first, tl.minimum(tl.maximum(stop, first), end)
+
+
+@triton.jit
+def program_tile(num_tiles):
+    """``(tile, pair)`` of this program on the launches' one grid axis (``runtime.launch``): consecutive programs
+    are consecutive tiles of one (batch, head) pair, whose keys stay in L2 between them."""
+    pid = tl.program_id(0)
+    return pid % num_tiles, pid // num_tiles
+
+
+@triton.jit
+def tile_pointers(base, start, stride_n, stride_d, idx, feats):
+    """Pointers to the ``(len(idx), len(feats))`` tile of rows ``start + idx`` of a matrix at ``base`` (the
+    tile's row offset in int64, so offsets past 2³¹ elements stay exact; int32 offsets inside the tile)."""
+    return base + tl.cast(start, tl.int64) * stride_n + idx[:, None] * stride_n + feats[None, :] * stride_d
+
+
+@triton.jit
+def head_base(PTR, b, h, stride_b, stride_h):
+    """``PTR`` advanced to (batch ``b``, head ``h``) with int64 offsets."""
+    return PTR + b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
+
+
+@triton.jit
+def load_tile(base, start, stride_n, stride_d, idx, feats, N, D):
+    """The ``(len(idx), len(feats))`` tile of rows ``start + idx`` of an ``(N, D)`` matrix at ``base``; 0 outside."""
+    mask = ((start + idx)[:, None] < N) & (feats[None, :] < D)
+    return tl.load(tile_pointers(base, start, stride_n, stride_d, idx, feats), mask=mask, other=0.0)
+
+
+@triton.jit
+def store_tile(base, start, stride_n, stride_d, idx, feats, N, D, value):
+    """Store ``value`` into rows ``start + idx`` (below N) and features ``feats`` (below D) of the matrix at ``base``."""
+    mask = ((start + idx)[:, None] < N) & (feats[None, :] < D)
+    tl.store(tile_pointers(base, start, stride_n, stride_d, idx, feats), value, mask=mask)
 
 
 def accumulator_type(dtype_name: str):

@@ -1,4 +1,5 @@
-"""Where the Triton kernels can run, and the tile sizes they run with — without importing Triton.
+"""Where the Triton kernels can run, the tiles they run with, and the one place they are launched — without
+importing Triton.
 
 Triton compiles the kernels for CUDA devices. Its interpreter (``TRITON_INTERPRET=1`` in the environment
 before the kernels are first used) runs the same kernels on CPU tensors with NumPy; the test suite and CI
@@ -7,6 +8,18 @@ for tests: ``backend="auto"`` never chooses it (docs/design.md §2).
 
 Triton reads ``TRITON_INTERPRET`` when a kernel is decorated, so the choice is made once, when the first
 kernel module is imported (:func:`load`), and :func:`interpreted` reports that choice afterwards.
+
+**Targets and tiles** (docs/design.md §3, docs/gpu.md "Offline compile check"). A CUDA device is a
+:class:`Target`: its compute capability and the shared memory one block may opt into. The tiles of every kernel
+pass come from one table, :data:`TILE_TABLE`, per shared-memory class of device (99, 163 or 227 KB per block)
+and head width; every entry is compiled ahead of time for sm_80, sm_86 and sm_90 by
+:mod:`maskattn.kernels.triton.compile_check` (in CI), which fails on a refused launch, a compile error, shared
+memory over the class's limit or spilled registers. A device below the smallest class, or a head width without a
+table entry, is declared unsupported (:func:`target_reason`), so ``auto`` never picks a launch that would fail.
+
+**Launches** go through :func:`launch`: a grid within CUDA's limits, a note naming the switch that takes Triton out
+of ``auto``'s choices (:data:`DISABLE_ENV`) on any failure, and — for the offline compile check — a recorder
+that keeps ``(kernel, grid, arguments)`` instead of launching (:func:`recording`).
 """
 
 from __future__ import annotations
@@ -16,15 +29,23 @@ import importlib
 import importlib.util
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 __all__ = ["installed", "missing_reason", "interpreted", "not_interpreted", "load", "device_reason", "dtype_reason",
-           "head_dim_reason", "call_reasons", "kernel_dtype", "Tiles", "tiles", "MAX_HEAD_DIM", "next_power_of_2", "cdiv",
-           "stride_args", "accumulator", "launch_constants", "placeholder", "device_table"]
+           "head_dim_reason", "call_reasons", "kernel_dtype", "Tiles", "Target", "TARGETS", "TILE_TABLE",
+           "tile_class", "target_of", "target_reason", "declared_limits", "tiles", "MAX_HEAD_DIM", "next_power_of_2", "cdiv",
+           "stride_args", "accumulator", "value_dtype", "launch_constants", "placeholder", "device_table", "launch",
+           "Launch", "recording", "assume_target", "DISABLE_ENV", "disabled", "GRID_LIMIT"]
 
 #: the widest head (query/key or value features) the kernels take: tiles keep a row of each in registers
 MAX_HEAD_DIM = 256
+#: set to 1 to take the Triton kernels out of ``backend="auto"``'s choices (an explicit ``backend="triton"`` still
+#: runs them); README "Backends"
+DISABLE_ENV = "MASKATTN_DISABLE_TRITON"
+#: the largest grid the launches use: one axis, CUDA's limit for ``gridDim.x``
+GRID_LIMIT = 2**31 - 1
 _CUDA_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 #: under the interpreter float64 runs too, and bfloat16 is computed in float32 (:func:`kernel_dtype`)
 _INTERPRETER_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -48,9 +69,14 @@ def missing_reason() -> str | None:
     return None if installed() else "needs the triton package (pip install triton; CUDA builds of PyTorch ship it)"
 
 
+def disabled() -> bool:
+    """Whether the user took the Triton kernels out of ``auto``'s choices (``MASKATTN_DISABLE_TRITON=1``)."""
+    return os.environ.get(DISABLE_ENV, "0").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 def interpreted() -> bool:
     """Whether the kernels run (or, once loaded, will run) under Triton's CPU interpreter."""
-    if _describing:
+    if _describing or _assumed is not None:
         return False
     if _loaded_interpreted is not None:
         return _loaded_interpreted
@@ -76,6 +102,210 @@ def load(module: str):
         _loaded_interpreted = os.environ.get("TRITON_INTERPRET", "0") == "1"
     return importlib.import_module(f"{__package__}.{module}")
 
+
+# --------------------------------------------------------------------------------------------------
+# targets: a CUDA device's compute capability and shared memory, and the tiles that fit it
+# --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Target:
+    """A CUDA device as the kernels see it: ``arch`` = compute capability ``10·major + minor`` and ``smem`` = the
+    shared memory (bytes) one block may opt into."""
+
+    arch: int
+    smem: int
+
+    @property
+    def name(self) -> str:
+        return f"sm_{self.arch}"
+
+
+KB = 1024
+#: the architectures the offline compile check covers, with their opt-in shared memory per block (CUDA
+#: programming guide, "Technical Specifications per Compute Capability")
+TARGETS = {80: Target(80, 163 * KB), 86: Target(86, 99 * KB), 90: Target(90, 227 * KB)}
+#: opt-in shared memory per block of other capabilities, for devices whose properties do not report it
+_SMEM_BY_ARCH = {80: 163 * KB, 86: 99 * KB, 87: 163 * KB, 89: 99 * KB, 90: 227 * KB, 100: 227 * KB, 103: 227 * KB,
+                 120: 99 * KB, 121: 99 * KB}
+#: the shared-memory classes of :data:`TILE_TABLE`, largest first: a device takes the largest class it holds
+_CLASSES = ((227 * KB, "227K"), (163 * KB, "163K"), (99 * KB, "99K"))
+#: the oldest compute capability the kernels compile for (bfloat16 ``tl.dot`` needs Ampere)
+MIN_ARCH = 80
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """One launch configuration: ``block_m`` query rows × ``block_n`` keys per tile, ``warps`` and ``stages``
+    (software pipelining) of the compiled kernel."""
+
+    block_m: int
+    block_n: int
+    warps: int
+    stages: int
+
+
+#: (block_m, block_n, warps, stages) per kernel pass and head width, for the 99 KB (sm_86, sm_89), 163 KB (sm_80) and
+#: 227 KB (sm_90) classes — chosen by compiling candidates for each architecture with the offline check and keeping the
+#: first that meets its contract (half precision, every option set; docs/gpu.md "Offline compile check"). In the key
+#: passes (``*_bwd_kv``) ``block_n`` keys are held and ``block_m`` queries stream; DMAN's tiles are square.
+_TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
+    # pass                    width: 99 KB            163 KB            227 KB
+    "tensorized_fwd":        {64: ((64, 64, 4, 2), (64, 64, 4, 2), (64, 64, 4, 2)),
+                              128: ((64, 64, 8, 2), (64, 64, 8, 2), (64, 32, 4, 2)),
+                              256: ((64, 32, 8, 1), (64, 32, 8, 1), (64, 32, 8, 1))},
+    "tensorized_bwd_q":      {64: ((64, 32, 4, 2), (64, 32, 4, 2), (64, 64, 4, 2)),
+                              128: ((64, 32, 8, 2), (64, 32, 8, 2), (32, 32, 4, 2)),
+                              256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
+    "tensorized_bwd_kv":     {64: ((64, 32, 4, 2), (32, 32, 4, 2), (64, 32, 4, 2)),
+                              128: ((64, 32, 8, 2), (64, 32, 8, 2), (64, 32, 8, 2)),
+                              256: ((16, 32, 4, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
+    "dman_fwd":              {64: ((64, 64, 4, 2), (64, 64, 4, 2), (32, 32, 4, 2)),
+                              128: ((64, 64, 8, 2), (64, 64, 8, 2), (32, 32, 4, 2)),
+                              256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
+    "dman_bwd_q":            {64: ((32, 32, 4, 1), (32, 32, 4, 2), (32, 32, 4, 2)),
+                              128: ((32, 32, 4, 2), (32, 32, 4, 2), (32, 32, 4, 2)),
+                              256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
+    "dman_bwd_kv":           {64: ((32, 32, 4, 2), (32, 32, 4, 2), (32, 32, 4, 2)),
+                              128: ((32, 32, 4, 2), (32, 32, 4, 2), (32, 32, 4, 2)),
+                              256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
+    "band_fwd":              {64: ((64, 64, 4, 2), (64, 64, 4, 2), (64, 64, 4, 2)),
+                              128: ((64, 64, 8, 2), (64, 64, 8, 2), (64, 64, 8, 2)),
+                              256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
+    "band_bwd_q":            {64: ((64, 32, 4, 2), (64, 32, 4, 2), (64, 64, 4, 2)),
+                              128: ((64, 64, 8, 2), (64, 64, 8, 2), (64, 64, 8, 2)),
+                              256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
+    "band_bwd_kv":           {64: ((32, 64, 4, 2), (32, 32, 4, 2), (64, 64, 8, 2)),
+                              128: ((32, 64, 8, 2), (32, 64, 8, 2), (32, 64, 8, 2)),
+                              256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
+    "band_fwd_narrow":       {64: ((64, 32, 4, 2), (64, 32, 4, 2), (64, 32, 4, 2)),
+                              128: ((64, 32, 8, 2), (64, 32, 8, 2), (64, 32, 8, 2)),
+                              256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
+    "band_bwd_q_narrow":     {64: ((64, 32, 4, 2), (64, 32, 4, 2), (64, 32, 4, 2)),
+                              128: ((64, 32, 8, 2), (64, 32, 8, 2), (64, 32, 8, 2)),
+                              256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
+    "band_bwd_kv_narrow":    {64: ((32, 64, 4, 2), (32, 64, 4, 2), (32, 64, 4, 2)),
+                              128: ((32, 64, 8, 2), (32, 64, 8, 2), (32, 64, 8, 2)),
+                              256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
+}
+
+#: The tiles per kernel pass × shared-memory class × head width (the wider of the key and value heads in 16-bit units,
+#: rounded up to a power of two: 16 … 64 take the 64 entry; a float32 head of d features the 2d entry), from
+#: :data:`_TABLE`: every entry is compiled by the offline check for each architecture of its class (CI). Passes: MTSA
+#: (``tensorized_*``), DMAN (``dman_*``) and the band (``band_*``; ``band_*_narrow`` for bands of at most 33
+#: positions, whose inner tiles are 32 wide).
+TILE_TABLE: dict[tuple[str, str, int], Tiles] = {
+    (kernel, cls, width): Tiles(*tiles) for kernel, widths in _TABLE.items() for width, per_class in widths.items()
+    for cls, tiles in zip(("99K", "163K", "227K"), per_class)}
+
+#: the target the launchers assume instead of the device's (:func:`assume_target`; the offline compile check)
+_assumed: Target | None = None
+
+
+@contextlib.contextmanager
+def assume_target(target: Target):
+    """Inside: the launchers choose tiles and constants as they would on a CUDA device ``target``, whatever the
+    tensors' device (the offline compile check records those launches; :func:`recording`)."""
+    global _assumed
+    previous, _assumed = _assumed, target
+    try:
+        yield target
+    finally:
+        _assumed = previous
+
+
+def tile_class(target: Target) -> str | None:
+    """The :data:`TILE_TABLE` class of ``target`` (the largest whose shared memory it has), or None."""
+    for size, name in _CLASSES:
+        if target.smem >= size:
+            return name
+    return None
+
+
+_device_targets: dict[int, Target] = {}
+
+
+def target_of(device: torch.device | str) -> Target | None:
+    """The :class:`Target` of a CUDA ``device`` (read once per device index), the assumed one inside
+    :func:`assume_target`, or None (a CPU tensor outside it: the interpreter)."""
+    if _assumed is not None:
+        return _assumed
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _device_targets:
+        major, minor = torch.cuda.get_device_capability(index)
+        arch = 10 * major + minor
+        smem = getattr(torch.cuda.get_device_properties(index), "shared_memory_per_block_optin", 0) or \
+            _SMEM_BY_ARCH.get(arch, 48 * KB)
+        _device_targets[index] = Target(arch, int(smem))
+    return _device_targets[index]
+
+
+def _width(head_dim: int, dtype: torch.dtype = torch.float16) -> int:
+    """The :data:`TILE_TABLE` head width of ``head_dim`` features in ``dtype``: the next power of two, at least 64, in
+    16-bit units — a float32 head of d features takes the tiles of a 16-bit head of 2d (the same bytes per row)."""
+    return max(64, next_power_of_2(head_dim * max(2, torch.empty((), dtype=dtype).element_size()) // 2))
+
+
+def target_reason(device: str, head_dim: int, kernels: tuple[str, ...], dtype: torch.dtype = torch.float16
+                  ) -> str | None:
+    """Why the kernels ``kernels`` cannot launch on the current CUDA device (``device`` a device type) for heads of
+    ``head_dim`` features in ``dtype`` — too old a GPU, too little shared memory for any tile class, or no tile entry
+    for the head width — or None. Off CUDA (the interpreter) there is nothing to check."""
+    if device != "cuda" or _describing:
+        return None
+    if _assumed is None and not torch.cuda.is_available():
+        return None
+    target = target_of("cuda")
+    assert target is not None
+    if target.arch < MIN_ARCH:
+        return (f"needs compute capability {MIN_ARCH // 10}.{MIN_ARCH % 10} or newer (bfloat16 tensor cores), got "
+                f"{target.arch // 10}.{target.arch % 10}")
+    cls = tile_class(target)
+    if cls is None:
+        return (f"needs at least {_CLASSES[-1][0] // KB} KB of shared memory per block, the device offers "
+                f"{target.smem // KB} KB")
+    missing = [k for k in kernels if (k, cls, _width(head_dim, dtype)) not in TILE_TABLE]
+    if missing:
+        what = str(dtype).removeprefix("torch.")
+        return (f"has no tile configuration for {what} heads of {head_dim} features within {target.smem // KB} KB of "
+                f"shared memory per block ({target.name}: {', '.join(missing)})")
+    return None
+
+
+def declared_limits(kernels: tuple[str, ...]) -> list[str]:
+    """The device limits of the passes ``kernels`` as :func:`target_reason` applies them, in words (for
+    ``maskattn list --backends`` and the docs)."""
+    limits = [f"needs compute capability {MIN_ARCH // 10}.{MIN_ARCH % 10} or newer (bfloat16 tensor cores)",
+              f"needs at least {_CLASSES[-1][0] // KB} KB of shared memory per block"]
+    for size, cls in _CLASSES:
+        widths = [w for w in (64, 128, 256) if all((k, cls, w) in TILE_TABLE for k in kernels)]
+        if widths and widths[-1] < MAX_HEAD_DIM:
+            limits.append(f"takes 16-bit head dims up to {widths[-1]} on devices with {size // KB} KB of shared memory "
+                          "per block (no tiles of wider heads fit)")
+    widest = max((w for (k, _, w) in TILE_TABLE if k in kernels), default=0)
+    if widest < 2 * MAX_HEAD_DIM:
+        limits.append(f"takes float32 head dims up to {widest // 2} (a float32 row takes the tiles of a 16-bit row "
+                      "twice as wide)")
+    return limits
+
+
+def tiles(kernel: str, head_dim: int, device: torch.device | str, dtype: torch.dtype = torch.float16) -> Tiles:
+    """The tiles of kernel pass ``kernel`` for heads of ``head_dim`` features (the wider of the key and value heads)
+    in ``dtype`` on ``device``: :data:`TILE_TABLE`'s entry for the device's class. Under the interpreter the tiles
+    are 16 × 16, so that test lengths such as 37 or 70 cross several tiles and the masking at tile edges is
+    exercised."""
+    target = target_of(device)
+    if target is None or interpreted():
+        return Tiles(16, 16, 1, 1)
+    cls = tile_class(target)
+    return TILE_TABLE[(kernel, cls or "99K", _width(head_dim, dtype))]
+
+
+# --------------------------------------------------------------------------------------------------
+# what a call may run: devices, dtypes, head widths
+# --------------------------------------------------------------------------------------------------
 
 def device_reason(device: str) -> str | None:
     """Why the kernels cannot run on ``device`` (a device type), or None (whether Triton is installed is
@@ -109,34 +339,24 @@ def head_dim_reason(**dims: int) -> str | None:
     return f"takes head dims up to {MAX_HEAD_DIM}, got {listed}"
 
 
+def call_reasons(device: str, dtype: torch.dtype, head_dims: dict[str, int], kernels: tuple[str, ...] = ()
+                 ) -> list[str]:
+    """The reasons every kernel shares: :func:`device_reason`, :func:`dtype_reason`, :func:`head_dim_reason` and,
+    on CUDA, :func:`target_reason` for the passes ``kernels``."""
+    reasons = [r for r in (device_reason(device), dtype_reason(dtype, device), head_dim_reason(**head_dims)) if r]
+    if not reasons and kernels:
+        reason = target_reason(device, max(head_dims.values()), kernels, dtype)
+        if reason:
+            reasons.append(reason)
+    return reasons
+
+
+# --------------------------------------------------------------------------------------------------
+# arguments
+# --------------------------------------------------------------------------------------------------
+
 def next_power_of_2(x: int) -> int:
     return 1 << max(0, int(x) - 1).bit_length()
-
-
-@dataclass(frozen=True)
-class Tiles:
-    """One launch configuration: ``block_m`` query rows × ``block_n`` keys per tile, ``warps`` and ``stages``
-    (software pipelining) of the compiled kernel."""
-
-    block_m: int
-    block_n: int
-    warps: int
-    stages: int
-
-
-def tiles(head_dim: int, device: str) -> Tiles:
-    """The tile sizes for a head of ``head_dim`` features (the wider of the key and value heads).
-
-    Under the interpreter the tiles are small, so that test lengths such as 37 or 70 cross several tiles and
-    the masking at tile edges is exercised. On CUDA the sizes follow FlashAttention-2's Triton kernels for the
-    head width; they have not been tuned on a GPU yet (docs/gpu.md)."""
-    if device != "cuda" or interpreted():
-        return Tiles(16, 16, 1, 1)
-    if head_dim <= 64:
-        return Tiles(64, 64, 4, 3)
-    if head_dim <= 128:
-        return Tiles(64, 64, 4, 2)
-    return Tiles(32, 32, 4, 1)
 
 
 def stride_args(*tensors: torch.Tensor) -> list[int]:
@@ -151,14 +371,14 @@ def kernel_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype == torch.bfloat16 and interpreted() else dtype
 
 
-def call_reasons(device: str, dtype: torch.dtype, head_dims: dict[str, int]) -> list[str]:
-    """The reasons every kernel shares: :func:`device_reason`, :func:`dtype_reason`, :func:`head_dim_reason`."""
-    return [r for r in (device_reason(device), dtype_reason(dtype, device), head_dim_reason(**head_dims)) if r]
-
-
-def cdiv(a: int, b: int) -> int:
-    """``⌈a / b⌉`` (the number of tiles)."""
-    return -(-a // b)
+def value_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the operands that carry exponentials of unbounded range (MTSA's ``E`` and ``v ⊙ E``; the
+    gradients ``dO / D``) for inputs of ``dtype``: bfloat16 for half-precision inputs — float32's exponent range
+    at half precision's cost (float16's range ends ~10 below the largest score: docs/design.md §3) — else the
+    inputs' own. Under the interpreter bfloat16 is float32 (:func:`kernel_dtype`)."""
+    if dtype in (torch.float16, torch.bfloat16):
+        return kernel_dtype(torch.bfloat16)
+    return dtype
 
 
 def accumulator(dtype: torch.dtype) -> torch.dtype:
@@ -169,13 +389,12 @@ def accumulator(dtype: torch.dtype) -> torch.dtype:
 def launch_constants(q: torch.Tensor, v: torch.Tensor) -> dict:
     """The compile-time constants every kernel takes for queries ``q`` and values ``v``: ``PRECISION`` of
     ``tl.dot`` (float32 operands: IEEE unless ``torch.backends.cuda.matmul.allow_tf32``; ignored for half
-    precision), ``ACC`` (the accumulator type), ``FAST`` (the hardware sigmoid: CUDA, half precision, no
-    interpreter) and the padded head widths ``BLOCK_DK``, ``BLOCK_DV`` (powers of two, at least 16)."""
+    precision), ``ACC`` (the accumulator type) and the padded head widths ``BLOCK_DK``, ``BLOCK_DV`` (powers of
+    two, at least 16)."""
     half = q.dtype in (torch.float16, torch.bfloat16)
     precision = "tf32" if half or (q.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32) else "ieee"
     return dict(PRECISION=precision,
                 ACC=load("jit_helpers").accumulator_type(str(accumulator(q.dtype)).removeprefix("torch.")),
-                FAST=q.device.type == "cuda" and not interpreted() and half,
                 BLOCK_DK=max(16, next_power_of_2(q.shape[-1])), BLOCK_DV=max(16, next_power_of_2(v.shape[-1])))
 
 
@@ -194,3 +413,66 @@ def device_table(values: list[int], device: torch.device) -> torch.Tensor:
     if key not in _device_tables:
         _device_tables[key] = torch.tensor(values, dtype=torch.int32, device=device)
     return _device_tables[key]
+
+
+def cdiv(a: int, b: int) -> int:
+    """``⌈a / b⌉`` (the number of tiles)."""
+    return -(-a // b)
+
+
+# --------------------------------------------------------------------------------------------------
+# launching
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class Launch:
+    """One recorded launch: the ``@triton.jit`` kernel, its grid and its arguments as the launcher passed them."""
+
+    kernel: Any
+    grid: tuple[int, ...]
+    args: tuple
+    kwargs: dict
+
+
+_recorder: list[Launch] | None = None
+
+
+@contextlib.contextmanager
+def recording(target: Target):
+    """Inside: launches are recorded, not run, with the tiles and constants of CUDA device ``target``
+    (:func:`assume_target`); yields the list of :class:`Launch` es (the offline compile check)."""
+    global _recorder
+    previous, _recorder = _recorder, []
+    try:
+        with assume_target(target):
+            yield _recorder
+    finally:
+        _recorder = previous
+
+
+def launch(kernel, programs: int, *args, **kwargs) -> None:
+    """Launch ``kernel`` over ``programs`` programs on one grid axis (CUDA's ``gridDim.x``: up to 2³¹ − 1; the
+    kernels decode their tile and (batch, head) pair from the program id, so no axis meets the 65,535 cap of
+    ``gridDim.y``). A failure inside the launch keeps its traceback and gains a note naming
+    :data:`DISABLE_ENV`."""
+    if programs > GRID_LIMIT:
+        from ...errors import InputError
+        raise InputError(f"a Triton launch of {programs:,} programs exceeds CUDA's grid limit of {GRID_LIMIT:,} "
+                         "(batch × heads × tiles): split the batch")
+    if programs == 0:
+        return
+    if _recorder is not None:
+        _recorder.append(Launch(kernel, (programs,), args, kwargs))
+        return
+    try:
+        kernel[(programs,)](*args, **kwargs)
+    except Exception as error:
+        name = getattr(getattr(kernel, "fn", None), "__name__", str(kernel))
+        note = (f"maskattn: the Triton kernel {name} failed; set {DISABLE_ENV}=1 to keep backend='auto' from choosing "
+                "the Triton kernels (docs/gpu.md)")
+        add_note = getattr(error, "add_note", None)  # Python >= 3.11
+        if add_note is not None:
+            add_note(note)
+        else:
+            error.args = (*error.args, note)
+        raise

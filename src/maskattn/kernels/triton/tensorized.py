@@ -5,8 +5,11 @@ One pass over the key tiles a query tile can see accumulates, in float32, the nu
 the denominator ``Σ w·E`` (``w = σ(R)`` for the log-sigmoid scale: no running maximum, no row normaliser —
 they cancel in the ratio; ``d`` the weights' dropout mask), and divides at the end. Each head's mask is a band
 ``lo <= j − i <= hi`` (forward, backward, with or without the diagonal, a window, everything); tiles outside a
-head's band are skipped, so MTSA's directional heads cost half of full attention. Backward is two passes
-without atomics (keys, then queries), from ``dN = dO / D`` and ``dD = −dO·out / D``.
+head's band are skipped, so MTSA's directional heads cost half of full attention, and tiles wholly inside it run
+without a mask. ``q``, ``k`` are ``tl.dot`` operands in the inputs' dtype; ``v ⊙ E`` and ``E`` in
+:func:`.runtime.value_dtype` (bfloat16 for half-precision inputs: E's range needs float32's exponent). Backward is
+a pre-pass ``dN = dO / D``, ``dD = −dN ⊙ out`` (:func:`output_gradients`) and two kernels without atomics (keys,
+then queries).
 
 Attention dropout follows MTSA Appendix A.3 (keep probability ``√(1 − p)`` on each numerator factor): the
 weights' mask is drawn inside the kernel from a seed and redrawn by backward; the per-(key, feature) mask of
@@ -26,7 +29,9 @@ from torch.library import custom_op, register_autograd
 
 from . import runtime
 
-__all__ = ["tensorized_triton", "head_offsets", "unsupported", "BAND_SENTINEL"]
+__all__ = ["tensorized_triton", "head_offsets", "unsupported", "output_gradients", "BAND_SENTINEL", "KERNELS"]
+
+LOG2E = 1.4426950408889634  # log₂ e: the kernels' exponentials are base 2
 
 #: stands for an open side of a band (``j − i`` unbounded); far beyond any sequence length, far below int32's edge
 BAND_SENTINEL = 1 << 30
@@ -42,9 +47,13 @@ def head_offsets(bands) -> list[int]:
     return flat
 
 
+#: the kernel passes of one MTSA call (:data:`.runtime.TILE_TABLE`)
+KERNELS = ("tensorized_fwd", "tensorized_bwd_kv", "tensorized_bwd_q")
+
+
 def unsupported(*, device: str, dtype: torch.dtype, head_dims: dict[str, int], head_bands: bool, scale: str) -> list[str]:
     """Why the Triton kernels cannot run an MTSA call (an empty list when they can)."""
-    reasons = runtime.call_reasons(device, dtype, head_dims)
+    reasons = runtime.call_reasons(device, dtype, head_dims, KERNELS)
     if not head_bands:
         reasons.append("takes masks that are a band per head (forward, backward, window, full, causal), not an "
                        "arbitrary mask tensor or predicate")
@@ -60,47 +69,65 @@ def _threshold(acc: torch.dtype) -> float:
     return info.tiny / info.eps
 
 
-def _constants(q: torch.Tensor, ve: torch.Tensor, kpm, identity: bool, dropout_p: float) -> dict:
-    tiles = runtime.tiles(max(q.shape[-1], ve.shape[-1]), q.device.type)
-    return dict(runtime.launch_constants(q, ve), HAS_KPM=kpm is not None, IDENTITY=identity, DROPOUT=dropout_p > 0,
-                BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, num_warps=tiles.warps, num_stages=tiles.stages)
+def _constants(kernel: str, q: torch.Tensor, ve: torch.Tensor, kpm, identity: bool, dropout_p: float) -> dict:
+    tiles = runtime.tiles(kernel, max(q.shape[-1], ve.shape[-1]), q.device, q.dtype)
+    return dict(runtime.launch_constants(q, ve), HAS_KPM=kpm is not None, IDENTITY=identity,
+                DROPOUT=dropout_p > 0, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, num_warps=tiles.warps,
+                num_stages=tiles.stages)
+
+
+def _scales(d_k: int) -> tuple[float, float]:
+    """``(scale, scale·log₂e)``: the score scale ``1/√d_k`` and the same in log₂ units (the kernels' exponentials
+    are base 2)."""
+    scale = 1.0 / math.sqrt(d_k)
+    return scale, scale * LOG2E
 
 
 @custom_op("maskattn::tensorized_triton", mutates_args=())
 def _forward(q: torch.Tensor, k: torch.Tensor, ve: torch.Tensor, e: torch.Tensor, key_padding: torch.Tensor | None,
-             bands: list[int], seed: torch.Tensor | None, scale: float, identity: bool,
+             bands: list[int], seed: torch.Tensor | None, identity: bool,
              dropout_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(out, D, row_max)``: out ``(B, H, n, d_v)`` in ``ve``'s dtype, laid out as ``(B, n, H, d_v)`` (merging the
-    heads is a view), the float32 (float64) denominators, and with the identity scale the row maxima."""
+    """``(out, D, row_max)``: out ``(B, H, n, d_v)`` in q's dtype, laid out as ``(B, n, H, d_v)`` (merging the
+    heads is a view), the float32 (float64) denominators and with the identity scale the row maxima (log₂ units)."""
     jit = runtime.load("tensorized_jit")
-    B, H, n, _ = q.shape
+    B, H, n, d_k = q.shape
     m, d_v = k.shape[2], ve.shape[-1]
-    out = ve.new_empty(B, n, H, d_v).transpose(1, 2)
+    out = q.new_empty(B, n, H, d_v).transpose(1, 2)
     acc = runtime.accumulator(q.dtype)
     den = q.new_empty(B, H, n, d_v, dtype=acc)
     row_max = q.new_empty((B, H, n) if identity else (0,), dtype=acc)
-    constants = _constants(q, ve, key_padding, identity, dropout_p)
-    grid = (runtime.cdiv(n, constants["BLOCK_M"]), B * H)
-    jit.tensorized_fwd[grid](
-        q, k, ve, e, runtime.placeholder(key_padding, q), runtime.device_table(bands, q.device),
-        runtime.placeholder(seed, q, torch.int64), out, den, runtime.placeholder(row_max if identity else None, q, acc),
-        *runtime.stride_args(q, k, ve, e, out), H, n, m, q.shape[-1], d_v, scale, dropout_p, _threshold(acc),
-        **constants)
+    constants = _constants("tensorized_fwd", q, ve, key_padding, identity, dropout_p)
+    tiles = runtime.cdiv(n, constants["BLOCK_M"])
+    runtime.launch(
+        jit.tensorized_fwd, tiles * B * H, q, k, ve, e, runtime.placeholder(key_padding, q),
+        runtime.device_table(bands, q.device), runtime.placeholder(seed, q, torch.int64), out, den,
+        runtime.placeholder(row_max if identity else None, q, acc), *runtime.stride_args(q, k, ve, e, out),
+        H, n, m, d_k, d_v, tiles, _scales(d_k)[1], dropout_p, _threshold(acc), **constants)
     return out, den, row_max
 
 
 @_forward.register_fake
-def _(q, k, ve, e, key_padding, bands, seed, scale, identity, dropout_p):
+def _(q, k, ve, e, key_padding, bands, seed, identity, dropout_p):
     B, H, n, _ = q.shape
     acc = runtime.accumulator(q.dtype)
-    return (ve.new_empty(B, n, H, ve.shape[-1]).transpose(1, 2), q.new_empty(B, H, n, ve.shape[-1], dtype=acc),
+    return (q.new_empty(B, n, H, ve.shape[-1]).transpose(1, 2), q.new_empty(B, H, n, ve.shape[-1], dtype=acc),
             q.new_empty((B, H, n) if identity else (0,), dtype=acc))
+
+
+def output_gradients(grad_out: torch.Tensor, out: torch.Tensor, den: torch.Tensor, value_dtype: torch.dtype
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The backward pre-pass (FlashAttention-2's Δ, per feature): ``dN = dO / D`` and ``dD = −dN ⊙ out`` (0 where
+    ``D`` underflowed), contiguous ``(B, H, n, d_v)`` in ``value_dtype`` — read once per tile by both passes."""
+    underflow = den <= _threshold(den.dtype)  # NaN is not underflow: it propagates, as on the reference
+    d_num = torch.where(underflow, 0.0, grad_out.to(den.dtype) / torch.where(underflow, 1.0, den))
+    d_den = -d_num * out.to(den.dtype)
+    return d_num.to(value_dtype).contiguous(), d_den.to(value_dtype).contiguous()
 
 
 @custom_op("maskattn::tensorized_triton_backward", mutates_args=())
 def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, ve: torch.Tensor, e: torch.Tensor,
               key_padding: torch.Tensor | None, bands: list[int], seed: torch.Tensor | None, out: torch.Tensor,
-              den: torch.Tensor, row_max: torch.Tensor, scale: float, identity: bool,
+              den: torch.Tensor, row_max: torch.Tensor, identity: bool,
               dropout_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, d(v⊙E), dE)``, contiguous, in the inputs' dtypes."""
     jit = runtime.load("tensorized_jit")
@@ -108,37 +135,40 @@ def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, ve: torc
     m, d_v = k.shape[2], ve.shape[-1]
     grad_q, grad_k = q.new_empty(B, H, n, d_k), k.new_empty(B, H, m, d_k)
     grad_ve, grad_e = ve.new_empty(B, H, m, d_v), e.new_empty(B, H, m, d_v)
-    constants = _constants(q, ve, key_padding, identity, dropout_p)
+    d_num, d_den = output_gradients(grad_out, out, den, ve.dtype)
     common = (q, k, ve, e, runtime.placeholder(key_padding, q), runtime.device_table(bands, q.device),
-              runtime.placeholder(seed, q, torch.int64), out, den,
-              runtime.placeholder(row_max if identity else None, q, den.dtype), grad_out)
-    sizes = (H, n, m, d_k, d_v, scale, dropout_p, _threshold(den.dtype))
-    strides = runtime.stride_args(q, k, ve, e, out, grad_out)
-    jit.tensorized_bwd_kv[(runtime.cdiv(m, constants["BLOCK_N"]), B * H)](
-        *common, grad_k, grad_ve, grad_e, *strides, *sizes, **constants)
-    jit.tensorized_bwd_q[(runtime.cdiv(n, constants["BLOCK_M"]), B * H)](
-        *common, grad_q, *strides, *sizes, **constants)
+              runtime.placeholder(seed, q, torch.int64), runtime.placeholder(row_max if identity else None, q, den.dtype),
+              d_num, d_den)
+    strides = runtime.stride_args(q, k, ve, e)
+    scale, scale2 = _scales(d_k)
+    keys = _constants("tensorized_bwd_kv", q, ve, key_padding, identity, dropout_p)
+    key_tiles = runtime.cdiv(m, keys["BLOCK_N"])
+    runtime.launch(jit.tensorized_bwd_kv, key_tiles * B * H, *common, grad_k, grad_ve, grad_e, *strides,
+                   H, n, m, d_k, d_v, key_tiles, scale, scale2, dropout_p, **keys)
+    queries = _constants("tensorized_bwd_q", q, ve, key_padding, identity, dropout_p)
+    query_tiles = runtime.cdiv(n, queries["BLOCK_M"])
+    runtime.launch(jit.tensorized_bwd_q, query_tiles * B * H, *common, grad_q, *strides,
+                   H, n, m, d_k, d_v, query_tiles, scale, scale2, dropout_p, **queries)
     return grad_q, grad_k, grad_ve, grad_e
 
 
 @_backward.register_fake
-def _(grad_out, q, k, ve, e, key_padding, bands, seed, out, den, row_max, scale, identity, dropout_p):
+def _(grad_out, q, k, ve, e, key_padding, bands, seed, out, den, row_max, identity, dropout_p):
     return q.new_empty(q.shape), k.new_empty(k.shape), ve.new_empty(ve.shape), e.new_empty(e.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, ve, e, key_padding, bands, seed, scale, identity, dropout_p = inputs
+    q, k, ve, e, key_padding, bands, seed, identity, dropout_p = inputs
     out, den, row_max = output
     ctx.save_for_backward(q, k, ve, e, key_padding, seed, out, den, row_max)
-    ctx.arguments = (bands, scale, identity, dropout_p)
+    ctx.arguments = (bands, identity, dropout_p)
 
 
 def _backward_formula(ctx, grad_out, _grad_den, _grad_row_max):
     q, k, ve, e, key_padding, seed, out, den, row_max = ctx.saved_tensors
-    bands, scale, identity, dropout_p = ctx.arguments
-    grads = _backward(grad_out, q, k, ve, e, key_padding, bands, seed, out, den, row_max, scale,
-                      identity, dropout_p)
-    return (*grads, None, None, None, None, None, None)
+    bands, identity, dropout_p = ctx.arguments
+    grads = _backward(grad_out, q, k, ve, e, key_padding, bands, seed, out, den, row_max, identity, dropout_p)
+    return (*grads, None, None, None, None, None)
 
 
 register_autograd("maskattn::tensorized_triton", _backward_formula, setup_context=_setup_context)
@@ -157,7 +187,7 @@ def tensorized_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s2t: to
     with torch.autocast(q.device.type, enabled=False):
         work = runtime.kernel_dtype(q.dtype)
         q, k = q.to(work), k.to(work)
-        value_dtype = torch.float32 if work == torch.float16 else work  # float16's range: docs/design.md §3
+        values = runtime.value_dtype(q.dtype)  # E's range: bfloat16 for half precision (docs/design.md §3)
         keep_pad = None if key_padding_mask is None else key_padding_mask[:, None, :, None]  # (B, 1, m, 1)
         s2t = s2t.to(runtime.accumulator(q.dtype))
         if keep_pad is not None:
@@ -172,6 +202,6 @@ def tensorized_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s2t: to
             ve = F.dropout(ve, keep_factor, training=True)  # the (key, feature) factor of Appendix A.3
         seed = torch.randint(0, 2**62, (1,), dtype=torch.int64, device=q.device) if keep_factor > 0 else None
         kpm = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
-        out, den, _ = _forward(q, k, ve.to(value_dtype), e.to(value_dtype), kpm, head_offsets(bands), seed,
-                               1.0 / math.sqrt(q.shape[-1]), scale == "identity", keep_factor)
-    return out.to(out_dtype), den > _threshold(den.dtype)
+        out, den, _ = _forward(q, k, ve.to(values), e.to(values), kpm, head_offsets(bands), seed, scale == "identity",
+                               keep_factor)
+    return out.to(out_dtype), ~(den <= _threshold(den.dtype))

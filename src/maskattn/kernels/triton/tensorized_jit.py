@@ -2,229 +2,305 @@
 (keys: dK, d(v⊙E), dE; queries: dQ), FlashAttention-2's split, with no atomics.
 
 Per head, with weights ``w_ij = σ(R_ij)`` (log-sigmoid scale: the softmax normaliser cancels, so there is no
-running maximum) or ``exp(R_ij − max_j R_ij)`` (identity scale: an online maximum), restricted to the head's
-band ``lo <= j − i <= hi`` and to non-padding keys::
+running maximum) or ``exp(R_ij − max_j R_ij)`` (identity scale: an online maximum), ``R = scale·q·k``, restricted
+to the head's band ``lo <= j − i <= hi``::
 
     N_i = Σ_j w_ij·d_ij·(v⊙E)_j      D_i = Σ_j w_ij·E_j      out_i = N_i / D_i
 
-``d_ij`` is the weights' dropout keep-mask (MTSA Appendix A.3), drawn from Philox by position. Backward uses
-``dN = dO / D``, ``dD = −dO·out / D``, ``dW_ij = d_ij·(dN_i·(v⊙E)_j) + dD_i·E_j`` and ``dR = dW ⊙ σ(1 − σ)``
-(identity: ``dW ⊙ w``). Key tiles outside a query tile's band are never visited.
+``d_ij`` is the weights' dropout keep-mask (MTSA Appendix A.3), drawn from Philox by position. Backward takes
+``dN = dO / D`` and ``dD = −dN·out`` from a pre-pass (the wrapper: FlashAttention-2's Δ, here per feature) and
+computes ``dW_ij = d_ij·(dN_i·(v⊙E)_j) + dD_i·E_j`` and ``dR = dW ⊙ σ(1 − σ)`` (identity: ``dW ⊙ w``).
+
+Key tiles outside a query tile's band are never visited; tiles wholly inside it (and inside the sequence) skip the
+mask (a branch uniform over the program inside one loop: one loop keeps one wgmma pipeline on sm_90, where three
+loops serialised it). Rows past the sequence are never stored; with key padding a select per key column keeps a
+non-finite padded key out of the sums (their ``v⊙E`` and ``E`` are 0 anyway — the wrapper zeroes them). Scores are in log₂ units (``scale`` holds ``log₂e``).
+
+Per score (head dims d_k = d_v = d, FLOPs of ``tl.dot``): forward 2d (scores) + 4d (``N``, ``D``) = 6d; backward
+2d + 4d (``dW``) + 6d (``d(v⊙E)``, ``dE``, ``dK``) in the key pass and 2d + 4d + 2d (``dQ``) in the query pass
+(FlashAttention-2 with the same two-pass split: 4d forward, 14d backward).
 """
 
 import triton
 import triton.language as tl
 
-from .jit_helpers import dropout_keep, key_range, online_softmax, query_range, sigmoid
+from .jit_helpers import (aligned_run, dropout_keep, head_base, key_range, load_tile, online_softmax, program_tile,
+                          query_range, sigmoid_log2, store_tile)
+
+#: never specialised on == 1 (a new length must not recompile); the head widths stay specialised: their divisibility
+#: by 16 lets the feature masks vectorise the loads (and pipeline them)
+_SIZES = ["H", "N", "M", "num_tiles"]
 
 
 @triton.jit
-def _key_tiles(K, VE, E, b, h, cols, fk, fv, skb, skh, skn, skd, svb, svh, svn, svd, seb, seh, sen, sed, M, D_K, D_V):
-    """``(k, v ⊙ E, E)`` at key positions ``cols`` of pair (b, h), 0 beyond M and the head widths."""
-    inside = cols[:, None] < M
-    key_mask, value_mask = inside & (fk[None, :] < D_K), inside & (fv[None, :] < D_V)
-    k = tl.load(K + b.to(tl.int64) * skb + h * skh + cols[:, None] * skn + fk[None, :] * skd, mask=key_mask, other=0.0)
-    ve = tl.load(VE + b.to(tl.int64) * svb + h * svh + cols[:, None] * svn + fv[None, :] * svd, mask=value_mask,
-                 other=0.0)
-    e = tl.load(E + b.to(tl.int64) * seb + h * seh + cols[:, None] * sen + fv[None, :] * sed, mask=value_mask,
-                other=0.0)
-    return k, ve, e
-
-
-@triton.jit
-def _scores(q, k, rows, cols, lo, hi, M, kpm_row, scale, HAS_KPM: tl.constexpr, PRECISION: tl.constexpr):
-    """``(r, allowed)`` of one tile: ``r = scale·q kᵀ`` and the band / key-padding mask."""
-    r = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+def _band_mask(rows, cols, lo, hi, M):
+    """``lo <= j − i <= hi`` and ``j < M`` over the (rows × cols) tile (a key past the sequence has a zero weight
+    anyway, but a non-finite query would make it NaN)."""
     offset = cols[None, :] - rows[:, None]
-    allowed = (offset >= lo) & (offset <= hi) & (cols[None, :] < M)
-    if HAS_KPM:
-        padded = tl.load(kpm_row + cols, mask=cols < M, other=1)
-        allowed = allowed & (padded == 0)[None, :]
-    return r, allowed
+    return (offset >= lo) & (offset <= hi) & (cols[None, :] < M)
 
 
 @triton.jit
-def _weights(q, k, rows, cols, lo, hi, M, kpm_row, row_max, scale,
-             HAS_KPM: tl.constexpr, IDENTITY: tl.constexpr, FAST: tl.constexpr, PRECISION: tl.constexpr):
-    """``(w, allowed)`` of one tile: the weights, 0 where not allowed (identity scale: ``row_max`` is the final
-    row maximum that forward stored)."""
-    r, allowed = _scores(q, k, rows, cols, lo, hi, M, kpm_row, scale, HAS_KPM, PRECISION)
-    if IDENTITY:  # masked before the exponential: a disallowed score may lie far above the row's maximum
-        return tl.exp(tl.where(allowed, r - row_max[:, None], float("-inf"))), allowed
+def _band_mask_t(cols, rows, lo, hi, M):
+    """:func:`_band_mask` over the transposed (cols × rows) tile."""
+    offset = cols[:, None] - rows[None, :]
+    return (offset >= lo) & (offset <= hi) & (cols[:, None] < M)
+
+
+@triton.jit
+def _fwd_tile(num, den, row_max, q, k_base, ve_base, e_base, j0, rows, idx_n, fk, fv, skn, skd, svn, svd, sen, sed,
+              M, D_K, D_V, lo, hi, kpm_row, seed, bh, N, scale2, drop_p,
+              masked, IDENTITY: tl.constexpr, HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr,
+              PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One key tile: ``(num, den, row_max)`` updated with keys ``j0 … j0 + BLOCK_N − 1``."""
+    cols = j0 + idx_n
+    k = load_tile(k_base, j0, skn, skd, idx_n, fk, M, D_K)
+    ve = load_tile(ve_base, j0, svn, svd, idx_n, fv, M, D_V)
+    e = load_tile(e_base, j0, sen, sed, idx_n, fv, M, D_V)
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale2  # (BLOCK_M, BLOCK_N), log₂ units
+    if IDENTITY:  # online maximum over the allowed keys; the accumulators are rescaled
+        allowed = _band_mask(rows, cols, lo, hi, M)
+        if HAS_KPM:
+            allowed = allowed & (tl.load(kpm_row + cols, mask=cols < M, other=1) == 0)[None, :]
+        w, alpha, row_max = online_softmax(tl.where(allowed, s, float("-inf")), row_max)
+        num = num * alpha[:, None]
+        den = den * alpha[:, None]
     else:
-        return tl.where(allowed, sigmoid(r, FAST), 0.0), allowed
+        w = sigmoid_log2(s)
+        if masked:  # uniform over the program: tiles wholly inside the band skip the mask
+            w = tl.where(_band_mask(rows, cols, lo, hi, M), w, 0.0)
+        if HAS_KPM:  # padded keys add 0 anyway (their v⊙E and E are 0): this keeps a non-finite key out
+            w = tl.where((tl.load(kpm_row + cols, mask=cols < M, other=1) == 0)[None, :], w, 0.0)
+    if DROPOUT:
+        dropped = tl.where(dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK_M, BLOCK_N), w / (1.0 - drop_p), 0.0)
+    else:
+        dropped = w
+    num = tl.dot(dropped.to(ve.dtype), ve, num, input_precision=PRECISION)
+    den = tl.dot(w.to(e.dtype), e, den, input_precision=PRECISION)
+    return num, den, row_max
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_SIZES)
 def tensorized_fwd(Q, K, VE, E, KPM, BANDS, SEED, OUT, DEN, ROW_MAX,
                    sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, seb, seh, sen, sed,
-                   sob, soh, son, sod, H, N, M, D_K, D_V, scale, drop_p, threshold,
-                   HAS_KPM: tl.constexpr, IDENTITY: tl.constexpr, DROPOUT: tl.constexpr, FAST: tl.constexpr,
+                   sob, soh, son, sod, H, N, M, D_K, D_V, num_tiles, scale2, drop_p, threshold,
+                   HAS_KPM: tl.constexpr, IDENTITY: tl.constexpr, DROPOUT: tl.constexpr,
                    PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr):
-    """Grid ``(⌈N / BLOCK_M⌉, B·H)``: one query tile of one (batch, head) pair per program."""
-    i0 = tl.program_id(0) * BLOCK_M
-    bh = tl.program_id(1)
+    """``num_tiles · B · H`` programs: one query tile of one (batch, head) pair each. DEN is contiguous
+    ``(B·H, N, D_V)`` in ACC; ROW_MAX ``(B·H, N)`` (identity scale: the final row maxima, log₂ units)."""
+    tile, bh = program_tile(num_tiles)
+    i0 = tile * BLOCK_M
     b = bh // H
     h = bh % H
     lo = tl.load(BANDS + 2 * h)
     hi = tl.load(BANDS + 2 * h + 1)
-    rows = i0 + tl.arange(0, BLOCK_M)
+    idx_m = tl.arange(0, BLOCK_M)
+    idx_n = tl.arange(0, BLOCK_N)
     fk = tl.arange(0, BLOCK_DK)
     fv = tl.arange(0, BLOCK_DV)
-    q = tl.load(Q + b.to(tl.int64) * sqb + h * sqh + rows[:, None] * sqn + fk[None, :] * sqd,
-                mask=(rows[:, None] < N) & (fk[None, :] < D_K), other=0.0)
+    rows = i0 + idx_m
+    q = load_tile(head_base(Q, b, h, sqb, sqh), i0, sqn, sqd, idx_m, fk, N, D_K)
+    k_base = head_base(K, b, h, skb, skh)
+    ve_base = head_base(VE, b, h, svb, svh)
+    e_base = head_base(E, b, h, seb, seh)
     kpm_row = KPM + b.to(tl.int64) * M
     seed = tl.load(SEED) if DROPOUT else 0
-    numerator = tl.zeros((BLOCK_M, BLOCK_DV), dtype=ACC)
-    denominator = tl.zeros((BLOCK_M, BLOCK_DV), dtype=ACC)
+    num = tl.zeros((BLOCK_M, BLOCK_DV), dtype=ACC)
+    den = tl.zeros((BLOCK_M, BLOCK_DV), dtype=ACC)
     row_max = tl.full((BLOCK_M,), float("-inf"), dtype=ACC)
     start, end = key_range(i0, BLOCK_M, BLOCK_N, lo, hi, N, M)
+    if IDENTITY:
+        first, stop = end, end  # every tile masked: the maximum must skip padding and keys past M
+    else:
+        first, stop = aligned_run(start, end, i0 + BLOCK_M - 1 + lo, i0 + hi - BLOCK_N + 1, BLOCK_N)
     for j0 in range(start, end, BLOCK_N):
-        cols = j0 + tl.arange(0, BLOCK_N)
-        k, ve, e = _key_tiles(K, VE, E, b, h, cols, fk, fv, skb, skh, skn, skd, svb, svh, svn, svd, seb, seh, sen, sed,
-                              M, D_K, D_V)
-        if IDENTITY:  # online maximum: rescale what was accumulated so far
-            r, allowed = _scores(q, k, rows, cols, lo, hi, M, kpm_row, scale, HAS_KPM, PRECISION)
-            w, alpha, row_max = online_softmax(tl.where(allowed, r, float("-inf")), row_max)
-            numerator = numerator * alpha[:, None]
-            denominator = denominator * alpha[:, None]
-        else:
-            w, _ = _weights(q, k, rows, cols, lo, hi, M, kpm_row, row_max, scale, HAS_KPM, IDENTITY, FAST, PRECISION)
-        if DROPOUT:
-            keep = dropout_keep(seed, bh, rows, cols, N, M, drop_p)
-            dropped = tl.where(keep, w / (1.0 - drop_p), 0.0)
-        else:
-            dropped = w
-        numerator += tl.dot(dropped.to(ve.dtype), ve, input_precision=PRECISION)
-        denominator += tl.dot(w.to(e.dtype), e, input_precision=PRECISION)
-    reliable = denominator > threshold
-    out = tl.where(reliable, numerator / tl.where(reliable, denominator, 1.0), 0.0)
-    store = (rows[:, None] < N) & (fv[None, :] < D_V)
-    tl.store(OUT + b.to(tl.int64) * sob + h * soh + rows[:, None] * son + fv[None, :] * sod,
-             out.to(OUT.dtype.element_ty), mask=store)
-    tl.store(DEN + bh.to(tl.int64) * N * D_V + rows[:, None] * D_V + fv[None, :], denominator, mask=store)
+        masked = (j0 < first) | (j0 >= stop) | (j0 + BLOCK_N > M)
+        num, den, row_max = _fwd_tile(num, den, row_max, q, k_base, ve_base, e_base, j0, rows, idx_n, fk, fv, skn, skd,
+                                      svn, svd, sen, sed, M, D_K, D_V, lo, hi, kpm_row, seed, bh, N, scale2, drop_p,
+                                      masked, IDENTITY, HAS_KPM, DROPOUT, PRECISION, BLOCK_M, BLOCK_N)
+    underflow = den <= threshold  # a NaN denominator is not "underflowed": NaN inputs give NaN, as on the reference
+    out = tl.where(underflow, 0.0, num / tl.where(underflow, 1.0, den))
+    store_tile(head_base(OUT, b, h, sob, soh), i0, son, sod, idx_m, fv, N, D_V, out.to(OUT.dtype.element_ty))
+    store_tile(DEN + bh.to(tl.int64) * N * D_V, i0, D_V, 1, idx_m, fv, N, D_V, den)
     if IDENTITY:
         tl.store(ROW_MAX + bh.to(tl.int64) * N + rows, tl.where(row_max == float("-inf"), 0.0, row_max),
                  mask=rows < N)
 
 
 @triton.jit
-def _output_grads(DO, OUT, DEN, b, h, bh, rows, fv, sgb, sgh, sgn, sgd, sob, soh, son, sod, N, D_V, threshold):
-    """``(dN, dD)`` of a query tile: ``dN = dO / D``, ``dD = −dN·out`` (0 where ``D`` underflowed)."""
-    inside = (rows[:, None] < N) & (fv[None, :] < D_V)
-    g = tl.load(DO + b.to(tl.int64) * sgb + h * sgh + rows[:, None] * sgn + fv[None, :] * sgd, mask=inside, other=0.0)
-    o = tl.load(OUT + b.to(tl.int64) * sob + h * soh + rows[:, None] * son + fv[None, :] * sod, mask=inside, other=0.0)
-    den = tl.load(DEN + bh.to(tl.int64) * N * D_V + rows[:, None] * D_V + fv[None, :], mask=inside, other=0.0)
-    reliable = den > threshold
-    d_num = tl.where(reliable, g.to(den.dtype) / tl.where(reliable, den, 1.0), 0.0)
-    return d_num, -d_num * o.to(den.dtype)
+def _weights_t(k, q, rows, cols, lo, hi, M, kpm_row, row_max, scale2, masked, IDENTITY: tl.constexpr,
+               HAS_KPM: tl.constexpr, PRECISION: tl.constexpr):
+    """The weights of a tile, transposed: ``(BLOCK_N keys, BLOCK_M queries)`` (identity: ``row_max`` the final row
+    maxima that forward stored, per query)."""
+    s = tl.dot(k, tl.trans(q), input_precision=PRECISION) * scale2
+    if IDENTITY:  # masked before the exponential: a disallowed score may lie far above the row's maximum
+        allowed = _band_mask_t(cols, rows, lo, hi, M)
+        if HAS_KPM:
+            allowed = allowed & (tl.load(kpm_row + cols, mask=cols < M, other=1) == 0)[:, None]
+        return tl.exp2(tl.where(allowed, s - row_max[None, :], float("-inf")))
+    else:
+        w = sigmoid_log2(s)
+        if masked:
+            w = tl.where(_band_mask_t(cols, rows, lo, hi, M), w, 0.0)
+        if HAS_KPM:
+            w = tl.where((tl.load(kpm_row + cols, mask=cols < M, other=1) == 0)[:, None], w, 0.0)
+        return w
 
 
 @triton.jit
-def _score_grads(q, k, ve, e, d_num, d_den, rows, cols, lo, hi, M, kpm_row, row_max, seed, bh, N, scale, drop_p,
-                 HAS_KPM: tl.constexpr, IDENTITY: tl.constexpr, DROPOUT: tl.constexpr, FAST: tl.constexpr,
-                 PRECISION: tl.constexpr):
-    """``(dR, w, dropped w)`` of a tile: the gradient of the scaled scores and the weights used forward."""
-    w, allowed = _weights(q, k, rows, cols, lo, hi, M, kpm_row, row_max, scale, HAS_KPM, IDENTITY, FAST, PRECISION)
-    grad_w_num = tl.dot(d_num.to(ve.dtype), tl.trans(ve), input_precision=PRECISION)
+def _score_grad(w, grad_w, IDENTITY: tl.constexpr):
+    """``dR`` from the weights and their gradient: ``dW ⊙ σ(1 − σ)`` (identity: ``dW ⊙ w``)."""
+    if IDENTITY:
+        return grad_w * w
+    else:
+        return grad_w * w * (1.0 - w)
+
+
+@triton.jit
+def _bwd_kv_tile(grad_k, grad_ve, grad_e, k, ve, e, q_base, dn_base, dd_base, i0, j0, cols, idx_m, fk, fv, sqn, sqd,
+                 N, M, D_K, D_V, lo, hi, kpm_row, row_max_row, seed, bh, scale2, drop_p,
+                 masked, IDENTITY: tl.constexpr, HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr,
+                 PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One query tile's contribution to a key tile's ``(dK / scale, d(v⊙E), dE)``."""
+    rows = i0 + idx_m
+    q = load_tile(q_base, i0, sqn, sqd, idx_m, fk, N, D_K)
+    d_num = load_tile(dn_base, i0, D_V, 1, idx_m, fv, N, D_V)
+    d_den = load_tile(dd_base, i0, D_V, 1, idx_m, fv, N, D_V)
+    row_max = tl.load(row_max_row + rows, mask=rows < N, other=0.0) if IDENTITY else 0.0
+    w = _weights_t(k, q, rows, cols, lo, hi, M, kpm_row, row_max, scale2, masked, IDENTITY, HAS_KPM, PRECISION)
+    grad_w = tl.dot(ve, tl.trans(d_num), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M)
     if DROPOUT:
-        keep = dropout_keep(seed, bh, rows, cols, N, M, drop_p)
-        grad_w_num = tl.where(keep, grad_w_num / (1.0 - drop_p), 0.0)
+        keep = tl.trans(dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK_M, BLOCK_N))
+        grad_w = tl.where(keep, grad_w / (1.0 - drop_p), 0.0)
         dropped = tl.where(keep, w / (1.0 - drop_p), 0.0)
     else:
         dropped = w
-    grad_w = grad_w_num + tl.dot(d_den.to(e.dtype), tl.trans(e), input_precision=PRECISION)
-    if IDENTITY:
-        grad_r = grad_w * w
-    else:
-        grad_r = grad_w * w * (1.0 - w)
-    return tl.where(allowed, grad_r, 0.0), w, dropped
+    grad_w = tl.dot(e, tl.trans(d_den), grad_w, input_precision=PRECISION)
+    grad_r = _score_grad(w, grad_w, IDENTITY)
+    grad_ve = tl.dot(dropped.to(d_num.dtype), d_num, grad_ve, input_precision=PRECISION)
+    grad_e = tl.dot(w.to(d_den.dtype), d_den, grad_e, input_precision=PRECISION)
+    grad_k = tl.dot(grad_r.to(q.dtype), q, grad_k, input_precision=PRECISION)
+    return grad_k, grad_ve, grad_e
 
 
-@triton.jit
-def tensorized_bwd_kv(Q, K, VE, E, KPM, BANDS, SEED, OUT, DEN, ROW_MAX, DO, DK, DVE, DE,
+@triton.jit(do_not_specialize=_SIZES)
+def tensorized_bwd_kv(Q, K, VE, E, KPM, BANDS, SEED, ROW_MAX, DN, DD, DK, DVE, DE,
                       sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, seb, seh, sen, sed,
-                      sob, soh, son, sod, sgb, sgh, sgn, sgd, H, N, M, D_K, D_V, scale, drop_p, threshold,
-                      HAS_KPM: tl.constexpr, IDENTITY: tl.constexpr, DROPOUT: tl.constexpr, FAST: tl.constexpr,
+                      H, N, M, D_K, D_V, num_tiles, scale, scale2, drop_p,
+                      HAS_KPM: tl.constexpr, IDENTITY: tl.constexpr, DROPOUT: tl.constexpr,
                       PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr):
-    """Grid ``(⌈M / BLOCK_N⌉, B·H)``: the gradients of one key tile (k, v⊙E, E), over the query tiles that see
-    it. DK, DVE, DE are contiguous ``(B, H, M, ·)``."""
-    j0 = tl.program_id(0) * BLOCK_N
-    bh = tl.program_id(1)
+    """``num_tiles · B · H`` programs: the gradients of one key tile (k, v⊙E, E) over the query tiles that see it.
+    DN, DD ``(B·H, N, D_V)`` and DK, DVE, DE ``(B·H, M, ·)`` are contiguous."""
+    tile, bh = program_tile(num_tiles)
+    j0 = tile * BLOCK_N
     b = bh // H
     h = bh % H
     lo = tl.load(BANDS + 2 * h)
     hi = tl.load(BANDS + 2 * h + 1)
-    cols = j0 + tl.arange(0, BLOCK_N)
+    idx_m = tl.arange(0, BLOCK_M)
+    idx_n = tl.arange(0, BLOCK_N)
     fk = tl.arange(0, BLOCK_DK)
     fv = tl.arange(0, BLOCK_DV)
-    in_keys = cols[:, None] < M
-    k, ve, e = _key_tiles(K, VE, E, b, h, cols, fk, fv, skb, skh, skn, skd, svb, svh, svn, svd, seb, seh, sen, sed,
-                          M, D_K, D_V)
+    cols = j0 + idx_n
+    k = load_tile(head_base(K, b, h, skb, skh), j0, skn, skd, idx_n, fk, M, D_K)
+    ve = load_tile(head_base(VE, b, h, svb, svh), j0, svn, svd, idx_n, fv, M, D_V)
+    e = load_tile(head_base(E, b, h, seb, seh), j0, sen, sed, idx_n, fv, M, D_V)
+    q_base = head_base(Q, b, h, sqb, sqh)
+    dn_base = DN + bh.to(tl.int64) * N * D_V
+    dd_base = DD + bh.to(tl.int64) * N * D_V
+    row_max_row = ROW_MAX + bh.to(tl.int64) * N
     kpm_row = KPM + b.to(tl.int64) * M
     seed = tl.load(SEED) if DROPOUT else 0
-    q_base = Q + b.to(tl.int64) * sqb + h * sqh
     grad_k = tl.zeros((BLOCK_N, BLOCK_DK), dtype=ACC)
     grad_ve = tl.zeros((BLOCK_N, BLOCK_DV), dtype=ACC)
     grad_e = tl.zeros((BLOCK_N, BLOCK_DV), dtype=ACC)
     start, end = query_range(j0, BLOCK_M, BLOCK_N, lo, hi, N, M)
+    if IDENTITY:
+        first, stop = end, end
+    else:  # query tiles wholly inside the band of this key tile
+        first, stop = aligned_run(start, end, j0 + BLOCK_N - 1 - hi, j0 - BLOCK_M + 1 - lo, BLOCK_M)
     for i0 in range(start, end, BLOCK_M):
-        rows = i0 + tl.arange(0, BLOCK_M)
-        q = tl.load(q_base + rows[:, None] * sqn + fk[None, :] * sqd,
-                    mask=(rows[:, None] < N) & (fk[None, :] < D_K), other=0.0)
-        row_max = tl.load(ROW_MAX + bh.to(tl.int64) * N + rows, mask=rows < N, other=0.0) if IDENTITY else 0.0
-        d_num, d_den = _output_grads(DO, OUT, DEN, b, h, bh, rows, fv, sgb, sgh, sgn, sgd, sob, soh, son, sod,
-                                     N, D_V, threshold)
-        grad_r, w, dropped = _score_grads(q, k, ve, e, d_num, d_den, rows, cols, lo, hi, M, kpm_row, row_max, seed,
-                                          bh, N, scale, drop_p, HAS_KPM, IDENTITY, DROPOUT, FAST, PRECISION)
-        grad_ve += tl.dot(tl.trans(dropped).to(ve.dtype), d_num.to(ve.dtype), input_precision=PRECISION)
-        grad_e += tl.dot(tl.trans(w).to(e.dtype), d_den.to(e.dtype), input_precision=PRECISION)
-        grad_k += tl.dot(tl.trans(grad_r).to(q.dtype), q, input_precision=PRECISION)
-    base = bh.to(tl.int64) * M
-    tl.store(DK + (base + cols[:, None]) * D_K + fk[None, :], (grad_k * scale).to(DK.dtype.element_ty),
-             mask=in_keys & (fk[None, :] < D_K))
-    tl.store(DVE + (base + cols[:, None]) * D_V + fv[None, :], grad_ve.to(DVE.dtype.element_ty),
-             mask=in_keys & (fv[None, :] < D_V))
-    tl.store(DE + (base + cols[:, None]) * D_V + fv[None, :], grad_e.to(DE.dtype.element_ty),
-             mask=in_keys & (fv[None, :] < D_V))
+        masked = (i0 < first) | (i0 >= stop) | (j0 + BLOCK_N > M)
+        grad_k, grad_ve, grad_e = _bwd_kv_tile(grad_k, grad_ve, grad_e, k, ve, e, q_base, dn_base, dd_base, i0, j0, cols,
+                                               idx_m, fk, fv, sqn, sqd, N, M, D_K, D_V, lo, hi, kpm_row, row_max_row,
+                                               seed, bh, scale2, drop_p, masked, IDENTITY, HAS_KPM, DROPOUT, PRECISION,
+                                               BLOCK_M, BLOCK_N)
+    key_base = bh.to(tl.int64) * M
+    store_tile(DK + key_base * D_K, j0, D_K, 1, idx_n, fk, M, D_K, (grad_k * scale).to(DK.dtype.element_ty))
+    store_tile(DVE + key_base * D_V, j0, D_V, 1, idx_n, fv, M, D_V, grad_ve.to(DVE.dtype.element_ty))
+    store_tile(DE + key_base * D_V, j0, D_V, 1, idx_n, fv, M, D_V, grad_e.to(DE.dtype.element_ty))
 
 
 @triton.jit
-def tensorized_bwd_q(Q, K, VE, E, KPM, BANDS, SEED, OUT, DEN, ROW_MAX, DO, DQ,
+def _bwd_q_tile(grad_q, q, d_num, d_den, k_base, ve_base, e_base, j0, rows, idx_n, fk, fv, skn, skd, svn, svd,
+                sen, sed, N, M, D_K, D_V, lo, hi, kpm_row, row_max, seed, bh, scale2, drop_p,
+                masked, IDENTITY: tl.constexpr, HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr,
+                PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One key tile's contribution to a query tile's ``dQ / scale``."""
+    cols = j0 + idx_n
+    k = load_tile(k_base, j0, skn, skd, idx_n, fk, M, D_K)
+    ve = load_tile(ve_base, j0, svn, svd, idx_n, fv, M, D_V)
+    e = load_tile(e_base, j0, sen, sed, idx_n, fv, M, D_V)
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale2
+    if IDENTITY:
+        allowed = _band_mask(rows, cols, lo, hi, M)
+        if HAS_KPM:
+            allowed = allowed & (tl.load(kpm_row + cols, mask=cols < M, other=1) == 0)[None, :]
+        w = tl.exp2(tl.where(allowed, s - row_max[:, None], float("-inf")))
+    else:
+        w = sigmoid_log2(s)
+        if masked:
+            w = tl.where(_band_mask(rows, cols, lo, hi, M), w, 0.0)
+        if HAS_KPM:
+            w = tl.where((tl.load(kpm_row + cols, mask=cols < M, other=1) == 0)[None, :], w, 0.0)
+    grad_w = tl.dot(d_num, tl.trans(ve), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N)
+    if DROPOUT:
+        grad_w = tl.where(dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK_M, BLOCK_N), grad_w / (1.0 - drop_p), 0.0)
+    grad_w = tl.dot(d_den, tl.trans(e), grad_w, input_precision=PRECISION)
+    grad_r = _score_grad(w, grad_w, IDENTITY)
+    return tl.dot(grad_r.to(k.dtype), k, grad_q, input_precision=PRECISION)
+
+
+@triton.jit(do_not_specialize=_SIZES)
+def tensorized_bwd_q(Q, K, VE, E, KPM, BANDS, SEED, ROW_MAX, DN, DD, DQ,
                      sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, seb, seh, sen, sed,
-                     sob, soh, son, sod, sgb, sgh, sgn, sgd, H, N, M, D_K, D_V, scale, drop_p, threshold,
-                     HAS_KPM: tl.constexpr, IDENTITY: tl.constexpr, DROPOUT: tl.constexpr, FAST: tl.constexpr,
+                     H, N, M, D_K, D_V, num_tiles, scale, scale2, drop_p,
+                     HAS_KPM: tl.constexpr, IDENTITY: tl.constexpr, DROPOUT: tl.constexpr,
                      PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr):
-    """Grid ``(⌈N / BLOCK_M⌉, B·H)``: the gradient of one query tile, over the key tiles it sees. DQ is
-    contiguous ``(B, H, N, D_K)``."""
-    i0 = tl.program_id(0) * BLOCK_M
-    bh = tl.program_id(1)
+    """``num_tiles · B · H`` programs: the gradient of one query tile over the key tiles it sees. DN, DD
+    ``(B·H, N, D_V)`` and DQ ``(B·H, N, D_K)`` are contiguous."""
+    tile, bh = program_tile(num_tiles)
+    i0 = tile * BLOCK_M
     b = bh // H
     h = bh % H
     lo = tl.load(BANDS + 2 * h)
     hi = tl.load(BANDS + 2 * h + 1)
-    rows = i0 + tl.arange(0, BLOCK_M)
+    idx_m = tl.arange(0, BLOCK_M)
+    idx_n = tl.arange(0, BLOCK_N)
     fk = tl.arange(0, BLOCK_DK)
     fv = tl.arange(0, BLOCK_DV)
-    in_rows = rows[:, None] < N
-    q = tl.load(Q + b.to(tl.int64) * sqb + h * sqh + rows[:, None] * sqn + fk[None, :] * sqd,
-                mask=in_rows & (fk[None, :] < D_K), other=0.0)
+    rows = i0 + idx_m
+    q = load_tile(head_base(Q, b, h, sqb, sqh), i0, sqn, sqd, idx_m, fk, N, D_K)
+    d_num = load_tile(DN + bh.to(tl.int64) * N * D_V, i0, D_V, 1, idx_m, fv, N, D_V)
+    d_den = load_tile(DD + bh.to(tl.int64) * N * D_V, i0, D_V, 1, idx_m, fv, N, D_V)
     row_max = tl.load(ROW_MAX + bh.to(tl.int64) * N + rows, mask=rows < N, other=0.0) if IDENTITY else 0.0
-    d_num, d_den = _output_grads(DO, OUT, DEN, b, h, bh, rows, fv, sgb, sgh, sgn, sgd, sob, soh, son, sod,
-                                 N, D_V, threshold)
+    k_base = head_base(K, b, h, skb, skh)
+    ve_base = head_base(VE, b, h, svb, svh)
+    e_base = head_base(E, b, h, seb, seh)
     kpm_row = KPM + b.to(tl.int64) * M
     seed = tl.load(SEED) if DROPOUT else 0
     grad_q = tl.zeros((BLOCK_M, BLOCK_DK), dtype=ACC)
     start, end = key_range(i0, BLOCK_M, BLOCK_N, lo, hi, N, M)
+    if IDENTITY:
+        first, stop = end, end
+    else:
+        first, stop = aligned_run(start, end, i0 + BLOCK_M - 1 + lo, i0 + hi - BLOCK_N + 1, BLOCK_N)
     for j0 in range(start, end, BLOCK_N):
-        cols = j0 + tl.arange(0, BLOCK_N)
-        k, ve, e = _key_tiles(K, VE, E, b, h, cols, fk, fv, skb, skh, skn, skd, svb, svh, svn, svd, seb, seh, sen, sed,
-                              M, D_K, D_V)
-        grad_r, _, _ = _score_grads(q, k, ve, e, d_num, d_den, rows, cols, lo, hi, M, kpm_row, row_max, seed, bh,
-                                    N, scale, drop_p, HAS_KPM, IDENTITY, DROPOUT, FAST, PRECISION)
-        grad_q += tl.dot(grad_r.to(k.dtype), k, input_precision=PRECISION)
-    tl.store(DQ + (bh.to(tl.int64) * N + rows[:, None]) * D_K + fk[None, :], (grad_q * scale).to(DQ.dtype.element_ty),
-             mask=in_rows & (fk[None, :] < D_K))
+        masked = (j0 < first) | (j0 >= stop) | (j0 + BLOCK_N > M)
+        grad_q = _bwd_q_tile(grad_q, q, d_num, d_den, k_base, ve_base, e_base, j0, rows, idx_n, fk, fv, skn, skd, svn,
+                             svd, sen, sed, N, M, D_K, D_V, lo, hi, kpm_row, row_max, seed, bh, scale2, drop_p,
+                             masked, IDENTITY, HAS_KPM, DROPOUT, PRECISION, BLOCK_M, BLOCK_N)
+    store_tile(DQ + bh.to(tl.int64) * N * D_K, i0, D_K, 1, idx_m, fk, N, D_K, (grad_q * scale).to(DQ.dtype.element_ty))

@@ -1,0 +1,514 @@
+"""Compile maskattn's Triton kernels for NVIDIA GPUs ahead of time, on a machine without one (docs/gpu.md,
+"Offline compile check").
+
+Triton's interpreter, which runs the kernels on the CPU in the tests, is lenient: it ignores unknown launch
+keywords, shared-memory limits and registers. This check sees what a GPU would:
+
+1. It drives the real launchers (:func:`.tensorized.tensorized_triton`, :func:`.dman.dman_triton`,
+   :func:`.band.band_triton`, forward and backward through autograd) on small CPU tensors inside
+   :func:`.runtime.recording` — the launchers choose tiles and constants as on a CUDA device of each architecture,
+   and :func:`.runtime.launch` records ``(kernel, grid, arguments)`` instead of launching. Configurations that the
+   registry declares unsupported on an architecture (:func:`.runtime.target_reason`) are never launched and are
+   listed as such.
+2. It binds each recorded launch as ``JITFunction.run`` does (``create_function_from_signature`` and
+   ``JITFunction._pack_args``: an unknown keyword is refused there, integer arguments are specialised) and
+   compiles it with ``triton.compile(ASTSource(...), target=GPUTarget("cuda", arch, 32))`` — no driver needed,
+   only the ``ptxas`` that the ``triton`` wheel bundles.
+3. It reports, per kernel × configuration × architecture: registers, spilled bytes, stack, shared memory against
+   the architecture's per-block limit, and ptxas's performance advisories (e.g. C7515, wgmma serialised); and fails
+   on a refused launch, a compile error, shared memory or registers over the limit, and — the kernels' performance
+   contract — spills in half precision at head dims up to 128 (none without options, at most 256 bytes with every
+   option on) or a wgmma serialisation advisory on sm_90.
+
+Run it in its own process (Triton reads ``TRITON_INTERPRET`` when the kernels are first decorated):
+``python -m maskattn.kernels.triton.compile_check --matrix ci --jobs 2``. It relies on Triton's binding
+internals as of Triton 3.x (``create_function_from_signature``, ``_pack_args``); a Triton without them is
+reported, not guessed at. ``--matrix`` (:data:`MATRICES`): ``smoke`` (the default test suite's few
+compilations), ``ci`` (float16 and bfloat16, head widths 64 / 128 / 256, options off and on: .ci/run), ``half``
+(every head width and option set) and ``full`` (also float32, IEEE and TF32): slow tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import itertools
+import json
+import math
+import os
+import re
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["Case", "Row", "MATRICES", "cases", "record", "compile_rows", "violations", "summary", "main"]
+
+#: per-architecture launch limits besides shared memory (64K 32-bit registers per block)
+REGISTERS_PER_BLOCK = 65536
+DTYPES = ("fp16", "bf16", "fp32", "tf32")
+#: spill budgets of the performance contract (bytes of spill stores), half precision, head dims <= 128
+SPILL_BUDGET_PLAIN = 0
+SPILL_BUDGET_OPTIONS = 256
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call of a launcher: ``family`` (``mtsa``, ``dman``, ``band``), head width, dtype name and options."""
+
+    family: str
+    head_dim: int
+    dtype: str
+    options: tuple[tuple[str, object], ...]
+
+    @property
+    def label(self) -> str:
+        opts = " ".join(k if v is True else f"{k}={v}" for k, v in self.options if v not in (False, None))
+        return f"d={self.head_dim} {self.dtype}" + (f" {opts}" if opts else "")
+
+    @property
+    def plain(self) -> bool:
+        return self.options == tuple(sorted(PLAIN[self.family].items()))
+
+
+@dataclass
+class Row:
+    """One compilation (or one launch refused or declared unsupported) and what ptxas said of it."""
+
+    kernel: str
+    case: str
+    arch: int
+    status: str  # ok | bound (not compiled) | refused | error | unsupported
+    plain: bool = False
+    dtype: str = ""
+    head_dim: int = 0
+    tiles: str = ""
+    warps: int = 0
+    stages: int = 0
+    registers: int = 0
+    spill: int = 0
+    stack: int = 0
+    smem: int = 0
+    smem_limit: int = 0
+    advisories: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    message: str = ""
+
+
+#: every family's options: the values each takes, and the plain (all off) choice
+OPTIONS: dict[str, dict[str, tuple[Any, ...]]] = {
+    "mtsa": dict(scale=("log_sigmoid", "identity"), kpm=(False, True), dropout=(False, True)),
+    "dman": dict(causal=(False, True), kpm=(False, True), floor=(False, True), dropout=(False, True)),
+    "band": dict(narrow=(False, True), logsig=(False, True), area=(1, 3), kpm=(False, True), dropout=(False, True)),
+}
+PLAIN: dict[str, dict[str, Any]] = {
+    "mtsa": dict(scale="log_sigmoid", kpm=False, dropout=False),
+    "dman": dict(causal=False, kpm=False, floor=False, dropout=False),
+    "band": dict(narrow=False, logsig=False, area=1, kpm=False, dropout=False),
+}
+ALL: dict[str, dict[str, Any]] = {
+    "mtsa": dict(scale="identity", kpm=True, dropout=True),
+    "dman": dict(causal=True, kpm=True, floor=True, dropout=True),
+    "band": dict(narrow=True, logsig=True, area=3, kpm=True, dropout=True),
+}
+
+
+def option_sets(family: str, which: str) -> list[dict[str, Any]]:
+    """``plain`` (all off), ``all`` (all on), ``both``, or ``each`` (both, and plain with one option changed)."""
+    sets = {"plain": [PLAIN[family]], "all": [ALL[family]], "both": [PLAIN[family], ALL[family]]}.get(which)
+    if sets is not None:
+        return [dict(s) for s in sets]
+    out = [PLAIN[family], ALL[family]]
+    out += [dict(PLAIN[family], **{key: value}) for key, values in OPTIONS[family].items() for value in values
+            if value != PLAIN[family][key]]
+    unique = {tuple(sorted(o.items())): o for o in out}
+    return list(unique.values())
+
+
+#: the matrices: (dtypes, head dims, option sets, architectures). ``smoke``: the default test suite's compilations
+#: (every kernel once, at the widest half-precision configuration, on the smallest and the largest shared memory);
+#: ``ci``: .ci/run's (half precision, head widths 64 / 128 / 256 — 16 and 32 take the 64 entries with narrower
+#: features —, options off and on); ``half`` and ``full``: every head width and option set (slow tests).
+MATRICES = {
+    "smoke": (("fp16",), (128,), "all", (86, 90)),
+    "ci": (("fp16", "bf16"), (64, 128, 256), "both", (80, 86, 90)),
+    "half": (("fp16", "bf16"), (16, 32, 64, 128, 256), "each", (80, 86, 90)),
+    "full": (("fp16", "bf16", "fp32", "tf32"), (16, 32, 64, 128, 256), "each", (80, 86, 90)),
+}
+
+
+def cases(matrix: str, families=("mtsa", "dman", "band")) -> list[Case]:
+    dtypes, dims, which, _ = MATRICES[matrix]
+    return [Case(family, d, dtype, tuple(sorted(options.items())))
+            for family in families for d in dims for dtype in dtypes for options in option_sets(family, which)]
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. the launches the launchers make
+# --------------------------------------------------------------------------------------------------
+
+def _torch_dtype(name: str):
+    import torch
+    return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "tf32": torch.float32}[name]
+
+
+@contextlib.contextmanager
+def _tf32(enabled: bool):
+    import torch
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+def _heads(B: int, n: int, H: int, d: int, dtype, grad: bool = True):
+    """``(B, H, n, d)`` as the attention layers make it: a ``(B, n, H, d)`` projection with the heads transposed."""
+    import torch
+    t = torch.randn(B, n, H, d).to(dtype).transpose(1, 2)
+    return t.requires_grad_() if grad else t
+
+
+def _padding(B: int, n: int):
+    import torch
+    kpm = torch.zeros(B, n, dtype=torch.bool)
+    kpm[-1, n - 7:] = True
+    return kpm
+
+
+def _call(case: Case, n: int) -> None:
+    """Run ``case``'s launcher forward and backward (inside :func:`.runtime.recording`: nothing launches)."""
+    import torch
+
+    from .band import band_triton
+    from .dman import dman_triton
+    from .tensorized import tensorized_triton
+    opts: dict[str, Any] = dict(case.options)
+    inputs: tuple[Any, ...]
+    dtype, d, B, H = _torch_dtype(case.dtype), case.head_dim, 2, 4
+    kpm = _padding(B, n) if opts["kpm"] else None
+    drop = 0.1 if opts["dropout"] else 0.0
+    with _tf32(case.dtype == "tf32"):
+        if case.family == "mtsa":
+            q, k, v, s2t = (_heads(B, n, H, d, dtype) for _ in range(4))
+            bands = [(math.inf, -1), (-1, math.inf), (math.inf, 0), (3, 3)]
+            out, _ = tensorized_triton(q, k, v, s2t, bands, kpm, scale=opts["scale"], dropout_p=drop)
+            inputs = (q, k, v, s2t)
+        elif case.family == "dman":
+            q, k, v = (_heads(B, n, H, d, dtype) for _ in range(3))
+            a = torch.randn(B, n, requires_grad=True)
+            table = torch.randn(2 * 128 + 1, requires_grad=True)
+            u = torch.randn(H, requires_grad=True)
+            out = dman_triton(q, k, v, a, table, u, causal=opts["causal"], key_padding_mask=kpm, q_offset=0,
+                              dropout_p=drop, mask_floor=1e-4 if opts["floor"] else None)
+            inputs = (q, k, v, a, table, u)
+        else:
+            q, k, v = (_heads(B, n, H, d, dtype) for _ in range(3))
+            width = 5 if opts["narrow"] else 64
+            area = opts["area"]
+            index = torch.zeros(H, area, dtype=torch.long) if area > 1 else None
+            valid = torch.ones(H, area, dtype=torch.bool) if area > 1 else None
+            out = band_triton(q, k, v, width, width, index, valid, kpm, d ** -0.5, opts["logsig"], drop)
+            inputs = (q, k, v)
+        torch.autograd.grad(out, inputs, torch.randn_like(out))
+
+
+def _kernel_names(family: str) -> tuple[str, ...]:
+    from . import band, dman, tensorized
+    return {"mtsa": tensorized.KERNELS, "dman": dman.KERNELS, "band": band.KERNELS}[family]
+
+
+def record(case: Case, arch: int, n: int = 256):
+    """``(launches, reason)``: the launches ``case`` makes on ``arch`` (a list of :class:`.runtime.Launch`), or
+    ``([], reason)`` when the registry declares the case unsupported there."""
+    from . import runtime
+    target = runtime.TARGETS[arch]
+    with runtime.assume_target(target):
+        reason = runtime.target_reason("cuda", case.head_dim, _kernel_names(case.family), _torch_dtype(case.dtype))
+    if reason:
+        return [], reason
+    with runtime.recording(target) as launches:
+        _call(case, n)
+    return list(launches), None
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. bind and compile as JITFunction.run would, without a driver
+# --------------------------------------------------------------------------------------------------
+
+def _bind(kernel, args, kwargs, arch: int):
+    """``(options, signature, constexprs, attrs)`` exactly as ``JITFunction.run`` derives them; raises what it
+    raises (``KeyError`` for a keyword the kernel does not take)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+    backend = make_backend(GPUTarget("cuda", arch, 32))
+    kwargs = dict(kwargs, debug=False, instrumentation_mode="", fpsan_homomorphic_casts=False)
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    bound, specialization, options = binder(*args, **kwargs)
+    return kernel._pack_args(backend, kwargs, bound, specialization, options)
+
+
+_PTXAS_REGISTERS = re.compile(r"Used (\d+) registers")
+_PTXAS_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_ADVICE = re.compile(r"\((C\d+)\) ([^\n]*)")
+
+
+def _describe(constexprs, kernel) -> str:
+    names = kernel.arg_names
+    blocks = {names[path[0]]: value for path, value in constexprs.items() if names[path[0]].startswith("BLOCK")}
+    m, n = blocks.get("BLOCK_M", blocks.get("BLOCK")), blocks.get("BLOCK_N", blocks.get("BLOCK"))
+    return f"{m}x{n} d{blocks.get('BLOCK_DK')}/{blocks.get('BLOCK_DV')}"
+
+
+@dataclass
+class _Job:
+    kernel: Any
+    case: Case
+    arch: int
+    signature: dict
+    constexprs: dict
+    attrs: dict
+    options: dict
+
+
+def _ptxas_verbose(ptx: str, arch: int) -> str:
+    """``ptxas -v`` on a kernel's PTX with the options Triton uses: its resource usage and advisories."""
+    import subprocess
+    import tempfile
+
+    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+    with tempfile.TemporaryDirectory() as folder:
+        source = os.path.join(folder, "kernel.ptx")
+        with open(source, "w") as f:
+            f.write(ptx)
+        done = subprocess.run([get_ptxas(arch).path, "-v", "--regAllocOptLevel=2",
+                               f"--gpu-name={sm_arch_from_capability(arch)}", source, "-o",
+                               os.path.join(folder, "kernel.cubin")], capture_output=True, text=True)
+        return done.stdout + done.stderr
+
+
+def _compile(job: _Job) -> Row:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from . import runtime
+    name = job.kernel.fn.__name__
+    row = Row(name, job.case.label, job.arch, "ok", job.case.plain, job.case.dtype, job.case.head_dim,
+              _describe(job.constexprs, job.kernel), job.options["num_warps"], job.options["num_stages"],
+              smem_limit=runtime.TARGETS[job.arch].smem)
+    triton.knobs.nvidia.dump_ptxas_log = True
+    log = io.StringIO()
+    started = time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(log):
+            compiled = triton.compile(ASTSource(job.kernel, job.signature, job.constexprs, job.attrs),
+                                      target=GPUTarget("cuda", job.arch, 32), options=job.options)
+    except Exception as error:  # every failure is a result row
+        row.status, row.message = "error", f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=4)}"
+        row.seconds = time.perf_counter() - started
+        return row
+    row.seconds = time.perf_counter() - started
+    text = log.getvalue()
+    if "Used" not in text:  # Triton's cache answered: no ptxas ran
+        text = _ptxas_verbose(compiled.asm["ptx"], job.arch)
+    registers, spill = _PTXAS_REGISTERS.search(text), _PTXAS_SPILL.search(text)
+    if registers is None or spill is None:
+        row.status, row.message = "error", "ptxas printed no resource usage (-v):\n" + text[-2000:]
+        return row
+    row.registers, row.stack, row.spill = int(registers.group(1)), int(spill.group(1)), int(spill.group(2))
+    row.smem = int(compiled.metadata.shared or 0)
+    row.advisories = sorted({f"{code}: {message.strip()[:120]}" for code, message in _PTXAS_ADVICE.findall(text)})
+    return row
+
+
+def _jobs(case_list: list[Case], archs, n: int, kernels=None) -> tuple[list[_Job], list[Row]]:
+    """The distinct compilations of ``case_list`` on ``archs`` and the rows of launches refused at binding or
+    declared unsupported."""
+    jobs: list[_Job] = []
+    rows: list[Row] = []
+    seen: set = set()
+    for case, arch in itertools.product(case_list, archs):
+        launches, reason = record(case, arch, n)
+        if reason:
+            rows.append(Row("*", case.label, arch, "unsupported", case.plain, case.dtype, case.head_dim,
+                            message=reason))
+            continue
+        for launch in launches:
+            name = launch.kernel.fn.__name__
+            if kernels and name not in kernels:
+                continue
+            try:
+                options, signature, constexprs, attrs = _bind(launch.kernel, launch.args, launch.kwargs, arch)
+            except Exception as error:  # a launch JITFunction.run would refuse before compiling
+                rows.append(Row(name, case.label, arch, "refused", case.plain, case.dtype, case.head_dim,
+                                message=f"{type(error).__name__}: {error}"))
+                continue
+            key = (name, arch, repr(sorted(signature.items())), repr(sorted(constexprs.items(), key=str)),
+                   repr(sorted(attrs.items(), key=str)), repr(sorted(options.__dict__.items())))
+            if key in seen:
+                continue
+            seen.add(key)
+            jobs.append(_Job(launch.kernel, case, arch, signature, constexprs, attrs, dict(options.__dict__)))
+    return jobs, rows
+
+
+_JOBS: list[_Job] = []
+
+
+def _compile_index(index: int) -> Row:
+    return _compile(_JOBS[index])
+
+
+def compile_rows(case_list: list[Case], archs, *, jobs: int = 1, n: int = 256, kernels=None, bind_only: bool = False,
+                 progress=None) -> list[Row]:
+    """Record, bind and compile ``case_list`` on ``archs`` (only the kernels named in ``kernels``, if given); one
+    :class:`Row` per distinct compilation, refused launch or unsupported case (``bind_only``: no compilation — a
+    row ``bound`` per distinct launch, which catches refused launches in seconds)."""
+    global _JOBS
+    work, rows = _jobs(case_list, archs, n, kernels)
+    if bind_only:
+        rows += [Row(job.kernel.fn.__name__, job.case.label, job.arch, "bound", job.case.plain, job.case.dtype,
+                     job.case.head_dim, _describe(job.constexprs, job.kernel), job.options["num_warps"],
+                     job.options["num_stages"]) for job in work]
+        rows.sort(key=lambda r: (r.kernel, r.arch, r.case))
+        return rows
+    _JOBS = work
+    with contextlib.ExitStack() as stack:
+        results: Iterable[Row]
+        if jobs <= 1:
+            results = map(_compile, work)
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+            pool = stack.enter_context(ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")))
+            results = pool.map(_compile_index, range(len(work)))
+        for i, row in enumerate(results):
+            rows.append(row)
+            if progress:
+                progress(i + 1, len(work), row)
+    rows.sort(key=lambda r: (r.kernel, r.arch, r.case))
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. the contract, and the report
+# --------------------------------------------------------------------------------------------------
+
+def violations(row: Row) -> list[str]:
+    """What is wrong with ``row`` (empty when nothing is): a refused launch, a compile error, shared memory or
+    registers over the limit, and, in half precision at head dims up to 128, spills (none without options, at most
+    256 bytes with them) or a wgmma serialisation advisory on sm_90."""
+    if row.status in ("refused", "error"):
+        return [f"{row.status}: {row.message.splitlines()[0] if row.message else ''}"]
+    if row.status in ("unsupported", "bound"):
+        return []
+    found = []
+    if row.smem > row.smem_limit:
+        found.append(f"shared memory {row.smem} B over the {row.smem_limit} B per-block limit of sm_{row.arch}")
+    if row.registers * row.warps * 32 > REGISTERS_PER_BLOCK:
+        found.append(f"{row.registers} registers × {row.warps * 32} threads over 64K per block")
+    if row.dtype in ("fp16", "bf16") and row.head_dim <= 128:
+        budget = SPILL_BUDGET_PLAIN if row.plain else SPILL_BUDGET_OPTIONS
+        if row.spill > budget:
+            found.append(f"{row.spill} bytes spilled (budget {budget})")
+        serialised = [a for a in row.advisories if a.startswith(("C7515", "C7512", "C7510", "C7509", "C7508"))]
+        if row.arch >= 90 and serialised:
+            found.append("wgmma serialised: " + "; ".join(serialised))
+    return found
+
+
+def summary(rows: list[Row]) -> str:
+    """Per architecture: compilations, refused launches, unsupported cases, errors, over shared memory, spilling,
+    the largest spill, rows with advisories, contract violations."""
+    lines = ["| arch | compiled (bound) | refused | unsupported | errors | over shared memory | spilling "
+             "| max spill (B) | with advisories | violations |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for arch in sorted({r.arch for r in rows}):
+        mine = [r for r in rows if r.arch == arch]
+        ok = [r for r in mine if r.status == "ok"]
+        bound = sum(r.status == "bound" for r in mine)
+        lines.append("| sm_{} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+            arch, f"{len(ok)}" + (f" ({bound})" if bound else ""), sum(r.status == "refused" for r in mine),
+            sum(r.status == "unsupported" for r in mine),
+            sum(r.status == "error" for r in mine), sum(r.smem > r.smem_limit for r in ok),
+            sum(r.spill > 0 for r in ok), max((r.spill for r in ok), default=0),
+            sum(bool(r.advisories) for r in ok), sum(bool(violations(r)) for r in mine)))
+    return "\n".join(lines)
+
+
+def table(rows: list[Row]) -> str:
+    """One Markdown line per row."""
+    lines = ["| kernel | case | arch | tiles | warps/stages | registers | spill (B) | smem (KB) | advisories | |",
+             "|---|---|---|---|---|---:|---:|---:|---|---|"]
+    for r in rows:
+        bad = violations(r)
+        if r.status in ("ok",):
+            lines.append(f"| {r.kernel} | {r.case} | sm_{r.arch} | {r.tiles} | {r.warps}/{r.stages} | {r.registers} | "
+                         f"{r.spill} | {r.smem / 1024:.1f} | {', '.join(a.split(':')[0] for a in r.advisories)} | "
+                         f"{'; '.join(bad)} |")
+        else:
+            lines.append(f"| {r.kernel} | {r.case} | sm_{r.arch} | | | | | | | {r.status}: "
+                         f"{(r.message.splitlines() or [''])[0][:160]} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m maskattn.kernels.triton.compile_check",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--matrix", choices=list(MATRICES), default="half")
+    parser.add_argument("--family", nargs="+", choices=list(OPTIONS), default=list(OPTIONS))
+    parser.add_argument("--archs", nargs="+", type=int, choices=[80, 86, 90], help="default: the matrix's")
+    parser.add_argument("--dims", nargs="+", type=int, help="head dims (default: the matrix's)")
+    parser.add_argument("--dtypes", nargs="+", choices=DTYPES, help="default: the matrix's")
+    parser.add_argument("--kernels", nargs="+", help="only these kernels")
+    parser.add_argument("--seq-len", type=int, default=256)
+    parser.add_argument("--jobs", type=int, default=1, help="compile in this many processes")
+    parser.add_argument("--bind-only", action="store_true", help="record and bind every launch, compile nothing")
+    parser.add_argument("--json", help="write every row here")
+    parser.add_argument("--markdown", help="write the summary and the table here")
+    args = parser.parse_args(argv)
+    os.environ.pop("TRITON_INTERPRET", None)
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, without its warning
+    from . import runtime
+    if runtime.interpreted():
+        parser.error("Triton's interpreter is on in this process (TRITON_INTERPRET=1 when the kernels were "
+                     "loaded): run the check in a fresh process")
+    dtypes, dims, which, archs = MATRICES[args.matrix]
+    case_list = [c for c in cases(args.matrix, tuple(args.family))
+                 if (args.dims is None or c.head_dim in args.dims) and (args.dtypes is None or c.dtype in args.dtypes)]
+    archs = tuple(args.archs or archs)
+    started = time.perf_counter()
+
+    def progress(i, total, row):
+        sys.stderr.write(f"\r[{i}/{total}] {time.perf_counter() - started:.0f} s  {row.kernel} sm_{row.arch} "
+                         f"{row.status}        ")
+        sys.stderr.flush()
+    try:
+        rows = compile_rows(case_list, archs, jobs=args.jobs, n=args.seq_len, kernels=args.kernels,
+                            bind_only=args.bind_only, progress=progress)
+    except ImportError as error:
+        print(f"error: the offline check needs Triton's binding internals ({error})", file=sys.stderr)
+        return 2
+    sys.stderr.write("\n")
+    report = summary(rows)
+    print(report)
+    bad = [(r, v) for r in rows for v in violations(r)]
+    for r, v in bad:
+        print(f"VIOLATION {r.kernel} [{r.case}] sm_{r.arch}: {v}")
+    print(f"{len(rows)} rows, {len(bad)} violations, {time.perf_counter() - started:.0f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([asdict(r) for r in rows], f, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(report + "\n\n" + table(rows) + "\n")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""The offline compile check (maskattn.kernels.triton.compile_check): every Triton kernel, in the configurations the
+launchers choose on CUDA, bound as ``JITFunction.run`` binds it and compiled for sm_80 / sm_86 / sm_90 with the
+ptxas that the triton wheel bundles — no GPU. Each check runs in a subprocess: Triton's interpreter, which the rest
+of the suite uses, must be off when the kernels are decorated.
+
+Default run: every launch of the ``ci`` matrix bound (refused keywords, specialisation) and the ``smoke`` matrix
+compiled (every kernel at its widest half-precision configuration on the smallest and the largest shared memory).
+.ci/run compiles the ``ci`` matrix; the slow tests compile ``half`` and ``full`` (docs/gpu.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from maskattn.kernels.triton import compile_check, runtime
+
+pytestmark = pytest.mark.skipif(not runtime.installed(), reason="needs the triton package")
+
+KERNELS = {"tensorized_fwd", "tensorized_bwd_kv", "tensorized_bwd_q", "dman_fwd", "dman_bwd_kv", "dman_bwd_q",
+           "band_fwd", "band_bwd_q", "band_bwd_kv"}
+
+
+def _check(tmp_path, *args: str, timeout: int = 1800) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    out = tmp_path / "rows.json"
+    done = subprocess.run([sys.executable, "-m", "maskattn.kernels.triton.compile_check", *args, "--json", str(out)],
+                          capture_output=True, text=True, env=env, timeout=timeout)
+    rows = json.loads(out.read_text()) if out.exists() else []
+    return done, rows
+
+
+def test_every_launch_binds_as_triton_would(tmp_path):
+    """No launch of the ``ci`` matrix is refused at binding (an unknown keyword such as the ``FAST`` that
+    ``band_fwd`` was passed without declaring it: the interpreter drops it, ``JITFunction.run`` raises)."""
+    done, rows = _check(tmp_path, "--matrix", "ci", "--bind-only")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    bound = [r for r in rows if r["status"] == "bound"]
+    assert {r["kernel"] for r in bound} == KERNELS
+    assert {r["arch"] for r in bound} == {80, 86, 90}
+    assert not [r for r in rows if r["status"] == "refused"]
+
+
+def test_the_check_catches_a_keyword_the_kernel_does_not_declare(tmp_path):
+    """The binding step is Triton's own: a launch with an undeclared keyword (the band kernel's old ``FAST``)
+    is refused, as on a GPU."""
+    script = textwrap.dedent("""
+        import math, torch
+        from maskattn.kernels.triton import compile_check as cc, runtime
+        from maskattn.kernels.triton.band import band_triton
+        q = torch.randn(1, 2, 64, 32, dtype=torch.float16)
+        with runtime.recording(runtime.TARGETS[80]) as launches:
+            band_triton(q, q, q, 3, 3, None, None, None, 0.2, False, 0.0)
+        launch = launches[0]
+        cc._bind(launch.kernel, launch.args, launch.kwargs, 80)  # as launched: binds
+        try:
+            cc._bind(launch.kernel, launch.args, dict(launch.kwargs, FAST=True), 80)
+        except KeyError as error:
+            assert "FAST" in str(error), error
+            print("refused")
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "refused", done.stderr[-3000:]
+
+
+def test_every_kernel_compiles_within_shared_memory_without_spilling(tmp_path):
+    """The smoke matrix: every kernel with every option on, float16, head dim 128, on sm_86 (99 KB of shared memory
+    per block, the least) and sm_90 (wgmma): compiled, within shared memory and registers, spills within budget, no
+    wgmma serialisation."""
+    done, rows = _check(tmp_path, "--matrix", "smoke", "--jobs", "2")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+    compiled = [r for r in rows if r["status"] == "ok"]
+    assert {(r["kernel"], r["arch"]) for r in compiled} == {(k, a) for k in KERNELS for a in (86, 90)}
+    for row in compiled:
+        assert 0 < row["smem"] <= row["smem_limit"], row
+        assert row["registers"] > 0 and row["spill"] <= compile_check.SPILL_BUDGET_OPTIONS, row
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("matrix", ["half", "full"])
+def test_whole_matrix_compiles_within_the_contract(tmp_path, matrix):
+    """Every head width and option set (``full``: also float32, IEEE and TF32 — minutes per kernel)."""
+    done, rows = _check(tmp_path, "--matrix", matrix, "--jobs", "2", timeout=6 * 3600)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    assert {r["kernel"] for r in rows if r["status"] == "ok"} == KERNELS
+
+
+def _row(**fields) -> compile_check.Row:
+    base = dict(kernel="tensorized_fwd", case="d=64 fp16", arch=90, status="ok", plain=True, dtype="fp16",
+                head_dim=64, warps=4, registers=128, smem=64 * 1024, smem_limit=227 * 1024)
+    return compile_check.Row(**{**base, **fields})
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"status": "refused", "message": "KeyError: 'Keyword argument FAST was specified but unrecognised'"}, "FAST"),
+    ({"status": "error", "message": "OutOfResources"}, "error"),
+    ({"smem": 232 * 1024}, "shared memory"),
+    ({"registers": 255, "warps": 16}, "registers"),
+    ({"spill": 8}, "spilled"),
+    ({"spill": 300, "plain": False}, "spilled"),
+    ({"advisories": ["C7515: Potential Performance Loss: wgmma.mma_async instructions are serialized"]}, "wgmma"),
+])
+def test_violations_name_what_breaks_the_contract(fields, words):
+    found = compile_check.violations(_row(**fields))
+    assert found and any(words in v for v in found), found
+
+
+@pytest.mark.parametrize("fields", [{}, {"spill": 200, "plain": False}, {"spill": 4000, "head_dim": 256},
+                                    {"spill": 4000, "dtype": "fp32"}, {"advisories": ["C7515: ..."], "arch": 80},
+                                    {"status": "unsupported", "message": "no tiles"}])
+def test_what_the_contract_allows(fields):
+    assert compile_check.violations(_row(**fields)) == []
