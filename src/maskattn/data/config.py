@@ -8,10 +8,11 @@ from typing import ClassVar
 from ..sections import Rule, at_least, check_section, in_range, one_of, optional, pair
 from ..errors import ConfigError
 from .parallel import OVERLONG
-from .readers import READERS
+from .readers import READERS, TOKENIZERS
 from .splits import HOLDOUTS
 from .subword import SUBWORD_TYPES
 from .tasks import SOURCES
+from .vectors import LOOKUPS
 
 __all__ = ["DataConfig"]
 
@@ -31,6 +32,18 @@ class DataConfig:
     ``subword_vocab`` pieces) is trained on both sides of the train split; training batches hold at most
     ``max_tokens`` padded tokens; ``max_len`` (default: ``model.max_len``) bounds a side in subwords and
     ``overlong`` says what happens to longer training pairs (``filter`` or ``truncate``).
+
+    Sentences are split into tokens by ``tokenizer``: ``whitespace`` (files already tokenised, such as TREC and
+    SST) or ``word_punct`` (runs of word characters and single punctuation marks, ``\\w+|[^\\w\\s]``: raw text
+    such as SNLI's, so that ``airplane.`` is ``airplane`` ``.``), lower-cased with ``lowercase``.
+
+    ``vectors``: a pretrained word-vector file in GloVe's text format (:mod:`maskattn.data.vectors`) for the
+    embeddings of ``sentence``, ``pair`` and ``tagger`` models, as wide as ``model.embed_dim``; ``vectors_lookup``
+    (``lowercase_fallback``: the token as written, else lower-cased — what an uncased file such as GloVe 6B needs,
+    whatever ``lowercase`` is; ``exact``); ``vectors_extend``: words of the dev and test splits that the train split
+    lacks but the file covers join the vocabulary with their vector, kept fixed (no training signal reaches them;
+    the MTSA authors keep every GloVe word outside the training vocabulary fixed the same way) — else they are
+    unknown tokens.
 
     Without a ``dev`` file, ``dev_fraction`` of the train split is held out as the dev split: ``dev_holdout``
     ``random`` (a sample seeded by ``split_seed``) or ``last`` (the end of the train file, in file order: e.g.
@@ -54,6 +67,9 @@ class DataConfig:
     max_vocab: int | None = None
     max_len: int | None = None
     vectors: str | None = None
+    vectors_lookup: str = "lowercase_fallback"
+    vectors_extend: bool = True
+    tokenizer: str = "whitespace"
     hf_name: str | None = None
     hf_config: str | None = None
     hf_data_files: dict | None = None
@@ -80,6 +96,9 @@ class DataConfig:
         "min_freq": at_least(1),
         "max_vocab": optional(at_least(1)),
         "max_len": optional(at_least(1)),
+        "vectors": optional(Rule(lambda v: isinstance(v, str) and bool(v.strip()), "the path of a vectors file")),
+        "vectors_lookup": one_of(*LOOKUPS),
+        "tokenizer": one_of(*TOKENIZERS),
         "pair_fields": optional(pair(Rule(lambda v: isinstance(v, str) and bool(v), "a field name"))),
         "order_sizes": Rule(lambda v: isinstance(v, list) and len(v) == 3 and all(at_least(1).accepts(x) for x in v),
                             "a list of three ints >= 1 (train, dev, test sizes)"),
@@ -92,9 +111,18 @@ class DataConfig:
 
     def __post_init__(self):
         check_section(self, "data", self.RULES)
+        if self.tokenizer != "whitespace" and self.format == "conll":
+            raise ConfigError(f"data.tokenizer {self.tokenizer!r} cannot apply to data.format 'conll' (one given token "
+                              "per line, each with its tag); use data.tokenizer=whitespace")
         if self.cv_folds and self.fold >= self.cv_folds:
             raise ConfigError(f"data.fold must be in [0, {self.cv_folds}) with data.cv_folds={self.cv_folds}, "
                               f"got {self.fold}")
         if self.cv_folds and self.dev_holdout == "last":
             raise ConfigError("data.dev_holdout 'last' takes the end of the train file, but with data.cv_folds the "
                               "training folds are a shuffled sample; use data.dev_holdout=random")
+
+    @property
+    def token_options(self) -> dict:
+        """How text becomes tokens, as the keywords of :func:`~maskattn.data.readers.tokenize` and of every reader:
+        the same in training, evaluation, prediction and plots."""
+        return {"lowercase": self.lowercase, "tokenizer": self.tokenizer}

@@ -19,13 +19,14 @@ This package reads checkpoints through :mod:`maskattn.checkpoint` and never impo
 from .decoding import Hypothesis, beam_search, greedy_decode, length_penalty_factor
 from ..device import resolve_device
 from .evaluation import evaluate_file, evaluate_translation
-from .loading import LoadedModel, ModelSettings, check_tokenizer, load_model, load_translator, subword_from_checkpoint
+from .loading import (LoadedModel, ModelSettings, check_tokenizer, fixed_rows_of, load_model, load_translator,
+                      subword_from_checkpoint)
 from .prediction import predict
 from .translator import Translator
 
 __all__ = [
     "load_model", "LoadedModel", "ModelSettings", "predict", "evaluate_file",
-    "load_translator", "Translator", "evaluate_translation", "subword_from_checkpoint",
+    "load_translator", "Translator", "evaluate_translation", "subword_from_checkpoint", "fixed_rows_of",
     "greedy_decode", "beam_search", "Hypothesis", "length_penalty_factor",
     "check_tokenizer", "resolve_device",
 ]

@@ -26,7 +26,7 @@ def evaluate_file(path: str | Path, data_file: str | Path, *, format: str | None
     fmt = format or loaded.config.data.format
     if fmt not in READERS:
         raise InputError(f"unknown format {fmt!r}; expected one of {', '.join(READERS)}")
-    examples = READERS[fmt](data_file, labels=loaded.labels.itos, lowercase=loaded.config.data.lowercase)
+    examples = READERS[fmt](data_file, labels=loaded.labels.itos, **loaded.config.data.token_options)
     items, truncated = loaded.encode(examples, loaded.labels)
     if truncated and on_truncate is not None:
         on_truncate([line for i in truncated if (line := examples[i].line) is not None], loaded.input_limit)

@@ -30,7 +30,7 @@ from ..models.pretrained import PretrainedClassifier, build_pretrained
 from ..device import resolve_device
 from .translator import Translator
 
-__all__ = ["ModelSettings", "LoadedModel", "load_model", "load_translator", "subword_from_checkpoint",
+__all__ = ["ModelSettings", "LoadedModel", "load_model", "load_translator", "subword_from_checkpoint", "fixed_rows_of",
            "check_tokenizer"]
 
 
@@ -106,7 +106,8 @@ def load_model(path: str | Path | Checkpoint, *, device: str = "cpu") -> LoadedM
         vocab = None
     else:
         vocab, tokenizer = Vocabulary(ckpt.vocab), None
-        model = build_model(settings.model, len(vocab), len(labels), pad_id=Vocabulary.pad_id)
+        model = build_model(settings.model, len(vocab), len(labels), pad_id=Vocabulary.pad_id,
+                            fixed_rows=fixed_rows_of(ckpt))
     load_weights(model, ckpt)
     return LoadedModel(model.to(resolve_device(device)).eval(), settings, vocab, labels, ckpt.step, tokenizer)
 
@@ -118,6 +119,16 @@ def check_tokenizer(ckpt: Checkpoint, tokenizer) -> None:
         raise CheckpointError(f"checkpoint {ckpt.path} was trained with another tokenizer than the one in "
                               f"model.pretrained {ckpt.config['model']['pretrained']!r} now; use the model folder "
                               "it was trained with")
+
+
+def fixed_rows_of(ckpt: Checkpoint) -> int:
+    """How many rows at the end of a classifier checkpoint's vocabulary are fixed word vectors (words of the
+    evaluation data that only the vectors file knew, ``data.vectors_extend``); 0 for checkpoints without."""
+    rows = ckpt.extra.get("fixed_rows", 0)
+    if isinstance(rows, bool) or not isinstance(rows, int) or not 0 <= rows < len(ckpt.vocab):
+        raise CheckpointError(f"checkpoint {ckpt.path} records {rows!r} fixed vocabulary rows for a vocabulary of "
+                              f"{len(ckpt.vocab)}; the file is not one maskattn wrote")
+    return rows
 
 
 def subword_from_checkpoint(ckpt: Checkpoint) -> SubwordModel:

@@ -32,7 +32,8 @@ PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"  # shipped inside 
 class OptimConfig:
     """Optimiser and schedule. ``name``: ``adam``, ``adamw``, ``adadelta`` (MTSA: lr 0.5), ``sgd``;
     ``weight_decay``: L2 penalty (coupled for adam/adadelta/sgd, decoupled for adamw), applied to every
-    parameter (``weight_decay_on: all``) or to weight matrices only (``matrices``: no biases, LayerNorm gains
+    parameter (``weight_decay_on: all``), to every parameter but the word embedding tables (``except_embeddings``)
+    or to weight matrices only (``matrices``: no biases, LayerNorm gains
     or other vectors); ``layer_decay`` ``d``: layer-wise learning rates for a pretrained encoder, ``lr · d^k``
     for the layer ``k`` below the classifier head (1 = off); ``schedule``:
     ``constant``, ``warmup`` (linear warm-up then constant), ``linear`` (linear warm-up, then linear decay to 0

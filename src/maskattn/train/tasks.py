@@ -33,7 +33,7 @@ from ..data.pretrained import tokenizer_fingerprint
 from ..data.subword import PAD_ID, SUBWORD_TYPES, SubwordModel
 from ..data.vocab import LabelSet, Vocabulary
 from ..errors import ArgumentError, CheckpointError, ConfigError
-from ..inference import Translator, check_tokenizer, subword_from_checkpoint
+from ..inference import Translator, check_tokenizer, fixed_rows_of, subword_from_checkpoint
 from ..device import check_memory
 from ..metrics import corpus_scores, evaluate, input_limit, item_length, pretrained_input_limit, summed_loss
 from ..models.factory import build_model
@@ -100,6 +100,17 @@ def truncation_notices(truncated: dict[str, int], limit: int, source: str) -> li
             f"{limit} tokens (the limit: {source}); set data.max_len to change it"]
 
 
+def coverage_note(coverage: dict) -> str:
+    """One line on what the vectors file covered (:func:`~maskattn.data.vectors.vector_coverage`)."""
+    fixed = coverage["fixed_eval_types"]
+    added = (f"; {fixed} word types of the dev / test splits that training lacks take their vectors, fixed "
+             "(data.vectors_extend)") if fixed else ""
+    return (f"vectors {coverage['file']}: {coverage['types_covered']:,} of {coverage['vocab_types']:,} training vocabulary "
+            f"types ({coverage['types_covered'] / max(1, coverage['vocab_types']):.1%}) and {coverage['token_share']:.1%} "
+            f"of the {coverage['train_tokens']:,} training tokens have a pretrained vector (lookup: "
+            f"{coverage['lookup']}){added}")
+
+
 def check_training_memory(model: nn.Module, items: list[dict], batch_size: int, device: torch.device) -> None:
     """Refuse (:class:`~maskattn.errors.MemoryLimitError`) a run whose largest training batch — ``batch_size``
     items as long as the longest train item — is estimated (:func:`~maskattn.models.memory.model_memory_bytes`)
@@ -135,10 +146,13 @@ class ClassificationTask:
         assert self.data.vocab is not None  # prepare_data builds one (only a tokenizer's data has none)
         self.vocab: Vocabulary = self.data.vocab
         self.sampler = BucketBatchSampler(self.data.train, cfg.train.batch_size, seed=cfg.train.seed)
+        self.fixed_rows = fixed_rows_of(checkpoint) if checkpoint else (
+            self.data.vectors.fixed if self.data.vectors else 0)
         self.model = build_model(cfg.model, len(self.vocab), len(self.data.labels), pad_id=Vocabulary.pad_id,
-                                 pretrained=self.data.vectors)
+                                 pretrained=self.data.vectors, fixed_rows=self.fixed_rows)
         self.notices = truncation_notices(self.data.truncated, limit,
                                           "data.max_len" if limit == cfg.data.max_len else "model.max_len")
+        self.notes = [coverage_note(self.data.coverage)] if self.data.coverage else []
         check_training_memory(self.model, self.data.train, cfg.train.batch_size, device)
 
     def loss_terms(self, indices: list[int]) -> int:
@@ -159,10 +173,12 @@ class ClassificationTask:
         return bool(getattr(self.data, split))
 
     def checkpoint_fields(self) -> dict:
-        return {"vocab": self.vocab.to_list(), "labels": self.data.labels.itos, "extra": {}}
+        return {"vocab": self.vocab.to_list(), "labels": self.data.labels.itos,
+                "extra": {"fixed_rows": self.fixed_rows} if self.fixed_rows else {}}
 
     def data_summary(self) -> dict:
-        return {}
+        """What the vectors file covered (empty without ``data.vectors``)."""
+        return {"vectors": self.data.coverage} if self.data.coverage else {}
 
 
 class PretrainedClassificationTask(ClassificationTask):
@@ -181,6 +197,9 @@ class PretrainedClassificationTask(ClassificationTask):
         if (cfg.data.format == "nli") != (cfg.model.type == "pair"):
             raise ConfigError(f"model.type {cfg.model.type!r} does not match data.format {cfg.data.format!r}: "
                               "sentence pairs (nli) need model.type=pair, single sentences model.type=sentence")
+        if cfg.data.vectors:
+            raise ConfigError(f"data.vectors {cfg.data.vectors!r}: a pretrained encoder (model.pretrained) brings its "
+                              "own embeddings; remove data.vectors")
         self.cfg, self.device = cfg, device
         self.label_smoothing = _label_smoothing(cfg, 0.0)
         encoder, self.tokenizer = load_pretrained_encoder(cfg.model, replay=checkpoint is not None)
@@ -228,6 +247,8 @@ class TranslationTask:
             raise ArgumentError("translation needs a dev split: set data.dev (file prefix, e.g. 'val')")
         if data.lowercase:
             raise ArgumentError("data.lowercase is not supported for translation (BLEU is computed on cased text)")
+        if data.vectors:
+            raise ArgumentError("data.vectors is not supported for translation (its embeddings are over subwords)")
         if data.subword not in SUBWORD_TYPES:
             raise ArgumentError(f"unknown data.subword {data.subword!r}; expected one of {', '.join(SUBWORD_TYPES)}")
         self.max_len = data.max_len or cfg.model.max_len
