@@ -91,7 +91,7 @@ def test_weight_average_is_evaluated_kept_and_resumed_exactly(tmp_path, monkeypa
 
     fit_killed_before_step(monkeypatch, tiny_config(data, tmp_path / "cut", **sections), 6)
     assert resume(tmp_path / "cut" / "last.safetensors") == {**summary, "out_dir": str(tmp_path / "cut"),
-                                                              "examples_per_s": ANY}
+                                                              "examples_per_s": ANY, "wall_s": ANY}
     with pytest.raises(ValueError, match=r"train.ema_decay must be in \[0, 1\).*got 1.0"):
         Trainer(tiny_config(data, tmp_path / "bad", train={"ema_decay": 1.0}))
 

@@ -47,7 +47,7 @@ from .progress import TrainProgress
 from .run_folder import RunFolder
 from .tasks import Task, build_task
 
-__all__ = ["Trainer", "resolve_device", "seed_everything"]
+__all__ = ["Trainer", "resolve_device", "seed_everything", "parameter_counts"]
 
 
 def seed_everything(seed: int) -> None:
@@ -115,6 +115,8 @@ class Trainer:
         if self.dist.is_main:
             for message in getattr(self.task, "notices", ()):
                 self._warn(message)
+            for message in getattr(self.task, "notes", ()):
+                self.console.print(escape(message), highlight=False, soft_wrap=True)
         if train_config.metric not in self.task.metrics:
             raise ConfigError(f"train.metric {train_config.metric!r} is not computed for model.type {cfg.model.type!r}; "
                              f"expected one of {', '.join(self.task.metrics)}")
@@ -123,6 +125,8 @@ class Trainer:
         self.optimizer = build_optimizer(cfg.optim, self.model)
         self.scheduler = build_scheduler(cfg.optim, self.optimizer, self.total_steps())
         self.step, self.epoch, self.position = 0, 0, 0
+        self._elapsed_before = 0.0  # seconds of the run's earlier sessions (a resumed run)
+        self._start: float | None = None  # when this session's loop began
         self.best_metric: float | None = None
         self.best_step: int | None = None
         self.bad_evals = 0
@@ -181,6 +185,7 @@ class Trainer:
         optimizer_from_flat(self.optimizer, ckpt.extra_tensors, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step, self.epoch, self.position = ckpt.step, state["epoch"], state["position"]
+        self._elapsed_before = float(state.get("elapsed_s", 0.0))  # absent in checkpoints before 0.2.1
         self.best_metric, self.best_step, self.bad_evals = state["best_metric"], state["best_step"], state["bad_evals"]
         restore_rng(ckpt.extra_tensors, state["rng"])
         if self.ema is not None:
@@ -201,7 +206,8 @@ class Trainer:
             optim_tensors, optim_meta = optimizer_to_flat(self.optimizer)
             trainer = {"epoch": self.epoch, "position": self.position, "best_metric": self.best_metric,
                        "best_step": self.best_step, "bad_evals": self.bad_evals, "rng": rng_state,
-                       "optimizer": optim_meta, "scheduler": self.scheduler.state_dict()}
+                       "optimizer": optim_meta, "scheduler": self.scheduler.state_dict(),
+                       "elapsed_s": self._elapsed()}
             extra = {**rng_tensors, **optim_tensors}
             if self.ema is not None:
                 extra.update({f"ema.{k}": v.detach().cpu().contiguous() for k, v in self.ema.state_dict().items()})
@@ -278,7 +284,10 @@ class Trainer:
         return bool(train_config.patience) and self.bad_evals >= train_config.patience
 
     def _elapsed(self) -> float:
-        return round(time.perf_counter() - self._start, 3)
+        """Seconds of training so far, earlier sessions of a resumed run included (the work between a run's last
+        checkpoint and its interruption is redone, and counted, once)."""
+        now = time.perf_counter() - self._start if self._start is not None else 0.0
+        return round(self._elapsed_before + now, 3)
 
     # --- the loop ---------------------------------------------------------------------------------------
 
@@ -356,7 +365,9 @@ class Trainer:
         if best.exists():
             load_weights(self.eval_model, load_checkpoint(best))
         summary: dict[str, object] = {"best_dev": self.best_metric, "best_step": self.best_step, "steps": self.step,
-                   "metric": self.cfg.train.metric, "out_dir": str(self.out_dir)}
+                   "epochs": round(self.epoch + self.position / max(1, len(self.sampler)), 3),
+                   "metric": self.cfg.train.metric, "out_dir": str(self.out_dir),
+                   "parameters": parameter_counts(self.model)}
         if self._train_seconds > 0:  # this session's training steps (evaluation time excluded)
             summary[f"{self.task.unit}_per_s"] = round(self._train_units / self._train_seconds, 1)
         if self.task.data_summary():
@@ -366,7 +377,18 @@ class Trainer:
             summary["test"] = test
             self.logger.log(step=self.best_step or self.step, epoch=self.epoch, split="test", **test,
                             elapsed_s=self._elapsed())
+        summary["wall_s"] = self._elapsed()
         return summary
+
+
+def parameter_counts(model: nn.Module) -> dict[str, int]:
+    """Parameters of ``model``: ``total``, ``trainable``, and ``without_embeddings`` — everything but the word
+    embedding tables (what MTSA Table 1's |θ| counts)."""
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    params = list(model.parameters())
+    return {"total": sum(p.numel() for p in params),
+            "trainable": sum(p.numel() for p in params if p.requires_grad),
+            "without_embeddings": sum(p.numel() for p in params if id(p) not in embeddings)}
 
 
 def build_ema(model: nn.Module, decay: float) -> AveragedModel | None:
