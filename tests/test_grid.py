@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import statistics
+from pathlib import Path
 
 import pytest
 import yaml
@@ -52,6 +53,24 @@ def test_runs_are_variants_times_values_times_seeds(tmp_path):
     assert (mha.model.encoder, mha.model.positional, mha.optim.lr, mha.train.seed) == ("mha", "sinusoidal", 0.001, 0)
     assert mha.train.out_dir == str(tmp_path / "grid" / "mha,lr=0.001" / "seed0")
     assert not (tmp_path / "grid").exists()  # defining writes nothing
+
+
+def test_variants_come_from_a_file_too(tmp_path):
+    data = write_sentiment(tmp_path)
+    path = tmp_path / "models.yaml"
+    path.write_text("mtsa: {model.encoder: mtsa}\nbilstm: {model.encoder: bilstm, model.encoder_options: {hidden: 8}}\n")
+    every = define_grid(tmp_path / "g", overrides=[f"data.dir={data}", *TINY], variants_file=path)
+    assert [r.name for r in every.runs] == ["mtsa/run", "bilstm/run"]
+    assert every.config(every.runs[1]).model.encoder_options == {"hidden": 8}
+    picked = define_grid(tmp_path / "g", overrides=[f"data.dir={data}", *TINY], variants_file=path,
+                         variants=["bilstm", "mha={model.encoder: mha}"])
+    assert [r.cell for r in picked.runs] == ["bilstm", "mha"]
+    with pytest.raises(ConfigError, match=r"variant 'gru'.*or one of the variants of .*models.yaml: mtsa, bilstm"):
+        define_grid(tmp_path / "g", overrides=[f"data.dir={data}"], variants_file=path, variants=["gru"])
+    shipped = define_grid(tmp_path / "g", preset="trec", overrides=[f"data.dir={data}"],
+                          variants_file=Path(__file__).resolve().parents[1] / "benchmarks" / "grids"
+                          / "sentence_models.yaml")
+    assert {r.cell for r in shipped.runs} >= {"mtsa", "mha", "cnn_rand", "cnn_static", "cnn_nonstatic"}
 
 
 @pytest.mark.parametrize("override, message", [

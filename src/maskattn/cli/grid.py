@@ -19,14 +19,15 @@ app.add_typer(grid_app, name="grid")
 
 
 def _grid(out: Path, config: Path | None, preset: str | None, data: Path | None, overrides: list[str] | None,
-          variants: list[str] | None, seeds: str | None):
+          variants: list[str] | None, variants_file: Path | None, seeds: str | None):
     """The grid these options define in ``out``, or with none of them the grid already there."""
     from ..train.grid import define_grid, load_grid
 
     items = ([f"data.dir={data}"] if data is not None else []) + list(overrides or [])
-    if config is None and preset is None and not items and not variants and seeds is None:
+    if config is None and preset is None and not items and not variants and variants_file is None and seeds is None:
         return load_grid(out)
-    return define_grid(out, preset=preset, config=config, overrides=items, variants=list(variants or []), seeds=seeds)
+    return define_grid(out, preset=preset, config=config, overrides=items, variants=list(variants or []),
+                       variants_file=variants_file, seeds=seeds)
 
 
 OUT = typer.Option(..., "--out", "-o", help="the grid folder: grid.json and one folder per run")
@@ -35,15 +36,17 @@ PRESET = typer.Option(None, "--preset", "-p", help="a preset shipped with maskat
 DATA = typer.Option(None, "--data", help="dataset folder (sets data.dir)")
 OVERRIDES = typer.Option(None, "--set", "-s", help="section.key=value, or several values section.key=a,b,c / "
                          "range(start,stop[,step]): one cell each (repeatable; quote a value that holds a comma)")
-VARIANTS = typer.Option(None, "--variant", help="a named row of several settings: NAME={section.key: value, ...} "
-                        "(repeatable)")
+VARIANTS = typer.Option(None, "--variant", help="a named row of several settings: NAME={section.key: value, ...}, "
+                        "or NAME of a variant in --variants (repeatable)")
+VARIANTS_FILE = typer.Option(None, "--variants", help="YAML file of named variants (name: {section.key: value}); "
+                             "all of them unless --variant NAME picks some")
 SEEDS = typer.Option(None, "--seeds", help="train.seed values: 0-4, 0,2,5 (every cell is run with each)")
 
 
 @grid_app.command("run")
 def run(out: Path = OUT, config: Path = CONFIG, preset: str = PRESET, data: Path = DATA,
-        overrides: list[str] = OVERRIDES, variants: list[str] = VARIANTS, seeds: str = SEEDS,
-        jobs: int = typer.Option(1, "--jobs", "-j", help="runs at a time"),
+        overrides: list[str] = OVERRIDES, variants: list[str] = VARIANTS, variants_file: Path = VARIANTS_FILE,
+        seeds: str = SEEDS, jobs: int = typer.Option(1, "--jobs", "-j", help="runs at a time"),
         threads: int = typer.Option(None, "--threads", help="intra-op threads per run (default: the CPUs / --jobs)"),
         dry_run: bool = typer.Option(False, "--dry-run", help="check every run's configuration, list the runs, "
                                      "train none")):
@@ -58,7 +61,7 @@ def run(out: Path = OUT, config: Path = CONFIG, preset: str = PRESET, data: Path
     console = Console()
     sigterm_as_interrupt()
     with user_errors(), interrupt_exits():
-        grid = _grid(out, config, preset, data, overrides, variants, seeds)
+        grid = _grid(out, config, preset, data, overrides, variants, variants_file, seeds)
         if dry_run:
             for grid_run in grid.runs:
                 console.print(f"{escape(grid_run.name)}: {escape(' '.join(grid_run.overrides) or '(base settings)')}",
@@ -77,8 +80,8 @@ def run(out: Path = OUT, config: Path = CONFIG, preset: str = PRESET, data: Path
 
 @grid_app.command("cost")
 def cost(out: Path = OUT, config: Path = CONFIG, preset: str = PRESET, data: Path = DATA,
-         overrides: list[str] = OVERRIDES, variants: list[str] = VARIANTS, seeds: str = SEEDS,
-         steps: int = typer.Option(20, "--steps", help="timed training steps per cell and round"),
+         overrides: list[str] = OVERRIDES, variants: list[str] = VARIANTS, variants_file: Path = VARIANTS_FILE,
+         seeds: str = SEEDS, steps: int = typer.Option(20, "--steps", help="timed training steps per cell and round"),
          warmup: int = typer.Option(2, "--warmup", help="untimed training steps per cell first"),
          rounds: int = typer.Option(3, "--rounds", help="rounds (every cell timed once per round)"),
          memory_batch: int = typer.Option(64, "--memory-batch", help="inputs of the synthetic memory batch"),
@@ -97,7 +100,7 @@ def cost(out: Path = OUT, config: Path = CONFIG, preset: str = PRESET, data: Pat
 
     console = Console()
     with user_errors(), interrupt_exits():
-        grid = _grid(out, config, preset, data, overrides, variants, seeds)
+        grid = _grid(out, config, preset, data, overrides, variants, variants_file, seeds)
         if threads < 1:
             raise ArgumentError(f"--threads must be an int >= 1, got {threads}")
         torch.set_num_threads(threads)

@@ -26,13 +26,14 @@ from collections.abc import Callable
 
 import torch
 
-from ..bench.measure import machine_info, peak_memory_bytes
+from ..bench.measure import machine_info, peak_memory_bytes, synchronize
 from ..data.batching import collate
 from ..device import resolve_device
 from ..errors import ArgumentError
 from ..metrics import summed_loss
 from .grid import Grid, GridRun
 from .grid_table import COST_FILE
+from .acceleration import autocast_dtype
 from .optim import build_optimizer
 from .resumable import write_json
 from .tasks import Task, build_task
@@ -52,20 +53,30 @@ class _Cell:
         self.task: Task = build_task(self.cfg, self.device)
         self.model = self.task.model.to(self.device)
         self.optimizer = build_optimizer(self.cfg.optim, self.model)
+        self.amp_dtype = autocast_dtype(self.cfg.train.amp, self.device)
+        self.scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
 
     def train_steps(self, batches: list[list[int]]) -> int:
-        """The trainer's step on each batch (:meth:`Trainer._train_step` without its bookkeeping); returns the
-        throughput units (examples or target tokens)."""
+        """The trainer's step on each batch (:meth:`Trainer._train_step` without its bookkeeping: mixed precision,
+        loss, backward, clipping, optimiser step); returns the throughput units (examples or target tokens)."""
         self.model.train()
         units = 0
         for indices in batches:
-            loss = self.task.loss_sum(self.model, indices) / self.task.loss_terms(indices)
+            with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+                loss = self.task.loss_sum(self.model, indices) / self.task.loss_terms(indices)
             self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            (self.scaler.scale(loss) if self.scaler else loss).backward()
+            if self.scaler:
+                self.scaler.unscale_(self.optimizer)
             if self.cfg.optim.clip_norm > 0:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.clip_norm)
-            self.optimizer.step()
+            if self.scaler:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
             units += self.task.throughput_units(indices)
+        synchronize(self.device)
         return units
 
     def memory_step(self, batch: int, length: int) -> Callable[[], None]:
@@ -119,7 +130,7 @@ def measure_costs(grid: Grid, *, steps: int = 20, warmup: int = 2, rounds: int =
         timed[cell.run.cell] = batches[warmup:warmup + steps]
         results[cell.run.cell] = {"run": cell.run.name, "parameters": parameter_counts(cell.model),
                                   "batches_per_epoch": len(cell.task.sampler), "timed_steps": len(timed[cell.run.cell]),
-                                  "step_s": [], "inference_s_rounds": []}
+                                  "step_s": [], "units_per_s_rounds": [], "inference_s_rounds": []}
     for round_ in range(rounds):
         for cell in cells:
             result = results[cell.run.cell]
@@ -128,7 +139,7 @@ def measure_costs(grid: Grid, *, steps: int = 20, warmup: int = 2, rounds: int =
             units = cell.train_steps(batches)
             seconds = time.perf_counter() - start
             result["step_s"].append(seconds / len(batches))
-            result[f"{cell.task.unit}_per_s"] = units / seconds
+            result["units_per_s_rounds"].append(units / seconds)
             if inference and cell.task.has_split("test"):
                 start = time.perf_counter()
                 cell.task.evaluate(cell.model, "test")
@@ -137,13 +148,15 @@ def measure_costs(grid: Grid, *, steps: int = 20, warmup: int = 2, rounds: int =
     for cell in cells:
         result = results[cell.run.cell]
         result["epoch_s"] = statistics.median(result["step_s"]) * result["batches_per_epoch"]
+        result[f"{cell.task.unit}_per_s"] = statistics.median(result["units_per_s_rounds"])
         if result["inference_s_rounds"]:
             result["inference_s"] = statistics.median(result["inference_s_rounds"])
         result["peak_memory_bytes"] = peak_memory_bytes(cell.memory_step(memory_batch, memory_length), cell.device)
     report = {"machine": machine_info(cells[0].device),
               "settings": {"steps": steps, "warmup": warmup, "rounds": rounds, "memory_batch": memory_batch,
                            "memory_length": memory_length, "extra": list(extra or []),
-                           "batch_size": cells[0].cfg.train.batch_size,
+                           "batch": (f"batches of at most {cells[0].cfg.data.max_tokens} tokens"
+                                     if cells[0].cfg.model.type == "seq2seq" else f"batch {cells[0].cfg.train.batch_size}"),
                            "eval_batch_size": cells[0].cfg.train.eval_batch_size},
               "cells": results}
     write_json(grid.folder / COST_FILE, report)
@@ -151,17 +164,21 @@ def measure_costs(grid: Grid, *, steps: int = 20, warmup: int = 2, rounds: int =
 
 
 def cost_table(report: dict) -> str:
-    """The Markdown table of a :func:`measure_costs` report."""
+    """The Markdown table of a :func:`measure_costs` report (training speed also relative to the first cell)."""
     settings = report["settings"]
-    lines = ["| cell | parameters (without embeddings) | training time / epoch | training units/s | inference (test "
-             "set) | peak memory (training step) |", "|---|---:|---:|---:|---:|---:|"]
-    for cell, result in report["cells"].items():
-        speed = next((f"{v:,.0f} {k.removesuffix('_per_s')}/s" for k, v in result.items() if k.endswith("_per_s")), "–")
+    cells = report["cells"]
+    speeds = {cell: next((v, k.removesuffix("_per_s")) for k, v in result.items()
+                         if k.endswith("_per_s") and k != "units_per_s_rounds") for cell, result in cells.items()}
+    first = next(iter(speeds.values()))[0]
+    lines = ["| cell | parameters (without embeddings) | training time / epoch | training speed (× the first row) | "
+             "inference (test set) | peak memory (training step) |", "|---|---:|---:|---:|---:|---:|"]
+    for cell, result in cells.items():
+        speed, unit = speeds[cell]
         lines.append(f"| {cell or '(base)'} | {result['parameters']['without_embeddings'] / 1e6:.2f} M | "
-                     f"{result['epoch_s']:,.0f} s | {speed} | "
+                     f"{result['epoch_s']:,.0f} s | {speed:,.0f} {unit}/s ({speed / first:.2f}) | "
                      + (f"{result['inference_s']:,.1f} s" if "inference_s" in result else "–")
                      + f" | {result['peak_memory_bytes'] / 2**20:,.0f} MB |")
-    lines += ["", f"Training: batch {settings['batch_size']}, the median of {settings['rounds']} rounds of "
+    lines += ["", f"Training: {settings['batch']}, the median of {settings['rounds']} rounds of "
                   f"{settings['steps']} steps (after {settings['warmup']} untimed) × the batches of an epoch; inference: "
                   f"one pass over the test split, batch {settings['eval_batch_size']}; memory: one training step on "
                   f"{settings['memory_batch']} inputs of {settings['memory_length']} tokens; "

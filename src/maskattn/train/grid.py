@@ -4,7 +4,7 @@ A grid is a base configuration (a preset or a YAML file) and ``section.key=value
 list several values in Hydra's multirun spelling: ``model.encoder=mtsa,mha`` (values split at commas outside
 brackets and quotes: ``'csan2d x3, mha x3'`` is one value), ``optim.lr=range(1,4)`` (Hydra's ``range(start, stop[,
 step])``). Named variants bundle several settings into one row (``mha={model.encoder: mha, model.positional:
-sinusoidal}``), and seeds (``0-4``, ``0,2``) repeat every cell. The runs are the product variants × swept values ×
+sinusoidal}``; or a file of them, ``--variants``), and seeds (``0-4``, ``0,2``) repeat every cell. The runs are the product variants × swept values ×
 seeds (× ``data.fold`` values, the other replicate axis).
 
 Every run has its own folder, ``<grid>/<cell>/seed<k>`` (``-fold<f>`` when folds are swept), and is run to its end
@@ -36,6 +36,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import ConfigError, MaskattnError
+from ..data.text import read_text
 from .config import RunConfig, load_config, preset_path
 from .resumable import read_summary, write_json
 
@@ -182,6 +183,11 @@ def _short_names(keys: Sequence[str]) -> dict[str, str]:
     return {key: (short if last.count(short) == 1 else key) for key, short in zip(keys, last)}
 
 
+def _unquoted(value: str) -> str:
+    """A value as a name shows it: without the quotes that kept its commas together."""
+    return value[1:-1] if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"" else value
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=+,-]+", "_", text).strip("_")[:80] or "_"
 
@@ -195,31 +201,60 @@ def _parse_override(item: str) -> tuple[str, str]:
     return key.strip(), value
 
 
-def _parse_variant(item: str) -> tuple[str, list[str]]:
-    """``name={section.key: value, ...}`` → (name, overrides)."""
-    name, _, mapping = item.partition("=")
-    if not re.fullmatch(r"[A-Za-z0-9._+-]+", name.strip()):
-        raise ConfigError(f"variant {item!r}: expected NAME={{section.key: value, ...}} with a name of letters, digits, "
-                          "'.', '_', '+', '-'")
-    try:
-        settings = yaml.safe_load(mapping) if mapping.strip() else {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"variant {item!r}: the settings are not valid YAML ({getattr(exc, 'problem', exc)})") \
-            from None
+def _variant_settings(name: str, settings, where: str) -> tuple[str, list[str]]:
+    """(name, overrides) of a variant whose settings are a mapping ``{section.key: value, ...}``."""
+    if not re.fullmatch(r"[A-Za-z0-9._+-]+", name):
+        raise ConfigError(f"{where}: a variant's name is made of letters, digits, '.', '_', '+', '-'; got {name!r}")
     if not isinstance(settings, dict) or not all(isinstance(k, str) for k in settings):
-        raise ConfigError(f"variant {item!r}: expected NAME={{section.key: value, ...}} (a YAML mapping)")
+        raise ConfigError(f"{where}: expected the settings of variant {name!r} as a mapping {{section.key: value, ...}}")
     overrides = [f"{key}={json.dumps(value)}" for key, value in settings.items()]
     for override in overrides:
         _parse_override(override)
-    return name.strip(), overrides
+    return name, overrides
+
+
+def _parse_variants(items: Sequence[str], path: str | Path | None) -> list[tuple[str, list[str]]]:
+    """``--variant`` items — ``NAME={section.key: value, ...}``, or ``NAME`` alone for a variant of the
+    ``--variants`` file — and that file (a YAML mapping of names to settings; all of it when no ``NAME`` is given)."""
+    known: dict = {}
+    if path is not None:
+        try:
+            known = yaml.safe_load(read_text(path, "variants file")) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"variants file {path}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+        if not isinstance(known, dict):
+            raise ConfigError(f"variants file {path} must hold a mapping of variant names to settings")
+    variants = []
+    for item in items:
+        name, equals, mapping = item.partition("=")
+        if equals:
+            try:
+                settings = yaml.safe_load(mapping) if mapping.strip() else {}
+            except yaml.YAMLError as exc:
+                raise ConfigError(f"variant {item!r}: the settings are not valid YAML "
+                                  f"({getattr(exc, 'problem', None) or exc})") from None
+            variants.append(_variant_settings(name.strip(), settings, f"variant {item!r}"))
+        elif name.strip() in known:
+            variants.append(_variant_settings(name.strip(), known[name.strip()], f"variants file {path}"))
+        else:
+            raise ConfigError(f"variant {item!r}: expected NAME={{section.key: value, ...}}"
+                              + (f", or one of the variants of {path}: {', '.join(map(str, known))}" if path else
+                                 ", or a NAME defined in a --variants file"))
+    if not items:
+        variants = [_variant_settings(str(name), settings, f"variants file {path}") for name, settings in known.items()]
+    names = [name for name, _ in variants]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"two variants share a name: {names}")
+    return variants
 
 
 def define_grid(folder: str | Path, *, preset: str | None = None, config: str | Path | None = None,
-                overrides: Sequence[str] = (), variants: Sequence[str] = (), seeds: str | None = None,
-                cwd: str | Path | None = None) -> Grid:
+                overrides: Sequence[str] = (), variants: Sequence[str] = (), variants_file: str | Path | None = None,
+                seeds: str | None = None, cwd: str | Path | None = None) -> Grid:
     """The grid of these settings in ``folder`` (module docstring), with every run's configuration checked
-    (:func:`check_runs`). An existing grid in ``folder`` gains the runs it lacks; one with another base or other
-    fixed overrides is refused."""
+    (:func:`check_runs`). ``variants``: ``NAME={section.key: value, ...}``, or ``NAME`` of a variant of
+    ``variants_file`` (a YAML mapping of names to settings; all of them when ``variants`` is empty). An existing grid
+    in ``folder`` gains the runs it lacks; one with another base or other fixed overrides is refused."""
     if preset and config:
         raise ConfigError("give either --config or --preset, not both")
     folder = Path(folder)
@@ -241,9 +276,7 @@ def define_grid(folder: str | Path, *, preset: str | None = None, config: str | 
         if any(k == "train.seed" for k, _ in swept) or any(f.startswith("train.seed=") for f in fixed):
             raise ConfigError("give the seeds either with --seeds or with --set train.seed=..., not both")
         swept.append(("train.seed", [str(s) for s in parse_seeds(seeds)]))
-    named = [_parse_variant(v) for v in variants]
-    if len({name for name, _ in named}) != len(named):
-        raise ConfigError(f"two variants share a name: {[name for name, _ in named]}")
+    named = _parse_variants(variants, variants_file)
     grid = Grid(folder, base, fixed, str(Path(cwd or os.getcwd()).resolve()), _runs(swept, named))
     check_runs(grid)
     if (folder / MANIFEST).is_file():
@@ -260,8 +293,8 @@ def _runs(swept: list[tuple[str, list[str]]], variants: list[tuple[str, list[str
     if variants:
         cells = [(name, {"variant": name}, list(overrides)) for name, overrides in variants]
     for key, values in cell_keys:
-        cells = [(f"{name},{short[key]}={value}".strip(","), {**settings, key: value}, [*overrides, f"{key}={value}"])
-                 for name, settings, overrides in cells for value in values]
+        cells = [(f"{name},{short[key]}={_unquoted(value)}".strip(","), {**settings, key: value},
+                  [*overrides, f"{key}={value}"]) for name, settings, overrides in cells for value in values]
     replicates: list[dict[str, str]] = [{}]
     for key, values in replicate_keys:
         replicates = [{**r, key: value} for r in replicates for value in values]
