@@ -20,6 +20,7 @@ The figures are written to ``<grid>/cost.json``, which ``maskattn grid table`` s
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -117,11 +118,22 @@ def measure_costs(grid: Grid, *, steps: int = 20, warmup: int = 2, rounds: int =
                              ("memory batch", memory_batch, 1), ("memory length", memory_length, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ArgumentError(f"{name} must be an int >= {low}, got {value!r}")
+    previous = os.getcwd()
+    os.chdir(grid.cwd)  # the runs' relative paths (data.dir, data.vectors) mean the grid's working directory
+    try:
+        return _measure(grid, steps=steps, warmup=warmup, rounds=rounds, memory_batch=memory_batch,
+                        memory_length=memory_length, inference=inference, extra=list(extra or []), say=say)
+    finally:
+        os.chdir(previous)
+
+
+def _measure(grid: Grid, *, steps: int, warmup: int, rounds: int, memory_batch: int, memory_length: int,
+             inference: bool, extra: list[str], say: Callable[[str], None]) -> dict:
     first_runs = list({run.cell: run for run in reversed(grid.runs)}.values())[::-1]
     cells = []
     for run in first_runs:
         say(f"building {run.cell or '(base)'} ({run.name})")
-        cells.append(_Cell(grid, run, list(extra or [])))
+        cells.append(_Cell(grid, run, extra))
     timed: dict[str, list[list[int]]] = {}  # the same batches for every cell with the same data and batch size
     results: dict[str, dict] = {}
     for cell in cells:
@@ -154,7 +166,7 @@ def measure_costs(grid: Grid, *, steps: int = 20, warmup: int = 2, rounds: int =
         result["peak_memory_bytes"] = peak_memory_bytes(cell.memory_step(memory_batch, memory_length), cell.device)
     report = {"machine": machine_info(cells[0].device),
               "settings": {"steps": steps, "warmup": warmup, "rounds": rounds, "memory_batch": memory_batch,
-                           "memory_length": memory_length, "extra": list(extra or []),
+                           "memory_length": memory_length, "extra": extra,
                            "batch": (f"batches of at most {cells[0].cfg.data.max_tokens} tokens"
                                      if cells[0].cfg.model.type == "seq2seq" else f"batch {cells[0].cfg.train.batch_size}"),
                            "eval_batch_size": cells[0].cfg.train.eval_batch_size},

@@ -377,12 +377,14 @@ class _Started:
 def run_grid(grid: Grid, *, jobs: int = 1, threads: int | None = None,
              say: Callable[[str], None] = print) -> dict[str, list[str]]:
     """Run every unfinished run of ``grid`` (module docstring), ``jobs`` at a time with ``threads`` threads each
-    (default: the CPU count shared out); returns the run names by outcome (``finished`` now, ``done`` earlier,
+    (default: ``OMP_NUM_THREADS`` when it is set, else the CPU count shared out); returns the run names by outcome (``finished`` now, ``done`` earlier,
     ``busy`` in another process, ``failed``). Ctrl-C / SIGTERM stop the running runs, which keep their
     checkpoints (``KeyboardInterrupt`` is raised again once they have stopped)."""
     if jobs < 1:
         raise ConfigError(f"--jobs must be an int >= 1, got {jobs}")
-    threads = threads or max(1, (os.cpu_count() or 1) // jobs)
+    if threads is None:  # a thread budget already set for this process (OMP_NUM_THREADS), else the CPUs shared out
+        given = os.environ.get("OMP_NUM_THREADS", "")
+        threads = int(given) if given.isdigit() and int(given) > 0 else max(1, (os.cpu_count() or 1) // jobs)
     if threads < 1:
         raise ConfigError(f"--threads must be an int >= 1, got {threads}")
     grid.folder.mkdir(parents=True, exist_ok=True)
