@@ -17,7 +17,8 @@ from maskattn.data.vectors import vector_coverage
 from maskattn.errors import DataError
 from maskattn.inference import load_model, predict
 from maskattn.models.embedding import TokenEmbedding
-from maskattn.train import Trainer
+from maskattn.models import build_model
+from maskattn.train import Trainer, list_presets, load_config, preset_path
 from maskattn.train.optim import build_optimizer, parameter_groups
 from maskattn.train.config import OptimConfig
 
@@ -186,3 +187,13 @@ def test_frozen_vectors_stay_as_the_file_gives_them(tmp_path):
     table = loaded.model.encoder.embed.embedding.weight
     for word in ("the", "good"):
         assert table[loaded.vocab.stoi[word]].tolist() == vector(word, 16)
+
+
+@pytest.mark.parametrize("preset", [p for p in list_presets() if "minilm" not in p and "multi30k" not in p])
+def test_every_classifier_preset_takes_vectors(tmp_path, preset):
+    cfg = load_config(preset_path(preset), ["data.vectors=glove.txt", "model.embed_dim=4"])
+    vocab = Vocabulary.build([["the", "cat"]])
+    _, vectors = load_vectors(glove_file(tmp_path, ["the"], dim=4), vocab, 4)
+    model = build_model(cfg.model, len(vocab), 3, pretrained=vectors)
+    assert model.encoder.embed.embedding.weight[vocab.stoi["the"]].tolist() == vector("the", 4)
+    assert model.encoder.embed.proj.in_features == 4 and model.encoder.embed.proj.out_features == cfg.model.d_model
