@@ -194,3 +194,21 @@ def test_cost_measures_every_cell(tmp_path):
         assert cell["peak_memory_bytes"] > 0 and cell["inference_s"] > 0
         assert cell["parameters"]["without_embeddings"] < cell["parameters"]["total"]
     assert "| encoder=mtsa |" in result.output and "peak memory" in result.output
+
+
+def test_the_table_says_what_the_vectors_covered(tmp_path):
+    from maskattn.train.resumable import run_to_end
+
+    data = write_sentiment(tmp_path)
+    (tmp_path / "glove.txt").write_text("the 1 2 3 4\ngood 5 6 7 8\n")
+    grid = define_grid(tmp_path / "grid", overrides=[f"data.dir={data}", *TINY, f"data.vectors={tmp_path / 'glove.txt'}",
+                                                     "model.embed_dim=4"], seeds="0")
+    grid.folder.mkdir()
+    grid.save()
+    summary, trained = run_to_end(grid.config(grid.runs[0]))
+    assert trained and run_to_end(grid.config(grid.runs[0]))[1] is False  # finished: read, not trained again
+    records, _ = collect_runs([grid.folder])
+    coverage = summary["data"]["vectors"]
+    assert (f"Pretrained vectors (1 of 1 runs, {tmp_path / 'glove.txt'}): "
+            f"{coverage['types_covered'] / coverage['vocab_types']:.1%} of the training vocabulary types, "
+            f"{coverage['token_share']:.1%} of the training tokens.") in markdown_table(records)

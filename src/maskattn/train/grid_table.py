@@ -166,6 +166,11 @@ def _mean_std(values: list[float], digits: int) -> str:
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
+def _span(fractions: list[float]) -> str:
+    low, high = min(fractions), max(fractions)
+    return f"{low:.1%}" if f"{low:.1%}" == f"{high:.1%}" else f"{low:.1%}–{high:.1%}"
+
+
 def _scaled(metric: str, value: float) -> float:
     return 100 * value if metric in _PERCENT else value
 
@@ -210,6 +215,12 @@ def markdown_table(records: list[RunRecord], *, metric: str | None = None) -> st
                       f"{cost['inference_s']:,.1f} s" if "inference_s" in cost else "–",
                       f"{cost['peak_memory_bytes'] / 2**20:,.0f} MB" if "peak_memory_bytes" in cost else "–"]
         lines.append("| " + " | ".join(cells) + " |")
+    coverage = [r.summary["data"]["vectors"] for r in records if "vectors" in r.summary.get("data", {})]
+    if coverage:
+        shares = [c["token_share"] for c in coverage]
+        types = [c["types_covered"] / max(1, c["vocab_types"]) for c in coverage]
+        lines += ["", f"Pretrained vectors ({len(coverage)} of {len(records)} runs, {coverage[0]['file']}): "
+                      f"{_span(types)} of the training vocabulary types, {_span(shares)} of the training tokens."]
     replicates = sorted({_replicate(r) for r in records} - {""})
     lines.append("")
     lines.append(f"Per run: {', '.join(replicates[:12])}{', …' if len(replicates) > 12 else ''} (in that order); mean ± "
