@@ -4,8 +4,8 @@ A grid is a base configuration (a preset or a YAML file) and ``section.key=value
 list several values in Hydra's multirun spelling: ``model.encoder=mtsa,mha`` (values split at commas outside
 brackets and quotes: ``'csan2d x3, mha x3'`` is one value), ``optim.lr=range(1,4)`` (Hydra's ``range(start, stop[,
 step])``). Named variants bundle several settings into one row (``mha={model.encoder: mha, model.positional:
-sinusoidal}``; or a file of them, ``--variants``), and seeds (``0-4``, ``0,2``) repeat every cell. The runs are the product variants × swept values ×
-seeds (× ``data.fold`` values, the other replicate axis).
+sinusoidal}``; or a file of them, ``--variants``), and seeds (``0-4``, ``0,2``) repeat every cell. The runs are the
+product variants × swept values × seeds (× ``data.fold`` values, the other replicate axis).
 
 Every run has its own folder, ``<grid>/<cell>/seed<k>`` (``-fold<f>`` when folds are swept), and is run to its end
 by :func:`maskattn.train.resumable.run_to_end` in a process of its own (``python -m maskattn.train.grid``), ``jobs``
