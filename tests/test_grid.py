@@ -16,7 +16,7 @@ from _train_helpers import fit_killed_before_step, write_sentiment
 from maskattn.cli import app
 from maskattn.errors import ConfigError
 from maskattn.train import Trainer
-from maskattn.train.grid import _worker, define_grid, parse_seeds, run_grid, split_values
+from maskattn.train.grid import define_grid, parse_seeds, run_grid, run_one, split_values
 from maskattn.train.grid_table import collect_runs, markdown_table
 
 TINY = ["model.d_model=16", "model.num_heads=2", "model.ffn=false", "train.batch_size=16", "train.max_steps=6",
@@ -98,7 +98,7 @@ def test_an_interrupted_run_resumes_exactly_and_a_finished_one_is_kept(tmp_path,
     grid.folder.mkdir()
     grid.save()
     fit_killed_before_step(monkeypatch, grid.config(grid.runs[0]), 5)
-    assert _worker(str(grid.folder), "seed0", 1) == 0  # what a grid process runs for the run, here in-process
+    assert run_one(grid.folder, "seed0", 1) == 0  # what a grid process runs for the run, here in-process
     metrics = [json.loads(line) for line in (grid.folder / "seed0" / "metrics.jsonl").open()]
     assert [r["step"] for r in metrics if r["split"] == "train"] == [1, 2, 3, 4, 5, 6]  # continued, not restarted
     reference = Trainer(grid.config(grid.runs[0], [f"train.out_dir={tmp_path / 'reference'}"])).fit()
@@ -106,7 +106,7 @@ def test_an_interrupted_run_resumes_exactly_and_a_finished_one_is_kept(tmp_path,
     assert summary["test"] == reference["test"] and summary["steps"] == 6
     assert yaml.safe_load((grid.folder / "seed0" / "config.yaml").read_text())["train"]["num_threads"] == 1
     best = (grid.folder / "seed0" / "best.safetensors").stat().st_mtime_ns
-    assert _worker(str(grid.folder), "seed0", 1) == 0  # finished: not trained again
+    assert run_one(grid.folder, "seed0", 1) == 0  # finished: not trained again
     assert (grid.folder / "seed0" / "best.safetensors").stat().st_mtime_ns == best
 
 

@@ -8,7 +8,7 @@ sinusoidal}``; or a file of them, ``--variants``), and seeds (``0-4``, ``0,2``) 
 product variants × swept values × seeds (× ``data.fold`` values, the other replicate axis).
 
 Every run has its own folder, ``<grid>/<cell>/seed<k>`` (``-fold<f>`` when folds are swept), and is run to its end
-by :func:`maskattn.train.resumable.run_to_end` in a process of its own (``python -m maskattn.train.grid``), ``jobs``
+by :func:`maskattn.train.resumable.run_to_end` in a process of its own (``python -m maskattn.cli.grid_worker``), ``jobs``
 at a time with ``threads`` intra-op threads each: a finished run (its ``summary.json``) is not run again, an
 interrupted one resumes from its ``last.safetensors``. ``<grid>/grid.json`` is the grid's manifest — the base, the
 fixed overrides, the working directory and every run with its overrides —, so ``maskattn grid run --out <grid>``
@@ -40,8 +40,8 @@ from ..data.text import read_text
 from .config import RunConfig, load_config, preset_path
 from .resumable import read_summary, write_json
 
-__all__ = ["GridRun", "Grid", "define_grid", "load_grid", "run_grid", "split_values", "parse_seeds", "MANIFEST",
-           "REPLICATE_KEYS", "BUSY_EXIT"]
+__all__ = ["GridRun", "Grid", "define_grid", "load_grid", "run_grid", "run_one", "split_values", "parse_seeds",
+           "MANIFEST", "REPLICATE_KEYS", "BUSY_EXIT", "WORKER"]
 
 MANIFEST = "grid.json"
 FORMAT = "maskattn-grid/1"
@@ -49,6 +49,8 @@ FORMAT = "maskattn-grid/1"
 REPLICATE_KEYS = ("train.seed", "data.fold")
 #: a worker's exit status when another process holds its run
 BUSY_EXIT = 75
+#: the module a run's process executes: ``python -m <WORKER> GRID RUN THREADS`` (:func:`run_one`)
+WORKER = "maskattn.cli.grid_worker"
 _WORKER_LOCK = ".grid-worker"
 _RANGE = re.compile(r"^range\((.*)\)$")
 
@@ -419,9 +421,9 @@ def _start(grid: Grid, run: GridRun, threads: int) -> _Started:
     folder = grid.folder / run.name
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "train.log", "ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", "maskattn.train.grid", str(grid.folder.resolve()), run.name,
-                                    str(threads)], cwd=grid.cwd, env=_worker_env(threads), stdout=log,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen([sys.executable, "-m", WORKER, str(grid.folder.resolve()), run.name, str(threads)],
+                                   cwd=grid.cwd, env=_worker_env(threads), stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL)
     return _Started(run, process, time.perf_counter())
 
 
@@ -445,9 +447,9 @@ def _report(grid: Grid, started: _Started, outcome: dict[str, list[str]], say: C
     say(f"{name}: failed (exit status {code}): {lines[-1] if lines else 'no output'} (log: {log})")
 
 
-def _worker(grid_folder: str, name: str, threads: int) -> int:
-    """Run one grid run to its end (the body of ``python -m maskattn.train.grid GRID RUN THREADS``); exit status
-    :data:`BUSY_EXIT` when another process holds it."""
+def run_one(grid_folder: str | Path, name: str, threads: int) -> int:
+    """Run the run ``name`` of the grid in ``grid_folder`` to its end with ``threads`` threads (what the process of
+    a run, :data:`WORKER`, does); the exit status: 0, or :data:`BUSY_EXIT` when another process holds the run."""
     from .resumable import run_to_end
 
     grid = load_grid(grid_folder)
@@ -464,16 +466,3 @@ def _worker(grid_folder: str, name: str, threads: int) -> int:
         summary, _ = run_to_end(grid.config(run, [f"train.num_threads={threads}"]))
         print(json.dumps(summary))
     return 0
-
-
-if __name__ == "__main__":
-    import typer
-
-    from ..cli.app import interrupt_exits, sigterm_as_interrupt, user_errors
-
-    sigterm_as_interrupt()
-    try:
-        with user_errors(), interrupt_exits():
-            sys.exit(_worker(sys.argv[1], sys.argv[2], int(sys.argv[3])))
-    except typer.Exit as exit_:
-        sys.exit(exit_.exit_code)
