@@ -142,6 +142,8 @@ def test_summarization_config_errors(tmp_path):
         Trainer(summarization_config(data, tmp_path / "r1", train={"metric": "bleu"}))
     with pytest.raises(ConfigError, match="train.length_penalty_kind"):
         summarization_config(data, tmp_path / "r2", train={"length_penalty_kind": "wu"})
+    with pytest.raises(ConfigError, match="train.max_output_len 20 exceeds what the model can decode: 13 tokens"):
+        Trainer(summarization_config(data, tmp_path / "r4", train={"max_output_len": 20}))
     # an empty reference summary in dev is refused before training, naming the file and the line
     lines = (data / "valid.tgt").read_text().splitlines()
     lines[2] = ""

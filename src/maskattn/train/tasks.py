@@ -258,6 +258,10 @@ class Seq2SeqTask:
             raise ConfigError(f"data.format parallel needs data.src_lang and data.tgt_lang (the file suffixes), got "
                               f"{src_lang!r} and {tgt_lang!r}")
         self.decoding = {split: DecodingOptions.from_config(vars(cfg.train), split) for split in ("dev", "test")}
+        cap = cfg.model.max_len - 1  # the longest output the decoder's positions allow (BOS takes one)
+        if cfg.model.positional != "none" and cfg.train.max_output_len is not None and cfg.train.max_output_len > cap:
+            raise ConfigError(f"train.max_output_len {cfg.train.max_output_len} exceeds what the model can decode: "
+                              f"{cap} tokens (model.max_len {cfg.model.max_len} minus the BOS position)")
         self.text: dict[str, ParallelText] = {}
         for split in ("train", "dev", "test"):
             prefix = getattr(data, split)
