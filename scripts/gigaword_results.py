@@ -95,6 +95,10 @@ def table(args) -> dict:
               + f" | {per_seed} | {', '.join(str(s['best_step']) for s in summaries)} | {speed:,.0f} | {wall} |")
         result[model] = {"seeds": [f.name for f in folders], "test": tests, "best_step": [s["best_step"] for s in summaries],
                          "tokens_per_s": [s.get("tokens_per_s") for s in summaries], "wall_s": walls}
+    text = test_pairs(args.data)
+    result["LEAD-8"] = lead8 = rouge_scores(lead(text.source, 8), text.target)
+    print("| LEAD-8 (no model) | – | " + " | ".join(f"{lead8[k]:.2f}" for k in ("rouge1", "rouge2", "rougeL"))
+          + " | | | | |")
     return result
 
 
