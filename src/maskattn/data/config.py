@@ -10,11 +10,18 @@ from ..errors import ConfigError
 from .parallel import OVERLONG
 from .readers import READERS, TOKENIZERS
 from .splits import HOLDOUTS
-from .subword import SUBWORD_TYPES
+from .subword import RESERVED_PIECES, SUBWORD_TYPES
 from .tasks import SOURCES
 from .vectors import LOOKUPS
 
-__all__ = ["DataConfig"]
+__all__ = ["DataConfig", "SEQ2SEQ_FORMATS"]
+
+#: the formats of line-aligned source / target files (model.type seq2seq): translation, summarization
+SEQ2SEQ_FORMATS = ("parallel", "summarization")
+
+
+def _is_word(value) -> bool:
+    return isinstance(value, str) and bool(value) and not any(c.isspace() for c in value)
 
 
 @dataclass
@@ -26,12 +33,16 @@ class DataConfig:
     ``hf_config``, ``hf_data_files``, ``text_field``/``label_field`` or ``pair_fields``) or ``order`` (the
     synthetic order task: ``order_sizes`` train/dev/test, ``order_lengths`` min/max).
 
-    Translation (``model.type: seq2seq``) reads ``format: parallel``: ``train``/``dev``/``test`` are file
-    *prefixes* inside ``dir`` and the files are ``<prefix>.<src_lang>`` / ``<prefix>.<tgt_lang>``
-    (:mod:`maskattn.data.parallel`). A joint ``subword`` model (``bpe`` or ``unigram``, at most
+    Sequence-to-sequence models (``model.type: seq2seq``) read ``format: parallel`` (translation, scored by BLEU
+    and chrF) or ``format: summarization`` (article → summary, scored by ROUGE): ``train``/``dev``/``test`` are file
+    *prefixes* inside ``dir`` (``train`` may be a list of them, read one after the other) and the files are
+    ``<prefix>.<src_lang>`` / ``<prefix>.<tgt_lang>`` (:mod:`maskattn.data.parallel`; for summarization the
+    suffixes default to ``src`` / ``tgt``). A joint ``subword`` model (``bpe`` or ``unigram``, at most
     ``subword_vocab`` pieces) is trained on both sides of the train split; training batches hold at most
     ``max_tokens`` padded tokens; ``max_len`` (default: ``model.max_len``) bounds a side in subwords and
-    ``overlong`` says what happens to longer training pairs (``filter`` or ``truncate``).
+    ``overlong`` says what happens to longer training pairs (``filter`` or ``truncate``, with a warning).
+    ``unk_tokens``: the spellings a corpus uses for its unknown-word placeholder (Gigaword: ``[UNK, <unk>]``),
+    replaced everywhere by the first, which the subword model keeps as one piece.
 
     Sentences are split into tokens by ``tokenizer``: ``whitespace`` (files already tokenised, such as TREC and
     SST) or ``word_punct`` (runs of word characters and single punctuation marks, ``\\w+|[^\\w\\s]``: raw text
@@ -53,7 +64,7 @@ class DataConfig:
     source: str = "files"
     dir: str | None = None
     format: str = "tsv"
-    train: str | None = "train.tsv"
+    train: str | list | None = "train.tsv"
     dev: str | None = None
     test: str | None = "test.tsv"
     cv_folds: int = 0
@@ -84,10 +95,13 @@ class DataConfig:
     subword_vocab: int = 8000
     max_tokens: int = 4096
     overlong: str = "filter"
+    unk_tokens: list = field(default_factory=list)
 
     RULES: ClassVar[dict[str, Rule]] = {
         "source": one_of(*SOURCES),
-        "format": one_of(*READERS, "parallel"),
+        "format": one_of(*READERS, *SEQ2SEQ_FORMATS),
+        "train": optional(Rule(lambda v: isinstance(v, str) or (isinstance(v, list) and bool(v) and all(
+            isinstance(x, str) and bool(x) for x in v)), "a file name, or a non-empty list of file prefixes")),
         "cv_folds": Rule(lambda v: at_least(0).accepts(v) and v != 1, "0 (no cross-validation) or an int >= 2"),
         "fold": at_least(0),
         "dev_fraction": in_range(0, 1, low_open=True),
@@ -107,6 +121,8 @@ class DataConfig:
         "subword_vocab": at_least(8),  # 4 special ids + pieces
         "max_tokens": at_least(1),
         "overlong": one_of(*OVERLONG),
+        "unk_tokens": Rule(lambda v: isinstance(v, list) and all(_is_word(x) for x in v),
+                           "a list of words (no spaces), the first the spelling the others become"),
     }
 
     def __post_init__(self):
@@ -114,6 +130,16 @@ class DataConfig:
         if self.tokenizer != "whitespace" and self.format == "conll":
             raise ConfigError(f"data.tokenizer {self.tokenizer!r} cannot apply to data.format 'conll' (one given token "
                               "per line, each with its tag); use data.tokenizer=whitespace")
+        if isinstance(self.train, list) and self.format not in SEQ2SEQ_FORMATS:
+            raise ConfigError(f"data.train lists several files, which only data.format {' or '.join(SEQ2SEQ_FORMATS)} "
+                              f"reads; give one file for data.format {self.format!r}")
+        if self.unk_tokens and self.format not in SEQ2SEQ_FORMATS:
+            raise ConfigError(f"data.unk_tokens applies to the subword model of data.format "
+                              f"{' or '.join(SEQ2SEQ_FORMATS)}, not to {self.format!r}")
+        if self.unk_tokens and self.unk_tokens[0] in RESERVED_PIECES:
+            raise ConfigError(f"data.unk_tokens[0] {self.unk_tokens[0]!r} is a special piece of the subword model "
+                              f"({', '.join(RESERVED_PIECES)}); put a spelling of the corpus first, e.g. "
+                              f"[UNK, {self.unk_tokens[0]}]")
         if self.cv_folds and self.fold >= self.cv_folds:
             raise ConfigError(f"data.fold must be in [0, {self.cv_folds}) with data.cv_folds={self.cv_folds}, "
                               f"got {self.fold}")
@@ -126,3 +152,11 @@ class DataConfig:
         """How text becomes tokens, as the keywords of :func:`~maskattn.data.readers.tokenize` and of every reader:
         the same in training, evaluation, prediction and plots."""
         return {"lowercase": self.lowercase, "tokenizer": self.tokenizer}
+
+    @property
+    def suffixes(self) -> tuple[str | None, str | None]:
+        """The source and target file suffixes: ``src_lang`` / ``tgt_lang`` (for summarization ``src`` / ``tgt``
+        unless set)."""
+        if self.format == "summarization":
+            return self.src_lang or "src", self.tgt_lang or "tgt"
+        return self.src_lang, self.tgt_lang

@@ -7,7 +7,8 @@ each layer of a stack has, parsed by :func:`parse_recipe`::
     sublayer  := NAME ["(" key=value, ... ")"] e.g.  "csan1d(window=5)", "ffn(dim=512)"
 
 ``NAME`` is a registered attention (:func:`maskattn.list_attentions`), ``san`` (plain multi-head attention,
-MAN's name for it) or ``ffn``. A layer written as a single attention name is a Transformer layer
+MAN's name for it), ``ffn`` or — in a decoder layer, to give it options or a place — ``cross`` (the
+encoder–decoder attention, which a decoder layer otherwise gets after its last self-attention sublayer). A layer written as a single attention name is a Transformer layer
 (attention → FFN); a ``>`` chain is a MAN-style layer of exactly the listed sublayers (the defaults that
 differ between the two are in :class:`maskattn.layers.LayerSettings`). Option values are YAML scalars or flow
 lists: ``mtsa(head_masks=[forward, backward, window:2, full])``.
@@ -25,7 +26,8 @@ from ..errors import ArgumentError, ArgumentTypeError
 from ..validation import describe
 from ..attention.registry import list_attentions
 
-__all__ = ["LayerRecipe", "parse_recipe", "recipe_runs", "recipe_string", "SAN_ALIAS", "canonical_name"]
+__all__ = ["LayerRecipe", "parse_recipe", "recipe_runs", "recipe_string", "option_text", "SAN_ALIAS",
+           "canonical_name"]
 
 #: MAN's name for plain multi-head attention.
 SAN_ALIAS = {"san": "mha"}
@@ -50,8 +52,16 @@ class LayerRecipe:
 
     def __str__(self) -> str:
         def one(name, options):
-            return name + (f"({', '.join(f'{k}={v}' for k, v in options.items())})" if options else "")
+            return name + (f"({', '.join(f'{k}={option_text(v)}' for k, v in options.items())})" if options else "")
         return ">".join(one(n, o) for n, o in self.sublayers)
+
+
+def option_text(value) -> str:
+    """An option value as recipe text that :func:`parse_recipe` reads back as the same value (a float in YAML's
+    spelling: ``1.0e-10``, which YAML 1.1 reads as a number where ``1e-10`` would be a string)."""
+    if isinstance(value, float):
+        return yaml.safe_dump(value).split("\n")[0]
+    return str(value)
 
 
 def _split_top(text: str, sep: str) -> list[str]:
@@ -87,7 +97,7 @@ def _parse_options(text: str, where: str) -> dict:
 
 
 def _check_sublayer(name: str, where: str) -> str:
-    valid = ["ffn", "san", *list_attentions()]
+    valid = ["ffn", "san", *list_attentions(), "cross"]
     if name not in valid:
         raise ArgumentError(f"{where}: unknown sublayer {name!r}; expected one of {', '.join(valid)}")
     return name

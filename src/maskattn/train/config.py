@@ -17,13 +17,16 @@ from ..sections import Rule, at_least, check_section, from_dict, in_range, one_o
 from ..data.config import DataConfig
 from ..data.text import read_text
 from ..errors import ConfigError, warn_renamed
+from ..inference.decoding import LENGTH_PENALTIES, DecodingOptions
+from ..metrics import SEQ2SEQ_SCORES
 from ..models.config import ModelConfig
 from .optim import DECAY_TARGETS, OPTIMIZERS, SCHEDULES
 
 __all__ = ["OptimConfig", "TrainConfig", "RunConfig", "from_dict", "load_config", "apply_overrides",
            "PRESETS_DIR", "list_presets", "preset_path", "METRICS"]
 
-METRICS = ("accuracy", "f1", "loss", "bleu", "chrf")  # train.metric; each task computes some of them
+# train.metric; each task computes some of them (seq2seq: those of its data.format, SEQ2SEQ_SCORES)
+METRICS = ("accuracy", "f1", "loss", *(name for _, names in SEQ2SEQ_SCORES.values() for name in names))
 
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"  # shipped inside the package
 
@@ -90,12 +93,16 @@ class TrainConfig:
     mixed precision — ``false``, ``bf16``, ``fp16`` (CUDA only, with a gradient scaler) or ``true`` (bf16 where
     the device supports it, else fp16) — parameters stay float32; ``compile``: train through
     ``torch.compile`` (dynamic shapes; a recompilation storm is reported); ``device``: ``auto``, ``cpu``, ``cuda``.
-    ``metric``: ``accuracy``, ``f1`` (taggers), ``loss``; for translation ``bleu``, ``chrf`` (greedy or
-    ``eval_beam`` decoding of the dev set) or ``loss`` (dev cross-entropy per target token, much faster).
+    ``metric``: ``accuracy``, ``f1`` (taggers), ``loss``; for translation ``bleu``, ``chrf``, for summarization
+    ``rouge`` (the mean of ROUGE-1, -2 and -L F1), ``rouge1``, ``rouge2``, ``rougeL`` (greedy or ``eval_beam``
+    decoding of the dev set) or ``loss`` (dev cross-entropy per target token, much faster).
     ``ema_decay``: evaluate, keep as ``best`` and test an exponential moving average of the weights (Polyak
     averaging, ``ema ← decay · ema + (1 − decay) · θ`` after every step; 0 = off; ``last`` keeps both).
-    Translation only: ``eval_beam`` / ``test_beam`` (beam sizes for dev and for the final test scores; 1 =
-    greedy) and ``length_penalty`` (of beam search)."""
+    Decoding (seq2seq; :class:`~maskattn.inference.DecodingOptions`, saved with the run and used by its
+    checkpoints' ``maskattn generate`` / ``eval``): ``eval_beam`` / ``test_beam`` (beam sizes for dev and for the
+    final test scores; 1 = greedy), ``length_penalty`` α and ``length_penalty_kind`` (``gnmt``: ``((5 + |Y|) / 6)^α``,
+    ``fairseq``: ``|Y|^α``), ``min_output_len`` / ``max_output_len`` (output tokens before EOS; null: ``1.2 ·
+    source + 10``) and ``no_repeat_ngram_size`` (3: no repeated trigram in a hypothesis; 0 = off)."""
 
     seed: int = 0
     batch_size: int = 64
@@ -115,8 +122,12 @@ class TrainConfig:
     keep_last: bool = True
     ema_decay: float = 0.0
     eval_beam: int = 1
-    test_beam: int = 5
-    length_penalty: float = 0.6
+    test_beam: int = DecodingOptions.beam
+    length_penalty: float = DecodingOptions.length_penalty
+    length_penalty_kind: str = DecodingOptions.length_penalty_kind
+    min_output_len: int = DecodingOptions.min_len
+    max_output_len: int | None = DecodingOptions.max_len
+    no_repeat_ngram_size: int = DecodingOptions.no_repeat_ngram_size
 
     RULES: ClassVar[dict[str, Rule]] = {
         "seed": at_least(0),
@@ -137,10 +148,17 @@ class TrainConfig:
         "eval_beam": at_least(1),
         "test_beam": at_least(1),
         "length_penalty": at_least(0, integer=False),
+        "length_penalty_kind": one_of(*LENGTH_PENALTIES),
+        "min_output_len": at_least(0),
+        "max_output_len": optional(at_least(0)),
+        "no_repeat_ngram_size": at_least(0),
     }
 
     def __post_init__(self):
         check_section(self, "train", self.RULES)
+        if self.max_output_len is not None and self.max_output_len < self.min_output_len:
+            raise ConfigError(f"train.min_output_len {self.min_output_len} is larger than train.max_output_len "
+                              f"{self.max_output_len}")
 
 
 @dataclass

@@ -25,7 +25,7 @@ from .files import atomic_write
 __all__ = ["MetricsLogger", "COLUMNS", "read_metrics"]
 
 COLUMNS = ("step", "epoch", "split", "loss", "accuracy", "f1", "lr", "examples_per_s", "elapsed_s", "ppl", "bleu",
-           "chrf", "tokens_per_s")
+           "chrf", "tokens_per_s", "rouge", "rouge1", "rouge2", "rougeL")
 
 
 def _read_rows(path: Path) -> tuple[list[dict], str | None]:

@@ -8,9 +8,9 @@ evaluates a split, and says what a checkpoint must carry to feed the model text 
   ``pair``, ``tagger``): example batches of ``train.batch_size``, cross-entropy, accuracy / F1.
 * :class:`PretrainedClassificationTask` — the same on a pretrained Hugging Face encoder (``model.pretrained``),
   the text encoded by that model's tokenizer.
-* :class:`TranslationTask` — ``model.type: seq2seq`` on parallel text: joint subword model, batches of at
-  most ``data.max_tokens`` tokens, label-smoothed cross-entropy per target token, dev loss / perplexity and
-  sacreBLEU BLEU / chrF of greedy or beam decoding.
+* :class:`Seq2SeqTask` — ``model.type: seq2seq`` on line-aligned files, translation or summarization: joint
+  subword model, batches of at most ``data.max_tokens`` tokens, label-smoothed cross-entropy per target token,
+  dev loss / perplexity and sacreBLEU BLEU / chrF or ROUGE of greedy or beam decoding.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, cast
 
@@ -26,23 +27,28 @@ import torch.nn as nn
 
 from ..checkpoint import Checkpoint
 from ..data.batching import IGNORE_INDEX, BucketBatchSampler, collate
-from ..data.parallel import (ParallelText, TokenBatchSampler, collate_pairs, encode_pairs, parallel_paths,
-                             read_parallel)
+from ..data.config import SEQ2SEQ_FORMATS
+from ..data.parallel import ParallelText, TokenBatchSampler, collate_pairs, encode_pairs, read_parallel_prefixes
 from ..data.pipeline import PreparedData, prepare_data, prepare_pretrained_data
 from ..data.pretrained import tokenizer_fingerprint
 from ..data.subword import PAD_ID, SUBWORD_TYPES, SubwordModel
 from ..data.vocab import LabelSet, Vocabulary
 from ..errors import ArgumentError, CheckpointError, ConfigError
-from ..inference import Translator, check_tokenizer, fixed_rows_of, subword_from_checkpoint
+from ..inference import DecodingOptions, Translator, check_tokenizer, fixed_rows_of, subword_from_checkpoint
 from ..device import check_memory
-from ..metrics import corpus_scores, evaluate, input_limit, item_length, pretrained_input_limit, summed_loss
+from ..metrics import (SEQ2SEQ_SCORES, check_references, evaluate, input_limit, item_length, pretrained_input_limit,
+                       summed_loss)
 from ..models.factory import build_model
 from ..models.memory import model_memory_bytes
 from ..models.seq2seq import Seq2Seq
 from ..models.pretrained import PretrainedClassifier, encoder_max_tokens, load_pretrained_encoder
 from .config import RunConfig
 
-__all__ = ["Task", "ClassificationTask", "PretrainedClassificationTask", "TranslationTask", "build_task"]
+__all__ = ["Task", "ClassificationTask", "PretrainedClassificationTask", "Seq2SeqTask", "TranslationTask", "build_task",
+           "Progress"]
+
+#: a progress callback: ``(done, total)`` items of a long evaluation (decoding a split)
+Progress = Callable[[int, int], None]
 
 TRANSLATION_LABEL_SMOOTHING = 0.1  # default ε for translation (Vaswani et al. 2017 §5.4)
 
@@ -70,8 +76,8 @@ class Task(Protocol):
     def loss_sum(self, module: nn.Module, indices: list[int]) -> torch.Tensor:
         """Summed training loss of the train items ``indices`` (a scalar on the device)."""
 
-    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
-        """Metrics of ``model`` on ``dev`` or ``test``."""
+    def evaluate(self, model: nn.Module, split: str, progress: Progress | None = None) -> dict[str, float]:
+        """Metrics of ``model`` on ``dev`` or ``test``; a long evaluation reports ``progress(done, total)``."""
 
     def has_split(self, split: str) -> bool:
         """Is there data for ``split``?"""
@@ -132,9 +138,9 @@ class ClassificationTask:
 
     def __init__(self, cfg: RunConfig, device: torch.device, checkpoint: Checkpoint | None = None):
         self.metrics = ("accuracy", "f1", "loss") if cfg.model.type == "tagger" else ("accuracy", "loss")
-        if cfg.data.format == "parallel":
-            raise ArgumentError(f"data.format 'parallel' is translation data; set model.type=seq2seq (model.type is "
-                             f"{cfg.model.type!r})")
+        if cfg.data.format in SEQ2SEQ_FORMATS:
+            raise ArgumentError(f"data.format {cfg.data.format!r} is data of a seq2seq model; set model.type=seq2seq "
+                                f"(model.type is {cfg.model.type!r})")
         self.cfg, self.device = cfg, device
         self.label_smoothing = _label_smoothing(cfg, 0.0)
         vocab = Vocabulary(checkpoint.vocab) if checkpoint else None
@@ -165,7 +171,7 @@ class ClassificationTask:
         batch = collate([self.data.train[i] for i in indices]).to(self.device)
         return summed_loss(module(**batch.inputs), batch.targets, label_smoothing=self.label_smoothing)
 
-    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+    def evaluate(self, model: nn.Module, split: str, progress: Progress | None = None) -> dict[str, float]:
         return evaluate(model, getattr(self.data, split), self.data.labels, batch_size=self.cfg.train.eval_batch_size,
                         device=self.device)
 
@@ -225,18 +231,25 @@ def _fingerprint(paths: list[Path]) -> str:
     return digest.hexdigest()
 
 
-class TranslationTask:
-    """Translation with a :class:`~maskattn.models.seq2seq.Seq2Seq` on line-aligned parallel files."""
+class Seq2SeqTask:
+    """A :class:`~maskattn.models.seq2seq.Seq2Seq` on line-aligned files: translation (``data.format: parallel``,
+    scored by sacreBLEU BLEU and chrF) or summarization (``data.format: summarization``, article → summary,
+    scored by ROUGE-1/2/L F1). Both sides share one subword model (and, with ``model.share_embeddings``, one
+    embedding table); the train split may be several file pairs; the outputs are decoded as the ``train``
+    section's decoding settings say (:meth:`DecodingOptions.from_config`)."""
 
     unit = "tokens"
-    metrics = ("bleu", "chrf", "loss")
 
     def __init__(self, cfg: RunConfig, device: torch.device, checkpoint: Checkpoint | None = None):
         data = cfg.data
-        if data.format != "parallel":
-            raise ArgumentError(f"model.type seq2seq reads parallel text: set data.format=parallel (got {data.format!r})")
+        if data.format not in SEQ2SEQ_FORMATS:
+            raise ArgumentError(f"model.type seq2seq reads line-aligned files: set data.format=parallel (translation) "
+                                f"or data.format=summarization (got {data.format!r})")
+        self.kind = data.format
+        self.score, names = SEQ2SEQ_SCORES[data.format]
+        self.metrics = (*names, "loss")
         if data.source != "files":
-            raise ArgumentError(f"translation reads files (data.source=files), got data.source={data.source!r}")
+            raise ArgumentError(f"seq2seq models read files (data.source=files), got data.source={data.source!r}")
         if data.dir is None:
             raise ArgumentError("data.dir is not set; pass the dataset folder, e.g. --data ../shared/data/multi30k")
         if not Path(data.dir).is_dir():
@@ -244,11 +257,12 @@ class TranslationTask:
         if not data.train:
             raise ArgumentError("data.train (the train file prefix inside data.dir, e.g. 'train') is not set")
         if not data.dev:
-            raise ArgumentError("translation needs a dev split: set data.dev (file prefix, e.g. 'val')")
+            raise ArgumentError("a seq2seq run needs a dev split: set data.dev (file prefix, e.g. 'val')")
         if data.lowercase:
-            raise ArgumentError("data.lowercase is not supported for translation (BLEU is computed on cased text)")
+            raise ArgumentError("data.lowercase is not supported for seq2seq data (outputs are scored against the "
+                                "reference files as they are); lower-case the files themselves if you need it")
         if data.vectors:
-            raise ArgumentError("data.vectors is not supported for translation (its embeddings are over subwords)")
+            raise ArgumentError("data.vectors is not supported for seq2seq models (their embeddings are over subwords)")
         if data.subword not in SUBWORD_TYPES:
             raise ArgumentError(f"unknown data.subword {data.subword!r}; expected one of {', '.join(SUBWORD_TYPES)}")
         self.max_len = data.max_len or cfg.model.max_len
@@ -260,32 +274,56 @@ class TranslationTask:
                              f"{self.max_len}; raise data.max_tokens or lower data.max_len")
         self.cfg, self.device = cfg, device
         self.label_smoothing = _label_smoothing(cfg, TRANSLATION_LABEL_SMOOTHING)
-        if data.src_lang is None or data.tgt_lang is None:
-            raise ConfigError(f"translation needs data.src_lang and data.tgt_lang (the file suffixes), got "
-                              f"{data.src_lang!r} and {data.tgt_lang!r}")
+        src_lang, tgt_lang = data.suffixes
+        if src_lang is None or tgt_lang is None:
+            raise ConfigError(f"data.format parallel needs data.src_lang and data.tgt_lang (the file suffixes), got "
+                              f"{src_lang!r} and {tgt_lang!r}")
+        self.decoding = {split: DecodingOptions.from_config(vars(cfg.train), split) for split in ("dev", "test")}
+        cap = cfg.model.max_len - 1  # the longest output the decoder's positions allow (BOS takes one)
+        if cfg.model.positional != "none" and cfg.train.max_output_len is not None and cfg.train.max_output_len > cap:
+            raise ConfigError(f"train.max_output_len {cfg.train.max_output_len} exceeds what the model can decode: "
+                              f"{cap} tokens (model.max_len {cfg.model.max_len} minus the BOS position)")
         self.text: dict[str, ParallelText] = {}
         for split in ("train", "dev", "test"):
             prefix = getattr(data, split)
             if prefix:
-                self.text[split] = read_parallel(*parallel_paths(data.dir, prefix, data.src_lang, data.tgt_lang))
+                text = read_parallel_prefixes(data.dir, prefix, src_lang, tgt_lang).with_unknown(data.unk_tokens)
+                if self.kind == "summarization" and split != "train":  # refused now, not after training
+                    check_references(text.target, " + ".join(str(tgt) for _, tgt in text.files))
+                self.text[split] = text
         train = self.text["train"]
-        self.fingerprint = _fingerprint([train.src_path, train.tgt_path])
+        self.fingerprint = _fingerprint([path for pair in train.files for path in pair])
         if checkpoint is not None:
             if checkpoint.extra.get("train_sha256") != self.fingerprint:
-                raise CheckpointError(f"the train files {train.src_path} / {train.tgt_path} differ from the ones "
-                                      f"checkpoint {checkpoint.path} was trained on; resume with the same data")
+                raise CheckpointError(f"the train files {train.describe()} differ from the ones checkpoint "
+                                      f"{checkpoint.path} was trained on; resume with the same data")
             self.subword = subword_from_checkpoint(checkpoint)
         else:
             self.subword = SubwordModel.train(train.source + train.target, vocab_size=data.subword_vocab,
-                                              model_type=data.subword, num_threads=max(1, torch.get_num_threads()))
+                                              model_type=data.subword, num_threads=max(1, torch.get_num_threads()),
+                                              user_symbols=data.unk_tokens[:1])
         self.encoded = {split: encode_pairs(text, self.subword, max_len=self.max_len, training=split == "train",
                                             overlong=data.overlong) for split, text in self.text.items()}
         self.train_items = self.encoded["train"].items
         if not self.train_items:
-            raise ArgumentError(f"no training pairs left in {train.src_path} / {train.tgt_path} (empty, or every pair is "
-                             f"longer than data.max_len {self.max_len})")
+            raise ArgumentError(f"no training pairs left in {train.describe()} (empty, or every pair is longer than "
+                                f"data.max_len {self.max_len})")
+        self.notices = self._notices()
         self.sampler = TokenBatchSampler(self.train_items, data.max_tokens, seed=cfg.train.seed)
         self.model = build_model(cfg.model, len(self.subword), 0, pad_id=PAD_ID)
+
+    def _notices(self) -> list[str]:
+        """Warnings about what encoding did to the train split (empty pairs skipped, long pairs cut or dropped)."""
+        train, limit = self.encoded["train"], self.max_len - 1
+        notices = []
+        if train.skipped_empty:
+            notices.append(f"{train.skipped_empty} training pair(s) with an empty source or target were skipped")
+        if train.truncated:
+            notices += truncation_notices({"train": train.truncated}, limit, "data.max_len, in subwords per side")
+        if train.filtered:
+            notices.append(f"{train.filtered} training pair(s) longer than {limit} subwords on a side were left out "
+                           "(data.overlong=filter); set data.overlong=truncate to keep them cut, or raise data.max_len")
+        return notices
 
     def loss_terms(self, indices: list[int]) -> int:
         return sum(len(self.train_items[i]["tgt"]) - 1 for i in indices)
@@ -311,19 +349,21 @@ class TranslationTask:
             tokens += batch.ntokens
         return total / tokens
 
-    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
-        """``loss`` (per target token) and ``ppl`` always; ``bleu`` and ``chrf`` on the test split and when
-        ``train.metric`` needs them (decoding with ``eval_beam`` on dev, ``test_beam`` on test)."""
-        train_config = self.cfg.train
+    def evaluate(self, model: nn.Module, split: str, progress: Progress | None = None) -> dict[str, float]:
+        """``loss`` (per target token) and ``ppl`` always; the scores of the task (``bleu`` and ``chrf``, or
+        ``rouge1``, ``rouge2``, ``rougeL`` and their mean ``rouge``; on test with 95 % intervals) on the test split
+        and when ``train.metric`` needs them, decoding as ``train`` says for dev (``eval_beam``) or test
+        (``test_beam``). ``progress(done, total)`` follows the decoding."""
         loss = self.dev_loss(model, split)
         result = {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
-        if split == "test" or train_config.metric != "loss":
+        if split == "test" or self.cfg.train.metric != "loss":
             text = self.text[split]
-            translator = Translator(cast(Seq2Seq, model), self.subword, max_len=self.max_len, device=self.device)
-            hyps = translator.translate(text.source, beam=train_config.eval_beam if split == "dev" else train_config.test_beam,
-                                        length_penalty=train_config.length_penalty, batch_size=train_config.eval_batch_size)
-            scores = corpus_scores(hyps, text.target)
-            result.update(bleu=scores["bleu"], chrf=scores["chrf"])
+            translator = Translator(cast(Seq2Seq, model), self.subword, max_len=self.max_len, device=self.device,
+                                    decoding=self.decoding["dev" if split == "dev" else "test"])
+            hyps = translator.translate(text.source, batch_size=self.cfg.train.eval_batch_size, progress=progress)
+            scores = self.score(hyps, text.target, **({"bootstrap": 0} if self.kind == "summarization"
+                                                       and split == "dev" else {}))
+            result.update({key: value for key, value in scores.items() if isinstance(value, float)})
         return result
 
     def has_split(self, split: str) -> bool:
@@ -342,11 +382,15 @@ class TranslationTask:
                 "truncated_overlong": train.truncated}
 
 
+#: the name of :class:`Seq2SeqTask` before it served summarization too
+TranslationTask = Seq2SeqTask
+
+
 def build_task(cfg: RunConfig, device: torch.device, checkpoint: Checkpoint | None = None) -> Task:
-    """The task of ``cfg.model``: translation for ``seq2seq``, classification on a pretrained encoder with
-    ``model.pretrained``, classification otherwise."""
+    """The task of ``cfg.model``: translation or summarization for ``seq2seq``, classification on a pretrained
+    encoder with ``model.pretrained``, classification otherwise."""
     if cfg.model.type == "seq2seq":
-        return TranslationTask(cfg, device, checkpoint)
+        return Seq2SeqTask(cfg, device, checkpoint)
     if cfg.model.pretrained is not None:
         return PretrainedClassificationTask(cfg, device, checkpoint)
     return ClassificationTask(cfg, device, checkpoint)

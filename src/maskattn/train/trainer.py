@@ -130,6 +130,7 @@ class Trainer:
         self.best_metric: float | None = None
         self.best_step: int | None = None
         self.bad_evals = 0
+        self._bar: TrainProgress | None = None  # the progress bar, while fit() runs
         self.ema = build_ema(self.model, train_config.ema_decay)
         if ckpt is not None:
             self._restore(ckpt)
@@ -261,8 +262,10 @@ class Trainer:
         return self.model if self.ema is None else self.ema.module
 
     def evaluate(self, split: str) -> dict[str, float]:
-        """Metrics of :attr:`eval_model` on ``dev`` or ``test`` (every rank computes the same numbers)."""
-        return self.task.evaluate(self.eval_model, split)
+        """Metrics of :attr:`eval_model` on ``dev`` or ``test`` (every rank computes the same numbers); a long
+        evaluation (decoding a split) shows its own row under the progress bar."""
+        return self.task.evaluate(self.eval_model, split,
+                                  progress=self._bar.stage(f"decode {split}") if self._bar is not None else None)
 
     def _evaluate_and_checkpoint(self) -> bool:
         """Dev evaluation, its row in the log, best / last checkpoints, schedule and early stopping; True = stop.
@@ -300,18 +303,22 @@ class Trainer:
         """Train until ``max_steps`` / ``max_epochs`` or early stopping; then evaluate the best checkpoint on
         the test split. Ctrl-C / SIGTERM stop the loop; checkpoints already written stay intact. However it
         ends, the run folder is released."""
+        total = self.total_steps()
         try:
-            try:
-                self._train(self.total_steps())
-            except KeyboardInterrupt:
-                if self.dist.is_main:
-                    last = self.out_dir / "last.safetensors"
-                    where = f"; resume with --resume {last}" if last.exists() else ""
-                    self.console.print(f"[yellow]interrupted at step {self.step}[/yellow]: checkpoints in "
-                                       f"{self.out_dir} are intact{where}")
-                raise
-            return self._finish()
+            with TrainProgress(total, console=self.console, enabled=self.cfg.train.progress and self.dist.is_main,
+                               start=self.step, unit="tok" if self.task.unit == "tokens" else "ex") as self._bar:
+                try:
+                    self._train(total)
+                except KeyboardInterrupt:
+                    if self.dist.is_main:
+                        last = self.out_dir / "last.safetensors"
+                        where = f"; resume with --resume {last}" if last.exists() else ""
+                        self.console.print(f"[yellow]interrupted at step {self.step}[/yellow]: checkpoints in "
+                                           f"{self.out_dir} are intact{where}")
+                    raise
+                return self._finish()
         finally:
+            self._bar = None
             cleanup(self.dist)
             self.close()
 
@@ -324,40 +331,40 @@ class Trainer:
         self._train_units, self._train_seconds = 0, 0.0  # throughput of the training steps alone
         window_loss, window_units, window_start, window_steps = 0.0, 0, time.perf_counter(), 0
         stop = self.step >= total
-        with TrainProgress(total, console=self.console, enabled=train_config.progress and self.dist.is_main,
-                           start=self.step, unit="tok" if self.task.unit == "tokens" else "ex") as bar:
-            while not stop:
-                batches = self.sampler.batches(self.epoch)
-                while self.position < len(batches) and not stop:
-                    step_start = time.perf_counter()
-                    loss, units = self._train_step(batches[self.position])
-                    self._train_seconds += time.perf_counter() - step_start
-                    self._train_units += units
-                    if not math.isfinite(loss):
-                        raise DivergenceError(f"training loss is {loss} at step {self.step + 1}; lower "
-                                              "optim.lr or set optim.clip_norm")
-                    self.step += 1
-                    self.position += 1
-                    window_loss += loss
-                    window_units += units
-                    window_steps += 1
-                    if self.step % train_config.log_every == 0 or self.step == total:
-                        speed = window_units / max(1e-9, time.perf_counter() - window_start)
-                        self.logger.log(step=self.step, epoch=self.epoch, split="train",
-                                        loss=window_loss / window_steps, lr=self.optimizer.param_groups[0]["lr"],
-                                        **{speed_key: round(speed, 1)}, elapsed_s=self._elapsed())
-                        bar.update(self.step, loss=window_loss / window_steps, speed=speed)
-                        window_loss, window_units, window_steps = 0.0, 0, 0
-                        window_start = time.perf_counter()
-                    if self.position == len(batches):
-                        self.epoch, self.position = self.epoch + 1, 0
-                    stop = self.step >= total
-                    end_of_epoch = self.position == 0
-                    if (train_config.eval_every and self.step % train_config.eval_every == 0) or \
-                            (not train_config.eval_every and end_of_epoch) or stop:
-                        stop = self._evaluate_and_checkpoint() or stop
-                    if end_of_epoch:
-                        break
+        bar = self._bar
+        assert bar is not None  # fit() holds it
+        while not stop:
+            batches = self.sampler.batches(self.epoch)
+            while self.position < len(batches) and not stop:
+                step_start = time.perf_counter()
+                loss, units = self._train_step(batches[self.position])
+                self._train_seconds += time.perf_counter() - step_start
+                self._train_units += units
+                if not math.isfinite(loss):
+                    raise DivergenceError(f"training loss is {loss} at step {self.step + 1}; lower "
+                                          "optim.lr or set optim.clip_norm")
+                self.step += 1
+                self.position += 1
+                window_loss += loss
+                window_units += units
+                window_steps += 1
+                if self.step % train_config.log_every == 0 or self.step == total:
+                    speed = window_units / max(1e-9, time.perf_counter() - window_start)
+                    self.logger.log(step=self.step, epoch=self.epoch, split="train",
+                                    loss=window_loss / window_steps, lr=self.optimizer.param_groups[0]["lr"],
+                                    **{speed_key: round(speed, 1)}, elapsed_s=self._elapsed())
+                    bar.update(self.step, loss=window_loss / window_steps, speed=speed)
+                    window_loss, window_units, window_steps = 0.0, 0, 0
+                    window_start = time.perf_counter()
+                if self.position == len(batches):
+                    self.epoch, self.position = self.epoch + 1, 0
+                stop = self.step >= total
+                end_of_epoch = self.position == 0
+                if (train_config.eval_every and self.step % train_config.eval_every == 0) or \
+                        (not train_config.eval_every and end_of_epoch) or stop:
+                    stop = self._evaluate_and_checkpoint() or stop
+                if end_of_epoch:
+                    break
 
     def _finish(self) -> dict:
         """Reload the best checkpoint's weights and evaluate them on the test split."""
