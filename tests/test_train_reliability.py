@@ -343,3 +343,70 @@ def test_sigkill_and_resume_reproduce_the_uninterrupted_run(tmp_path):
     assert not [p for p in cut.iterdir() if ".tmp-" in p.name]
     assert json.loads(done.stdout[done.stdout.index("{"):])["test"] == \
         json.loads(full.stdout[full.stdout.index("{"):])["test"]
+
+
+# --- --overwrite deletes what a run wrote, nothing else --------------------------------------------------
+
+def test_overwrite_deletes_only_what_the_run_wrote(tmp_path):
+    """Issue 32 item 1: ``fold<N>`` folders holding the user's data survive ``--overwrite``, and so does every
+    other file of theirs in the run folder."""
+    data = write_sentiment(tmp_path)
+    out = tmp_path / "ud"
+    for fold in ("fold0", "fold1"):
+        (out / fold).mkdir(parents=True)
+        (out / fold / "train.tsv").write_text("\n".join(sentiment_lines(8, 0)) + "\n")
+    (out / "notes.txt").write_text("mine")
+    Trainer(tiny_config(data, out, train={"max_steps": 2})).fit()
+    Trainer(tiny_config(data, out, train={"max_steps": 2, "seed": 5}), overwrite=True).fit()
+    assert (out / "fold0" / "train.tsv").is_file() and (out / "fold1" / "train.tsv").is_file()
+    assert (out / "notes.txt").read_text() == "mine"
+    assert load_checkpoint(out / "last.safetensors").config["train"]["seed"] == 5
+    # a cross-validation's overwrite empties its folds through their manifests and keeps what the user added
+    all_data = tmp_path / "all"
+    all_data.mkdir()
+    (all_data / "all.tsv").write_text("\n".join(sentiment_lines(60, 0)) + "\n")
+    cfg = tiny_config(all_data, tmp_path / "cv", data={"train": "all.tsv", "test": None, "cv_folds": 2},
+                      train={"max_steps": 2})
+    cross_validate(cfg)
+    (tmp_path / "cv" / "fold1" / "mine.txt").write_text("mine")
+    assert cross_validate(cfg, overwrite=True)["completed"] == 2
+    assert (tmp_path / "cv" / "fold1" / "mine.txt").read_text() == "mine"
+    assert (tmp_path / "cv" / "fold1" / "summary.json").is_file()
+
+
+def test_a_folder_of_an_older_run_loses_only_its_run_files(tmp_path):
+    """A run folder written before manifests existed: its run files go by name, a ``fold<N>`` folder only when
+    it holds such a run itself (and only its run files), a config.yaml on its own is the user's."""
+    data = write_sentiment(tmp_path)
+    out = tmp_path / "old"
+    (out / "fold0").mkdir(parents=True)
+    (out / "fold0" / "train.tsv").write_text("mine\n")
+    (out / "fold1").mkdir()
+    (out / "fold1" / "metrics.jsonl").write_text('{"step": 1}\n')
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    (out / "best.safetensors").write_bytes(b"old")
+    with pytest.raises(RunFolderError, match="already holds a run"):
+        Trainer(tiny_config(data, out, train={"max_steps": 2}))
+    Trainer(tiny_config(data, out, train={"max_steps": 2}), overwrite=True).fit()
+    assert (out / "fold0" / "train.tsv").read_text() == "mine\n" and not (out / "fold1").exists()
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "config.yaml").write_text("my: config\n")
+    for overwrite in (False, True):
+        with pytest.raises(RunFolderError, match="holds config.yaml, which no maskattn run wrote"):
+            Trainer(tiny_config(data, own, train={"max_steps": 2}), overwrite=overwrite)
+    assert (own / "config.yaml").read_text() == "my: config\n"
+
+
+def test_a_run_folder_holding_the_data_is_refused(tmp_path):
+    data = tmp_path / "ud" / "fold0"
+    data.mkdir(parents=True)
+    (data / "train.tsv").write_text("\n".join(sentiment_lines(40, 0)) + "\n")
+    (data / "test.tsv").write_text("\n".join(sentiment_lines(8, 1)) + "\n")
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_config(data, tmp_path / "x").to_dict()))
+    for out in (tmp_path / "ud", data):
+        result = runner.invoke(app, ["train", "-c", str(config), "--out", str(out), "--overwrite", "--no-progress"])
+        assert result.exit_code == 2 and f"run folder {out} holds the data this run reads" in flat(result.output)
+    assert sorted(p.name for p in data.iterdir()) == ["test.tsv", "train.tsv"]
+    assert sorted(p.name for p in (tmp_path / "ud").iterdir()) == ["fold0"]

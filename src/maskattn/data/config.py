@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar
 
 from ..sections import Rule, at_least, check_section, in_range, one_of, optional, pair
@@ -98,3 +99,14 @@ class DataConfig:
         if self.cv_folds and self.dev_holdout == "last":
             raise ConfigError("data.dev_holdout 'last' takes the end of the train file, but with data.cv_folds the "
                               "training folds are a shuffled sample; use data.dev_holdout=random")
+
+    def input_paths(self) -> list[Path]:
+        """The files and folders this section reads from (the dataset folder, the word vectors, local files of
+        a Hugging Face builder): a run folder must not hold them."""
+        paths = [Path(self.dir)] if self.source == "files" and self.dir else []
+        if self.vectors:
+            paths.append(Path(self.vectors))
+        if self.source == "hf" and isinstance(self.hf_data_files, dict):
+            for value in self.hf_data_files.values():
+                paths += [Path(v) for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)]
+        return paths

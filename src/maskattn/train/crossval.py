@@ -24,7 +24,7 @@ from rich.console import Console
 from ..errors import ArgumentError, ConfigError
 from .config import RunConfig
 from .files import atomic_write
-from .run_folder import RunFolder
+from .run_folder import RunFolder, refuse_inputs_inside
 from .trainer import Trainer
 
 __all__ = ["cross_validate"]
@@ -82,11 +82,15 @@ def cross_validate(cfg: RunConfig, *, console: Console | None = None, overwrite:
         raise ConfigError("all folds in one job is not supported under torchrun; launch one job per fold with "
                           "--set data.fold=<i>")
     out_dir = Path(cfg.train.out_dir)
+    refuse_inputs_inside(out_dir, cfg.data.input_paths())
     with RunFolder(out_dir) as folder:
+        folds = tuple(f"fold{fold}" for fold in range(cfg.data.cv_folds))
+        folder.claim("cv.json", folders=folds, record=False)
         if overwrite:
             folder.clear()
         elif any(entry.is_file() and entry.name != "cv.json" for entry in folder.run_entries()):
             folder.refuse_existing_run()  # a plain run, not an earlier cross-validation to continue
+        folder.claim("cv.json", folders=folds)
         return _run_folds(cfg, out_dir, console)
 
 
@@ -106,7 +110,9 @@ def _run_folds(cfg: RunConfig, out_dir: Path, console: Console | None) -> dict:
             if console is not None:
                 console.print(f"fold {fold + 1} of {folds} → {fold_dir}")
             summary = _train_fold(fold_cfg, fold_dir, console)
-            _write_json(done, summary)
+            with RunFolder(fold_dir) as fold_folder:
+                fold_folder.claim(done.name)
+                _write_json(done, summary)
         summaries.append({"fold": fold, **summary})
         result = _aggregate(summaries, metric, folds, out_dir)
         _write_json(out_dir / "cv.json", result)

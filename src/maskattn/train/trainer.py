@@ -44,10 +44,13 @@ from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_dis
 from .logger import MetricsLogger
 from .optim import build_optimizer, build_scheduler
 from .progress import TrainProgress
-from .run_folder import RunFolder
+from .run_folder import RunFolder, refuse_inputs_inside
 from .tasks import Task, build_task
 
 __all__ = ["Trainer", "resolve_device", "seed_everything"]
+
+#: what a trainer writes into its run folder (recorded there as the run's before any is written)
+RUN_OUTPUTS = ("config.yaml", "metrics.jsonl", "metrics.csv", "best.safetensors", "last.safetensors")
 
 
 def seed_everything(seed: int) -> None:
@@ -90,6 +93,7 @@ class Trainer:
             torch.cuda.set_device(self.device)
         self.console = console or Console()
         self.out_dir = Path(train_config.out_dir)
+        refuse_inputs_inside(self.out_dir, cfg.data.input_paths())
         self.folder = RunFolder(self.out_dir)
         try:
             if self.dist.is_main:
@@ -107,6 +111,8 @@ class Trainer:
         replace = ckpt is None and self.dist.is_main
         if replace and not overwrite:
             self.folder.refuse_existing_run()
+        if self.dist.is_main:
+            self.folder.claim(*RUN_OUTPUTS, record=False)  # refused now, before an overwrite deletes anything
         seed_everything(train_config.seed)
         if ckpt is not None and ckpt.model_type != cfg.model.type:
             raise CheckpointError(f"checkpoint {ckpt.path} holds a {ckpt.model_type!r} model, the config a "
@@ -142,6 +148,8 @@ class Trainer:
             self.recompiles = acceleration.RecompileMonitor()
         if replace and overwrite:
             self.folder.clear()
+        if self.dist.is_main:
+            self.folder.claim(*RUN_OUTPUTS)
         self.logger = MetricsLogger(self.out_dir, enabled=self.dist.is_main,
                                     resume_step=self.step if ckpt is not None else None, warn=self._warn)
         if self.dist.is_main:
