@@ -82,7 +82,12 @@ def one_line_error(result) -> str:
     ("optim.lr=.nan", "optim.lr must be a number >= 0, got nan"),
     ("train.device=gpu", "train.device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
     ("data.dev_fraction=1", "data.dev_fraction must be in (0, 1), got 1.0"),
-    ("optim.betas=[0.9", "override 'optim.betas=[0.9': the value is not valid YAML"),
+    ("optim.betas=[0.9", "override 'optim.betas=[0.9': not valid YAML"),
+    # recipes (issue 32 items 4 and 5): a YAML typo in an option, an option given twice, a depth no machine holds
+    ('model.encoder=csan1d(window="5)', """option window="5: not valid YAML (found unexpected end of stream)"""),
+    ("model.encoder=csan1d(window=5, window=7)", "option window is given twice (window=5, window=7)"),
+    ("model.encoder=mtsa x 100000", "repeat count must be in [1, 1000] (a recipe holds at most 1000 layers)"),
+    ("model.d_model=" + "9" * 5000, "a YAML value maskattn cannot read (Exceeds the limit (4300 digits)"),
     ("model.encoder=[5]", "model.encoder must be a layer recipe or baseline name (text), or a non-empty list"),
     ("data.source=hf", "data.source 'hf' needs data.hf_name"),  # was a TypeError from datasets
     ("train.metric=f1", "train.metric 'f1' is not computed for model.type 'sentence'; expected one of accuracy, loss"),
@@ -92,6 +97,25 @@ def test_bad_config_values_name_the_key_and_the_range(tmp_path, setting, message
     result = runner.invoke(app, ["train", "--data", str(data), "--out", str(tmp_path / "run"), "--set", setting])
     assert message in one_line_error(result)
     assert not (tmp_path / "run").exists()  # nothing written, not even the folder
+
+
+# legal YAML of 400 bytes whose aliases expand to 9**9 values, in a key that takes any mapping
+BILLION_LAUGHS = "data:\n  hf_data_files:\n" + "".join(
+    f"    {chr(97 + i)}: &{chr(97 + i)} [{', '.join([f'*{chr(96 + i)}' if i else 'lol'] * 9)}]\n" for i in range(9))
+
+
+@pytest.mark.parametrize("text, message", [
+    (BILLION_LAUGHS, "YAML with more than 100000 values (counting every alias as what it expands to)"),
+    ("model: " + "[" * 5000 + "]" * 5000 + "\n", "YAML nested too deeply to read"),
+    ("model:\n  d_model: 16\n  encoder: [mtsa\n", "run.yaml:4: not valid YAML"),
+    ("# " + "x" * (1 << 20) + "\n", "more than the 1048576 a run configuration may hold"),
+])
+def test_hostile_yaml_is_a_message_not_the_machines_memory(tmp_path, text, message):
+    """Issue 32 item 5: legal YAML of a few hundred bytes that expands to 9**9 values, nesting deeper than the
+    parser's recursion, a syntax error and a file far larger than any configuration: one line each, at once."""
+    (tmp_path / "run.yaml").write_text(text)
+    result = runner.invoke(app, ["train", "-c", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "run")])
+    assert message in one_line_error(result)
 
 
 def test_io_errors_name_the_path(tmp_path):
