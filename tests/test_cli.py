@@ -212,3 +212,30 @@ def test_default_job_separates_mtsa_from_multihead_in_under_two_minutes(tmp_path
     results = run_default_job(str(tmp_path), progress=False)
     assert time.perf_counter() - start < 120
     assert results["mtsa"]["test"]["accuracy"] > 0.9 and results["mha"]["test"]["accuracy"] < 0.65
+
+
+def test_the_old_names_work_with_a_warning_until_0_3(tmp_path):
+    """Issue 32 item 7: CHANGELOG promises the old spellings until 0.3; three of them were gone without a shim, and
+    the config key ``model.preset`` warned in a way no command-line user could see (DeprecationWarning is hidden
+    outside ``__main__``)."""
+    import importlib
+    import sys
+
+    import maskattn.bench
+    import maskattn.hf.mtsa
+    import maskattn.sections
+    from maskattn.errors import RenamedWarning
+
+    with pytest.warns(RenamedWarning, match=r"maskattn.bench.PRESETS is now maskattn.bench.SUITES"):
+        assert maskattn.bench.PRESETS is maskattn.bench.SUITES
+    with pytest.warns(RenamedWarning, match=r"maskattn.hf.mtsa.HEAD_MASK_PRESETS is now HEAD_MASK_NAMES"):
+        assert maskattn.hf.mtsa.HEAD_MASK_PRESETS == maskattn.hf.mtsa.HEAD_MASK_NAMES
+    sys.modules.pop("maskattn.configuration", None)
+    with pytest.warns(RenamedWarning, match=r"the module maskattn.configuration is now maskattn.sections"):
+        old = importlib.import_module("maskattn.configuration")
+    assert old.from_dict is maskattn.sections.from_dict and old.Rule is maskattn.sections.Rule
+    result = runner.invoke(app, ["train", "--set", "model.type=seq2seq", "--set", "model.preset=transformer",
+                                 "--set", "data.format=parallel"])
+    lines = result.output.splitlines()
+    assert lines[0] == ("warning: config key model.preset is now model.architecture; the old name will be removed "
+                        "in 0.3") and lines[1].startswith("error: data.dir is not set")
