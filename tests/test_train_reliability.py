@@ -410,3 +410,65 @@ def test_a_run_folder_holding_the_data_is_refused(tmp_path):
         assert result.exit_code == 2 and f"run folder {out} holds the data this run reads" in flat(result.output)
     assert sorted(p.name for p in data.iterdir()) == ["test.tsv", "train.tsv"]
     assert sorted(p.name for p in (tmp_path / "ud").iterdir()) == ["fold0"]
+
+
+def _edited(path, out, **changes):
+    """``path`` rewritten with its metadata ``changes`` applied (``None`` removes an entry) and no checksum, as a
+    hand edit leaves it."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        metadata = {k: v for k, v in f.metadata().items() if k != "sha256"}
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    for key, value in changes.items():
+        if value is None:
+            metadata.pop(key)
+        else:
+            metadata[key] = value
+    save_file(tensors, str(out), metadata=metadata)
+    return out
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"config": None}, "its metadata has no 'config' entry"),
+    ({"vocab": None}, "its metadata has no 'vocab' entry"),
+    ({"config": '{"model": '}, "metadata entry 'config' is not JSON (Expecting value at character 10)"),
+    ({"step": "twelve"}, "metadata entry 'step' must be a step count (an int >= 0), got 'twelve'"),
+    ({"config": "[1, 2]"}, "metadata entry 'config' must be a JSON object of config sections"),
+    ({"labels": '["pos", 3]'}, "metadata entry 'labels' must be a JSON list of strings, got ['pos', 3]"),
+    ({"extra": "[]"}, "metadata entry 'extra' must be a JSON object"),
+    ({"config": '{"model": {"d_model": "wide"}}'}, "holds a configuration this version of maskattn rejects"),
+])
+def test_hand_edited_checkpoint_metadata_is_a_message_naming_file_and_entry(tmp_path, changes, message):
+    """Issue 32 item 5: metadata edited by hand (the checksum removed, which only warns) gave ``KeyError:
+    'config'``, ``JSONDecodeError``, ``ValueError`` on the step and ``AttributeError: 'list' object has no attribute
+    'get'``; each is one line naming the file and the entry, after the unverified checkpoint's ``warning:`` line."""
+    from maskattn.checkpoint import _warned_unverified
+
+    data = write_sentiment(tmp_path)
+    Trainer(tiny_config(data, tmp_path / "run", train={"max_steps": 4})).fit()
+    edited = _edited(tmp_path / "run" / "best.safetensors", tmp_path / "edited.safetensors", **changes)
+    _warned_unverified.clear()
+    result = runner.invoke(app, ["eval", "-k", str(edited), "--data", str(data / "test.tsv")])
+    lines = result.output.splitlines()
+    assert result.exit_code == 2 and len(lines) == 2, result.output
+    assert lines[0].startswith(f"warning: checkpoint {edited} has no checksum")
+    assert lines[1].startswith("error: checkpoint") and str(edited) in lines[1] and message in lines[1]
+
+
+@pytest.mark.parametrize("trainer_edit, message", [
+    (lambda state: state.pop("epoch"), "metadata entry 'trainer' must be a JSON object with the trainer's epoch"),
+    (lambda state: state["optimizer"].pop("param_groups"), "its trainer state (optimizer, schedule or random "
+                                                           "generators) cannot be restored (KeyError: 'param_groups')"),
+    (lambda state: state["rng"].update(python=[3]), "cannot be restored (ValueError"),
+])
+def test_a_hand_edited_trainer_state_is_refused_on_resume(tmp_path, monkeypatch, trainer_edit, message):
+    data = write_sentiment(tmp_path)
+    fit_killed_before_step(monkeypatch, tiny_config(data, tmp_path / "run", train={"eval_every": 4}), 6)
+    last = tmp_path / "run" / "last.safetensors"
+    state = load_checkpoint(last).trainer
+    trainer_edit(state)
+    _edited(last, last, trainer=json.dumps(state))
+    result = runner.invoke(app, ["train", "--resume", str(last), "--no-progress"])
+    assert result.exit_code == 2 and message in flat(result.output), result.output
+    assert "Traceback" not in result.output

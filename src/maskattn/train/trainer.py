@@ -179,18 +179,28 @@ class Trainer:
             raise CheckpointError(f"{path} holds weights only (a best/exported checkpoint); resume from the run's "
                                   "last.safetensors")
         config = dict(ckpt.config)
-        config["train"] = {**config["train"], **overrides, "out_dir": str(path.parent)}
-        return cls(from_dict(RunConfig, config), console=console, _checkpoint=ckpt)
+        config["train"] = {**config.get("train", {}), **overrides, "out_dir": str(path.parent)}
+        try:
+            cfg = from_dict(RunConfig, config)
+        except ConfigError as exc:
+            raise CheckpointError(f"checkpoint {path} holds a configuration this version of maskattn rejects, with "
+                                  f"the train.* settings given: {exc}") from None
+        return cls(cfg, console=console, _checkpoint=ckpt)
 
     def _restore(self, ckpt: Checkpoint) -> None:
         load_weights(self.model, ckpt)
         state = ckpt.trainer
         assert state is not None  # from_checkpoint refused weights-only checkpoints
-        optimizer_from_flat(self.optimizer, ckpt.extra_tensors, state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        try:  # the checkpoint reader checked the state's outline; what is inside is read here
+            optimizer_from_flat(self.optimizer, ckpt.extra_tensors, state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            restore_rng(ckpt.extra_tensors, state["rng"])
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise CheckpointError(f"checkpoint {ckpt.path}: its trainer state (optimizer, schedule or random "
+                                  f"generators) cannot be restored ({type(exc).__name__}: {exc}); the file was edited "
+                                  "or damaged: resume from another checkpoint") from None
         self.step, self.epoch, self.position = ckpt.step, state["epoch"], state["position"]
         self.best_metric, self.best_step, self.bad_evals = state["best_metric"], state["best_step"], state["bad_evals"]
-        restore_rng(ckpt.extra_tensors, state["rng"])
         if self.ema is not None:
             ema_state = {k[len("ema."):]: v for k, v in ckpt.extra_tensors.items() if k.startswith("ema.")}
             if not ema_state:
