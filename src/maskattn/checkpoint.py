@@ -35,7 +35,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from .errors import CheckpointError, UnverifiedCheckpointWarning
-from .sections import shown
+from .sections import is_sections, shown
 
 __all__ = ["FORMAT", "CHECKSUM_KEY", "Checkpoint", "load_checkpoint", "load_weights", "content_digest",
            "read_header", "checkpoint_in_folder"]
@@ -164,10 +164,6 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
                       fields["step"], fields["trainer"], extra_tensors, fields["extra"])
 
 
-def _is_sections(value: object) -> bool:
-    return isinstance(value, dict) and all(isinstance(section, dict) for section in value.values())
-
-
 def _is_names(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(name, str) for name in value)
 
@@ -185,7 +181,7 @@ def _is_trainer(value: object) -> bool:
 
 #: the metadata entries of a checkpoint: (is JSON, what the value must be, its description, default when absent)
 _METADATA = {
-    "config": (True, _is_sections, "a JSON object of config sections (data, model, optim, train)", None),
+    "config": (True, is_sections, "a JSON object of config sections (data, model, optim, train)", None),
     "vocab": (True, _is_names, "a JSON list of strings", None),
     "labels": (True, _is_names, "a JSON list of strings", None),
     "model_type": (False, lambda v: isinstance(v, str) and bool(v), "a model type such as sentence", None),

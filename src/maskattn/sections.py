@@ -30,13 +30,18 @@ import yaml
 from .errors import ConfigError, warn_renamed
 
 __all__ = ["Rule", "at_least", "positive", "in_range", "one_of", "optional", "pair", "check_section", "from_dict",
-           "parse_yaml", "shown", "MAX_YAML_NODES"]
+           "parse_yaml", "shown", "is_sections", "MAX_YAML_NODES"]
 
 #: the most values (scalars, lists, mappings, counted as expanded by aliases) one YAML text may hold
 MAX_YAML_NODES = 100_000
 
 _SHOWN = reprlib.Repr()
 _SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxlevel = 80, 80, 8, 8, 3
+
+
+def is_sections(value: object) -> bool:
+    """Is ``value`` shaped like a run configuration read back from a file: a mapping of section mappings?"""
+    return isinstance(value, dict) and all(isinstance(section, dict) for section in value.values())
 
 
 def shown(value: object) -> str:
@@ -51,7 +56,7 @@ def parse_yaml(text: str, where: str, error: type[Exception] = ConfigError) -> o
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        at = f"{where}:{mark.line + 1}" if mark is not None and "\n" in text.strip() else where
+        at = f"{where}:{mark.line + 1}" if mark is not None and "\n" in text else where
         raise error(f"{at}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
     except RecursionError:
         raise error(f"{where}: YAML nested too deeply to read") from None

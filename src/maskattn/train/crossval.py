@@ -18,10 +18,11 @@ import os
 import statistics
 from pathlib import Path
 
-import yaml
 from rich.console import Console
 
-from ..errors import ArgumentError, ConfigError
+from ..data.text import read_text
+from ..errors import ArgumentError, ConfigError, DataError
+from ..sections import is_sections, parse_yaml
 from .config import RunConfig
 from .files import atomic_write
 from .run_folder import RunFolder, refuse_inputs_inside
@@ -50,12 +51,28 @@ def _check_same_run(cfg: RunConfig, fold_dir: Path) -> None:
     saved_path = fold_dir / "config.yaml"
     if not saved_path.exists():
         return
-    saved, wanted = yaml.safe_load(saved_path.read_text()), cfg.to_dict()
+    saved, wanted = parse_yaml(read_text(saved_path, "config file"), str(saved_path)), cfg.to_dict()
+    if not is_sections(saved):
+        raise ConfigError(f"{saved_path} is not a run configuration (a mapping of sections); give the "
+                          "cross-validation a new --out folder")
     changed = sorted(f"{section}.{key}" for section in wanted for key in wanted[section]
                      if (section, key) not in _FREE and saved.get(section, {}).get(key) != wanted[section][key])
     if changed:
         raise ConfigError(f"{fold_dir} holds a run of another configuration (differs in {', '.join(changed[:5])}); "
                          "give the cross-validation a new --out folder")
+
+
+def _read_summary(path: Path, metric: str) -> dict:
+    """A finished fold's ``summary.json``, checked: a JSON object with the test ``metric`` (a number)."""
+    try:
+        summary = json.loads(read_text(path, "fold summary"))
+    except json.JSONDecodeError as exc:
+        summary = exc
+    test = summary.get("test") if isinstance(summary, dict) else None
+    if not (isinstance(test, dict) and isinstance(test.get(metric), (int, float))):
+        raise DataError(f"{path} is not a finished fold's summary (a JSON object whose 'test' holds the number "
+                        f"{metric!r}); delete it to train that fold again")
+    return summary
 
 
 def _train_fold(cfg: RunConfig, fold_dir: Path, console: Console | None) -> dict:
@@ -103,7 +120,7 @@ def _run_folds(cfg: RunConfig, out_dir: Path, console: Console | None) -> dict:
         _check_same_run(fold_cfg, fold_dir)
         done = fold_dir / "summary.json"
         if done.exists():
-            summary = json.loads(done.read_text())
+            summary = _read_summary(done, metric)
             if console is not None:
                 console.print(f"fold {fold + 1} of {folds}: finished earlier ({done}), not trained again")
         else:
