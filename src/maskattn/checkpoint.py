@@ -9,7 +9,8 @@ Layout (the writer is :func:`maskattn.train.checkpoint.save_checkpoint`):
   JSON), ``vocab`` and ``labels`` (JSON lists), ``model_type``, ``step``, ``extra`` (JSON: what the task needs
   to feed the model text — for translation the subword model, base64 — and a fingerprint of the training
   data), ``trainer`` (JSON, resumable checkpoints: epoch, position in the epoch, best metric, scheduler
-  state, optimiser hyper-parameters, the Python / NumPy RNG states) and ``sha256``.
+  state, optimiser hyper-parameters, the Python / NumPy RNG states, the train loss summed since the last train
+  row) and ``sha256``.
 
 ``sha256`` is the checksum of everything else in the file: the safetensors header without the ``sha256``
 entry (as canonical JSON: sorted keys, no spaces) followed by the tensor data. :func:`load_checkpoint`
@@ -176,7 +177,13 @@ def _is_trainer(value: object) -> bool:
     return (isinstance(value, dict) and all(_is_count(value.get(key)) for key in ("epoch", "position", "bad_evals"))
             and all(isinstance(value.get(key), dict) for key in ("rng", "optimizer", "scheduler"))
             and (value.get("best_step") is None or _is_count(value.get("best_step")))
-            and (value.get("best_metric") is None or isinstance(value.get("best_metric"), (int, float))))
+            and (value.get("best_metric") is None or isinstance(value.get("best_metric"), (int, float)))
+            and (value.get("window") is None or _is_window(value["window"])))
+
+
+def _is_window(value: object) -> bool:
+    """The train loss summed since the last train row, and over how many steps."""
+    return isinstance(value, dict) and isinstance(value.get("loss"), (int, float)) and _is_count(value.get("steps"))
 
 
 #: the metadata entries of a checkpoint: (is JSON, what the value must be, its description, default when absent)
@@ -188,7 +195,7 @@ _METADATA = {
     "step": (False, lambda v: re.fullmatch(r"[0-9]{1,18}", v) is not None, "a step count (an int >= 0)", None),
     "extra": (True, lambda v: isinstance(v, dict), "a JSON object", "{}"),
     "trainer": (True, _is_trainer, "a JSON object with the trainer's epoch, position, best metric and step, bad "
-                "evaluations, and its rng, optimizer and scheduler states", "null"),
+                "evaluations, the running train loss, and its rng, optimizer and scheduler states", "null"),
 }
 
 

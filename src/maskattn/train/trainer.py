@@ -132,6 +132,9 @@ class Trainer:
         self.best_metric: float | None = None
         self.best_step: int | None = None
         self.bad_evals = 0
+        # the train loss summed over the steps since the last train row (a checkpoint keeps it: a resumed run's
+        # first row averages the same steps as the uninterrupted run's)
+        self.window_loss, self.window_steps = 0.0, 0
         self.ema = build_ema(self.model, train_config.ema_decay)
         if ckpt is not None:
             self._restore(ckpt)
@@ -201,6 +204,13 @@ class Trainer:
                                   "or damaged: resume from another checkpoint") from None
         self.step, self.epoch, self.position = ckpt.step, state["epoch"], state["position"]
         self.best_metric, self.best_step, self.bad_evals = state["best_metric"], state["best_step"], state["bad_evals"]
+        window = state.get("window")
+        if window is None:  # written before the window was kept
+            if self.step % self.cfg.train.log_every:
+                self._warn(f"{ckpt.path} was written by an older maskattn without the running train loss: the first "
+                           f"train row after step {self.step} averages only the steps after it")
+        else:
+            self.window_loss, self.window_steps = float(window["loss"]), int(window["steps"])
         if self.ema is not None:
             ema_state = {k[len("ema."):]: v for k, v in ckpt.extra_tensors.items() if k.startswith("ema.")}
             if not ema_state:
@@ -219,7 +229,8 @@ class Trainer:
             optim_tensors, optim_meta = optimizer_to_flat(self.optimizer)
             trainer = {"epoch": self.epoch, "position": self.position, "best_metric": self.best_metric,
                        "best_step": self.best_step, "bad_evals": self.bad_evals, "rng": rng_state,
-                       "optimizer": optim_meta, "scheduler": self.scheduler.state_dict()}
+                       "optimizer": optim_meta, "scheduler": self.scheduler.state_dict(),
+                       "window": {"loss": self.window_loss, "steps": self.window_steps}}
             extra = {**rng_tensors, **optim_tensors}
             if self.ema is not None:
                 extra.update({f"ema.{k}": v.detach().cpu().contiguous() for k, v in self.ema.state_dict().items()})
@@ -331,7 +342,7 @@ class Trainer:
         self._start = time.perf_counter()
         speed_key = f"{self.task.unit}_per_s"
         self._train_units, self._train_seconds = 0, 0.0  # throughput of the training steps alone
-        window_loss, window_units, window_start, window_steps = 0.0, 0, time.perf_counter(), 0
+        window_units, window_start = 0, time.perf_counter()  # this session's: the speed of the next row
         stop = self.step >= total
         with TrainProgress(total, console=self.console, enabled=train_config.progress and self.dist.is_main,
                            start=self.step, unit="tok" if self.task.unit == "tokens" else "ex") as bar:
@@ -347,16 +358,17 @@ class Trainer:
                                               "optim.lr or set optim.clip_norm")
                     self.step += 1
                     self.position += 1
-                    window_loss += loss
+                    self.window_loss += loss
+                    self.window_steps += 1
                     window_units += units
-                    window_steps += 1
                     if self.step % train_config.log_every == 0 or self.step == total:
                         speed = window_units / max(1e-9, time.perf_counter() - window_start)
-                        self.logger.log(step=self.step, epoch=self.epoch, split="train",
-                                        loss=window_loss / window_steps, lr=self.optimizer.param_groups[0]["lr"],
-                                        **{speed_key: round(speed, 1)}, elapsed_s=self._elapsed())
-                        bar.update(self.step, loss=window_loss / window_steps, speed=speed)
-                        window_loss, window_units, window_steps = 0.0, 0, 0
+                        mean = self.window_loss / self.window_steps
+                        self.logger.log(step=self.step, epoch=self.epoch, split="train", loss=mean,
+                                        lr=self.optimizer.param_groups[0]["lr"], **{speed_key: round(speed, 1)},
+                                        elapsed_s=self._elapsed())
+                        bar.update(self.step, loss=mean, speed=speed)
+                        self.window_loss, self.window_steps, window_units = 0.0, 0, 0
                         window_start = time.perf_counter()
                     if self.position == len(batches):
                         self.epoch, self.position = self.epoch + 1, 0
