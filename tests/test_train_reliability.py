@@ -472,3 +472,23 @@ def test_a_hand_edited_trainer_state_is_refused_on_resume(tmp_path, monkeypatch,
     result = runner.invoke(app, ["train", "--resume", str(last), "--no-progress"])
     assert result.exit_code == 2 and message in flat(result.output), result.output
     assert "Traceback" not in result.output
+
+
+def test_an_interrupt_says_what_there_is_to_resume(tmp_path, monkeypatch):
+    """Issue 32 item 8: an interrupt before the first checkpoint said the checkpoints were intact."""
+    data = write_sentiment(tmp_path)
+    original = Trainer._train_step
+    for stop_before, expected in ((3, "no checkpoint was written yet (the first comes at the first evaluation), so "
+                                      "there is nothing to resume: run the command again with --overwrite"),
+                                  (6, "are intact; resume with --resume")):
+        def crash(self, indices, stop_before=stop_before):
+            if self.step == stop_before - 1:
+                raise KeyboardInterrupt
+            return original(self, indices)
+
+        monkeypatch.setattr(Trainer, "_train_step", crash)
+        console = Console(record=True, width=400)
+        with pytest.raises(KeyboardInterrupt):
+            Trainer(tiny_config(data, tmp_path / f"run{stop_before}", train={"eval_every": 4}), console=console).fit()
+        text = flat(console.export_text())
+        assert f"interrupted at step {stop_before - 1}" in text and expected in text

@@ -325,15 +325,23 @@ class Trainer:
                 self._train(self.total_steps())
             except KeyboardInterrupt:
                 if self.dist.is_main:
-                    last = self.out_dir / "last.safetensors"
-                    where = f"; resume with --resume {last}" if last.exists() else ""
-                    self.console.print(f"[yellow]interrupted at step {self.step}[/yellow]: checkpoints in "
-                                       f"{self.out_dir} are intact{where}")
+                    self.console.print(f"[yellow]interrupted at step {self.step}[/yellow]: {self._kept()}")
                 raise
             return self._finish()
         finally:
             cleanup(self.dist)
             self.close()
+
+    def _kept(self) -> str:
+        """What an interrupted run leaves to continue from (said once it stops)."""
+        last = self.out_dir / "last.safetensors"
+        if last.exists():
+            return f"checkpoints in {self.out_dir} are intact; resume with --resume {last}"
+        if (self.out_dir / "best.safetensors").exists():
+            return (f"{self.out_dir / 'best.safetensors'} is intact, but there is no last.safetensors to resume from "
+                    "(train.keep_last is off): a new run starts again from step 0")
+        return (f"no checkpoint was written yet (the first comes at the first evaluation), so there is nothing to "
+                f"resume: run the command again with --overwrite to start over in {self.out_dir}")
 
     def _train(self, total: int) -> None:
         """The loop: optimiser steps, train rows every ``log_every`` steps, evaluations and checkpoints, until
