@@ -4,8 +4,10 @@ the embedded default job, and error messages."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -170,6 +172,20 @@ def test_predict_gives_one_output_line_per_input_line(tmp_path):
     result = runner.invoke(app, ["predict", "-k", str(tmp_path / "run" / "best.safetensors"), "--input", str(lines)])
     assert result.exit_code == 0, result.output
     assert result.stdout.split("\n") == ["pos", "", "neg", "pos", ""]  # 4 lines in, 4 out; blank in, blank out
+    # standard input as translate reads it: "-", and any path that reads like a file (issue 32 item 8: /dev/stdin,
+    # a pipe, was refused as "not a file")
+    result = runner.invoke(app, ["predict", "-k", str(tmp_path / "run" / "best.safetensors"), "--input", "-"],
+                           input=lines.read_bytes())
+    assert result.exit_code == 0 and result.stdout.split("\n") == ["pos", "", "neg", "pos", ""], result.output
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(lines.read_bytes()))
+    writer.start()
+    result = runner.invoke(app, ["predict", "-k", str(tmp_path / "run" / "best.safetensors"), "--input", str(fifo)])
+    writer.join()
+    assert result.exit_code == 0 and result.stdout.split("\n") == ["pos", "", "neg", "pos", ""], result.output
+    result = runner.invoke(app, ["predict", "-k", str(tmp_path / "run" / "best.safetensors"), "--input", str(tmp_path)])
+    assert result.exit_code == 2 and f"data file {tmp_path} is a folder, not a file" in result.output
 
 
 def test_classifier_inputs_longer_than_the_model_reads_are_truncated_with_a_warning(tmp_path):
@@ -212,6 +228,16 @@ def test_default_job_separates_mtsa_from_multihead_in_under_two_minutes(tmp_path
     results = run_default_job(str(tmp_path), progress=False)
     assert time.perf_counter() - start < 120
     assert results["mtsa"]["test"]["accuracy"] > 0.9 and results["mha"]["test"]["accuracy"] < 0.65
+
+
+@pytest.mark.parametrize("command", [["train"], ["eval"], ["predict"], ["translate"], ["bench"], ["list"], ["demo"],
+                                     ["viz", "masks"], ["viz", "attention"], ["viz", "localness"]])
+def test_help_shows_no_value_after_a_flag(command):
+    """Issue 32 item 8: ``--help`` printed ``--overwrite <bool>``, and ``--overwrite true`` then failed."""
+    result = runner.invoke(app, [*command, "--help"])
+    assert result.exit_code == 0 and "<bool>" not in result.output, result.output
+    flags = [line.split()[0] for line in result.output.splitlines() if line.strip().startswith("--")]
+    assert "--help" in flags
 
 
 def test_the_old_names_work_with_a_warning_until_0_3(tmp_path):

@@ -20,8 +20,10 @@ __all__ = ["app", "user_errors", "interrupt_exits", "sigterm_as_interrupt", "is_
 #: the help of every command's --device (one meaning: maskattn.device.resolve_device)
 DEVICE_HELP = "auto (CUDA when available, else the CPU), cpu, cuda or cuda:N"
 
+# rich_markup_mode=None: click's plain help. Typer's rich help (0.29) prints a value type after flags that take none
+# ("--overwrite <bool>", whereupon "--overwrite true" fails) and breaks docstring paragraphs mid-sentence.
 app = typer.Typer(help="maskattn: mask-based self-attention (MTSA, MAN, CSAN) for PyTorch.", no_args_is_help=True,
-                  add_completion=False)
+                  add_completion=False, rich_markup_mode=None)
 
 
 def _print_version(value: bool) -> None:

@@ -88,16 +88,19 @@ def _checkpoint_file(path: Path) -> Path:
 
 
 def _input_lines(path: Path | None) -> list[str]:
-    """The lines of ``path``, or of stdin when it is ``None`` (:mod:`maskattn.data.text`)."""
+    """The lines of ``path``, or of stdin when it is ``None`` or ``-`` (:mod:`maskattn.data.text`)."""
     from ..data.text import read_lines, read_stream_lines
 
-    return read_lines(path) if path is not None else read_stream_lines(typer.get_binary_stream("stdin"))
+    if path is None or str(path) == "-":
+        return read_stream_lines(typer.get_binary_stream("stdin"))
+    return read_lines(path)
 
 
 @app.command()
 def translate(
     checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="a translation .safetensors checkpoint"),
-    input_file: Path = typer.Option(None, "--input", "-i", help="source sentences, one per line (default: stdin)"),
+    input_file: Path = typer.Option(None, "--input", "-i", help="source sentences, one per line (default, or -: "
+                                    "stdin)"),
     output: Path = typer.Option(None, "--output", "-o", help="write translations here (default: stdout)"),
     beam: int = typer.Option(5, "--beam", help="beam size (1 = greedy)"),
     length_penalty: float = typer.Option(0.6, "--length-penalty", help="GNMT length penalty α of beam search"),
@@ -123,8 +126,8 @@ def translate(
 @app.command()
 def predict(
     checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="a .safetensors checkpoint"),
-    texts: list[str] = typer.Argument(None, help="sentences (pair models: 'premise ||| hypothesis')"),
-    input_file: Path = typer.Option(None, "--input", "-i", help="file with one sentence per line"),
+    texts: list[str] = typer.Argument(None, metavar="SENTENCE", help="sentences (pair models: 'premise ||| hypothesis')"),
+    input_file: Path = typer.Option(None, "--input", "-i", help="file with one sentence per line (-: stdin)"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ):
     """Predict labels: one output line per input (the arguments, then the lines of --input), the label or a
