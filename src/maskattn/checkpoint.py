@@ -26,7 +26,7 @@ import hashlib
 import json
 import re
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -187,12 +187,13 @@ def _is_window(value: object) -> bool:
 
 
 #: the metadata entries of a checkpoint: (is JSON, what the value must be, its description, default when absent)
-_METADATA = {
+_METADATA: dict[str, tuple[bool, Callable[[object], bool], str, str | None]] = {
     "config": (True, is_sections, "a JSON object of config sections (data, model, optim, train)", None),
     "vocab": (True, _is_names, "a JSON list of strings", None),
     "labels": (True, _is_names, "a JSON list of strings", None),
     "model_type": (False, lambda v: isinstance(v, str) and bool(v), "a model type such as sentence", None),
-    "step": (False, lambda v: re.fullmatch(r"[0-9]{1,18}", v) is not None, "a step count (an int >= 0)", None),
+    "step": (False, lambda v: isinstance(v, str) and re.fullmatch(r"[0-9]{1,18}", v) is not None,
+             "a step count (an int >= 0)", None),
     "extra": (True, lambda v: isinstance(v, dict), "a JSON object", "{}"),
     "trainer": (True, _is_trainer, "a JSON object with the trainer's epoch, position, best metric and step, bad "
                 "evaluations, the running train loss, and its rng, optimizer and scheduler states", "null"),
@@ -209,15 +210,16 @@ def _read_metadata(path: Path, metadata: dict[str, str]) -> dict:
             raise CheckpointError(f"checkpoint {path}: its metadata has no {key!r} entry; not a checkpoint maskattn "
                                   "wrote, or one edited since")
         text = metadata.get(key, default)
+        assert text is not None  # an absent entry without a default was refused above
         try:
-            value = json.loads(text) if is_json else text
+            value: object = json.loads(text) if is_json else text
         except json.JSONDecodeError as exc:
             raise CheckpointError(f"checkpoint {path}: metadata entry {key!r} is not JSON ({exc.msg} at character "
                                   f"{exc.pos}); the file was edited or damaged") from None
         if not (value is None and key == "trainer") and not accepts(value):
             raise CheckpointError(f"checkpoint {path}: metadata entry {key!r} must be {description}, got "
                                   f"{shown(value)}; the file was edited or damaged")
-        fields[key] = int(value) if key == "step" else value
+        fields[key] = int(text) if key == "step" else value
     return fields
 
 

@@ -76,7 +76,7 @@ def _split_top(text: str, sep: str) -> list[str]:
 
 
 def _parse_options(text: str, where: str) -> dict:
-    options = {}
+    options: dict[str, object] = {}
     for item in _split_top(text, ","):
         if not item.strip():
             continue
@@ -112,7 +112,7 @@ def parse_recipe(recipe: str | Sequence[str] | Sequence[LayerRecipe]) -> list[La
     else:
         raise ArgumentTypeError(f"recipe must be a string such as 'mtsa x2' or a non-empty list of such strings, "
                         f"got {describe(recipe)}")
-    layers = []
+    layers: list[LayerRecipe] = []
     for group in groups:
         group = group.strip()
         if not group:

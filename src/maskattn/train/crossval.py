@@ -52,7 +52,7 @@ def _check_same_run(cfg: RunConfig, fold_dir: Path) -> None:
     if not saved_path.exists():
         return
     saved, wanted = parse_yaml(read_text(saved_path, "config file"), str(saved_path)), cfg.to_dict()
-    if not is_sections(saved):
+    if not isinstance(saved, dict) or not is_sections(saved):
         raise ConfigError(f"{saved_path} is not a run configuration (a mapping of sections); give the "
                           "cross-validation a new --out folder")
     changed = sorted(f"{section}.{key}" for section in wanted for key in wanted[section]
@@ -101,13 +101,13 @@ def cross_validate(cfg: RunConfig, *, console: Console | None = None, overwrite:
     out_dir = Path(cfg.train.out_dir)
     refuse_inputs_inside(out_dir, cfg.data.input_paths())
     with RunFolder(out_dir) as folder:
-        folds = tuple(f"fold{fold}" for fold in range(cfg.data.cv_folds))
-        folder.claim("cv.json", folders=folds, record=False)
+        names = tuple(f"fold{fold}" for fold in range(folds))
+        folder.claim("cv.json", folders=names, record=False)
         if overwrite:
             folder.clear()
         elif any(entry.is_file() and entry.name != "cv.json" for entry in folder.run_entries()):
             folder.refuse_existing_run()  # a plain run, not an earlier cross-validation to continue
-        folder.claim("cv.json", folders=folds)
+        folder.claim("cv.json", folders=names)
         return _run_folds(cfg, out_dir, console)
 
 
