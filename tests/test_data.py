@@ -62,6 +62,9 @@ def test_read_tsv_and_trec_formats(tmp_path):
 
 @pytest.mark.parametrize("text, kwargs, message", [
     ("1\tok\nno tab here\n", {}, r"bad\.tsv:2: expected 'label<TAB>text', found no tab"),
+    # a third column is refused, not glued into the text (TREC read as tsv: issue 32 item 4)
+    ("1\tok\nNUM\tdist\tHow far ?\n", {}, r"bad\.tsv:2: expected 'label<TAB>text', found 2 tabs .*format trec"),
+    ("1\tok\t\n", {}, r"bad\.tsv:1: expected 'label<TAB>text', found 2 tabs"),
     ("1\tok\n7\tfine\n", {"labels": ["0", "1"]}, r"bad\.tsv:2: unknown label '7'"),
     ("1\tok\n0\t   \n", {}, r"bad\.tsv:2: empty text"),
     ("\n\n", {}, r"bad\.tsv holds no examples"),
@@ -77,6 +80,8 @@ def test_read_tsv_skip_empty_and_missing_file(tmp_path):
         read_tsv(tmp_path / "nope.tsv")
     with pytest.raises(ValueError, match=r"t\.tsv:1: expected 'coarse<TAB>fine<TAB>text', found 1 tab"):
         read_trec(write(tmp_path, "t.tsv", "NUM\tHow far ?\n"))
+    with pytest.raises(ValueError, match=r"u\.tsv:1: expected 'coarse<TAB>fine<TAB>text', found 3 tab"):
+        read_trec(write(tmp_path, "u.tsv", "NUM\tdist\tx\tHow far ?\n"))
 
 
 def test_read_nli_jsonl(tmp_path):

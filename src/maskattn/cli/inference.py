@@ -127,10 +127,12 @@ def _checkpoint_file(path: Path) -> Path:
 
 
 def _input_lines(path: Path | None) -> list[str]:
-    """The lines of ``path``, or of stdin when it is ``None`` (:mod:`maskattn.data.text`)."""
+    """The lines of ``path``, or of stdin when it is ``None`` or ``-`` (:mod:`maskattn.data.text`)."""
     from ..data.text import read_lines, read_stream_lines
 
-    return read_lines(path) if path is not None else read_stream_lines(typer.get_binary_stream("stdin"))
+    if path is None or str(path) == "-":
+        return read_stream_lines(typer.get_binary_stream("stdin"))
+    return read_lines(path)
 
 
 @with_decoding_flags
@@ -138,7 +140,7 @@ def generate(
     checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="a seq2seq .safetensors checkpoint (translation, "
                                     "summarization)"),
     input_file: Path = typer.Option(None, "--input", "-i", help="source sentences (articles), one per line "
-                                    "(default: stdin)"),
+                                    "(default, or -: stdin)"),
     output: Path = typer.Option(None, "--output", "-o", help="write the outputs here (default: stdout)"),
     batch_size: int = typer.Option(64, "--batch-size", help="sentences per decoding batch"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
@@ -182,8 +184,8 @@ def _decoding_progress() -> Iterator[Callable[[int, int], None]]:
 @app.command()
 def predict(
     checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="a .safetensors checkpoint"),
-    texts: list[str] = typer.Argument(None, help="sentences (pair models: 'premise ||| hypothesis')"),
-    input_file: Path = typer.Option(None, "--input", "-i", help="file with one sentence per line"),
+    texts: list[str] = typer.Argument(None, metavar="SENTENCE", help="sentences (pair models: 'premise ||| hypothesis')"),
+    input_file: Path = typer.Option(None, "--input", "-i", help="file with one sentence per line (-: stdin)"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ):
     """Predict labels: one output line per input (the arguments, then the lines of --input), the label or a

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar
 
 from ..sections import Rule, at_least, check_section, in_range, one_of, optional, pair
@@ -160,3 +161,14 @@ class DataConfig:
         if self.format == "summarization":
             return self.src_lang or "src", self.tgt_lang or "tgt"
         return self.src_lang, self.tgt_lang
+
+    def input_paths(self) -> list[Path]:
+        """The files and folders this section reads from (the dataset folder, the word vectors, local files of
+        a Hugging Face builder): a run folder must not hold them."""
+        paths = [Path(self.dir)] if self.source == "files" and self.dir else []
+        if self.vectors:
+            paths.append(Path(self.vectors))
+        if self.source == "hf" and isinstance(self.hf_data_files, dict):
+            for value in self.hf_data_files.values():
+                paths += [Path(v) for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)]
+        return paths

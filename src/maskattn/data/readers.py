@@ -65,16 +65,19 @@ def _nonempty_file(examples: list, path: Path) -> list:
 
 def read_tsv(path: str | Path, *, labels: Iterable[str] | None = None, lowercase: bool = False,
              skip_empty: bool = False, tokenizer: str = "whitespace") -> list[TextExample]:
-    """``label<TAB>text`` per line. ``labels``: the allowed label set (an unknown label is an error).
-    A line with an empty text is an error, or skipped with ``skip_empty`` (CR's all.tsv has one)."""
+    """``label<TAB>text`` per line: exactly one tab (a line with more columns is an error, never glued into the
+    text). ``labels``: the allowed label set (an unknown label is an error). A line with an empty text is an
+    error, or skipped with ``skip_empty`` (CR's all.tsv has one)."""
     path = Path(path)
     labels = None if labels is None else set(labels)
     out = []
     for number, line in _lines(path):
         where = f"{path}:{number}"
-        if "\t" not in line:
-            raise DataError(f"{where}: expected 'label<TAB>text', found no tab in {line[:60]!r}")
-        label, text = line.split("\t", 1)
+        tabs = line.count("\t")
+        if tabs != 1:  # a second tab would glue a column into the text (TREC's fine label, say)
+            raise DataError(f"{where}: expected 'label<TAB>text', found {tabs or 'no'} tab{'s' * (tabs != 1)} in "
+                            f"{line[:60]!r}" + (" (format trec reads coarse<TAB>fine<TAB>text)" if tabs == 2 else ""))
+        label, text = line.split("\t")
         if skip_empty and not text.strip():
             continue
         out.append(TextExample(_nonempty(tokenize(text, lowercase=lowercase, tokenizer=tokenizer), where),
@@ -84,14 +87,14 @@ def read_tsv(path: str | Path, *, labels: Iterable[str] | None = None, lowercase
 
 def read_trec(path: str | Path, *, labels: Iterable[str] | None = None, lowercase: bool = False,
               fine: bool = False, skip_empty: bool = False, tokenizer: str = "whitespace") -> list[TextExample]:
-    """TREC's ``coarse<TAB>fine<TAB>text``; the label is the coarse class (6-way) or, with ``fine``,
-    ``coarse:fine`` (50-way)."""
+    """TREC's ``coarse<TAB>fine<TAB>text`` (exactly two tabs); the label is the coarse class (6-way) or, with
+    ``fine``, ``coarse:fine`` (50-way)."""
     path = Path(path)
     labels = None if labels is None else set(labels)
     out = []
     for number, line in _lines(path):
         where = f"{path}:{number}"
-        parts = line.split("\t", 2)
+        parts = line.split("\t")
         if len(parts) != 3:
             raise DataError(f"{where}: expected 'coarse<TAB>fine<TAB>text', found {len(parts) - 1} tab(s) "
                              f"in {line[:60]!r}")

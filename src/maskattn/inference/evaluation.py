@@ -26,7 +26,13 @@ def evaluate_file(path: str | Path, data_file: str | Path, *, format: str | None
     fmt = format or loaded.config.data.format
     if fmt not in READERS:
         raise InputError(f"unknown format {fmt!r}; expected one of {', '.join(READERS)}")
-    examples = READERS[fmt](data_file, labels=loaded.labels.itos, **loaded.config.data.token_options)
+    try:
+        examples = READERS[fmt](data_file, labels=loaded.labels.itos, **loaded.config.data.token_options)
+    except DataError as exc:
+        if fmt == loaded.config.data.format:
+            raise
+        raise DataError(f"{exc} — read as format {fmt!r}, but the checkpoint was trained on format "
+                        f"{loaded.config.data.format!r} (leave out --format to read it so)") from None
     items, truncated = loaded.encode(examples, loaded.labels)
     if truncated and on_truncate is not None:
         on_truncate([line for i in truncated if (line := examples[i].line) is not None], loaded.input_limit)

@@ -415,13 +415,13 @@ AUTHORS_SETUPS: dict[str, dict[str, object]] = {
 
 #: The attentions of the authors' summarization model (LibertFan/MAN ``summarization/model/multihead_attention2.py``,
 #: built by ``summarization/model/man.py`` with ``man_base``'s ``activation_fn='gelu'`` and ``activation_dropout=0.1``,
-#: lines 204–230 and 858–877): ``F`` = GELU followed by dropout 0.1 before ``out_proj`` (lines 294–296), and DMAN's
+#: lines 204–230 and 762–783): ``F`` = GELU followed by dropout 0.1 before ``out_proj`` (lines 294–296), and DMAN's
 #: clamp on ``M`` divided by its row maximum (line 144); tables of ``--max-source-positions`` /
 #: ``--max-target-positions`` = 512 entries (``scripts/summarization/train/train-man-base-cnndm.sh``).
 _SUMMARIZATION_ATTENTION = {"activation": "gelu", "activation_dropout": 0.1}
 
-#: ``man_base`` (``summarization/model/man.py`` lines 858–877) with the training script's dropouts: d 768, 12 heads,
-#: FFN 1536 with GELU, post-LN (``MANEncoderLayer.forward``: ``LN(x + dropout(f(x)))``, lines 250–290), residual,
+#: ``man_base`` (``summarization/model/man.py`` lines 762–783) with the training script's dropouts: d 768, 12 heads,
+#: FFN 1536 with GELU, post-LN (``MANEncoderLayer.forward``: ``LN(x + dropout(f(x)))``, lines 240–292), residual,
 #: attention and FFN-inner dropout 0.1; every layer mixed (DMAN → SAN → FFN, ``encoder_mix_layers = 6``).
 _SUMMARIZATION = {"d_model": 768, "num_heads": 12, "ffn_dim": 1536, "norm": "post", "dropout": 0.1,
                   "attention_dropout": 0.1, "activation_dropout": 0.1, "ffn_options": {"activation": "gelu"},

@@ -23,11 +23,15 @@ from dataclasses import dataclass
 import yaml
 
 from ..errors import ArgumentError, ArgumentTypeError
+from ..sections import parse_yaml, shown
 from ..validation import describe
 from ..attention.registry import list_attentions
 
-__all__ = ["LayerRecipe", "parse_recipe", "recipe_runs", "recipe_string", "option_text", "SAN_ALIAS",
-           "canonical_name"]
+__all__ = ["LayerRecipe", "parse_recipe", "recipe_runs", "recipe_string", "SAN_ALIAS", "canonical_name",
+           "option_text", "MAX_LAYERS"]
+
+#: the most layers a recipe may hold ("mtsa x 100000" would build that many modules before any memory check)
+MAX_LAYERS = 1000
 
 #: MAN's name for plain multi-head attention.
 SAN_ALIAS = {"san": "mha"}
@@ -83,7 +87,7 @@ def _split_top(text: str, sep: str) -> list[str]:
 
 
 def _parse_options(text: str, where: str) -> dict:
-    options = {}
+    options: dict[str, object] = {}
     for item in _split_top(text, ","):
         if not item.strip():
             continue
@@ -92,7 +96,10 @@ def _parse_options(text: str, where: str) -> dict:
         key, value = (t.strip() for t in item.split("=", 1))
         if not key.isidentifier():
             raise ArgumentError(f"{where}: option name {key!r} is not an identifier")
-        options[key] = yaml.safe_load(value) if value else None
+        if key in options:
+            raise ArgumentError(f"{where}: option {key} is given twice ({key}={shown(options[key])}, {key}={value}); "
+                                "give it once")
+        options[key] = parse_yaml(value, f"{where}: option {key}={value}", ArgumentError) if value else None
     return options
 
 
@@ -116,7 +123,7 @@ def parse_recipe(recipe: str | Sequence[str] | Sequence[LayerRecipe]) -> list[La
     else:
         raise ArgumentTypeError(f"recipe must be a string such as 'mtsa x2' or a non-empty list of such strings, "
                         f"got {describe(recipe)}")
-    layers = []
+    layers: list[LayerRecipe] = []
     for group in groups:
         group = group.strip()
         if not group:
@@ -125,8 +132,9 @@ def parse_recipe(recipe: str | Sequence[str] | Sequence[LayerRecipe]) -> list[La
         if match is None:
             raise ArgumentError(f"recipe group {group!r} is not 'LAYER' or 'LAYER * N'")
         body, times = match["layer"].strip(), int(match["times"] or 1)
-        if times < 1:
-            raise ArgumentError(f"recipe group {group!r}: repeat count must be >= 1")
+        if not 1 <= times <= MAX_LAYERS - len(layers):
+            raise ArgumentError(f"recipe group {group!r}: repeat count must be in [1, {MAX_LAYERS - len(layers)}] (a "
+                                f"recipe holds at most {MAX_LAYERS} layers), got {times}")
         sublayers = []
         for part in _split_top(body, ">"):
             m = _SUBLAYER.match(part.strip())

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-import yaml
 
-from ..sections import Rule, at_least, check_section, from_dict, in_range, one_of, optional, pair, positive
+from ..sections import (Rule, at_least, check_section, from_dict, in_range, one_of, optional, pair, parse_yaml, positive,
+                        shown)
 from ..data.config import DataConfig
 from ..data.text import read_text
 from ..errors import ConfigError, warn_renamed
@@ -186,10 +186,7 @@ def apply_overrides(config: dict, overrides: list[str] | None) -> dict:
             target = target.setdefault(key, {})
             if not isinstance(target, dict):
                 raise ConfigError(f"override {item!r}: {key!r} is not a config section")
-        try:
-            target[keys[-1]] = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"override {item!r}: the value is not valid YAML ({exc.problem or exc})") from None
+        target[keys[-1]] = parse_yaml(value, f"override {shown(item)}")
     return config
 
 
@@ -207,13 +204,15 @@ def preset_path(name: str) -> Path:
     return path
 
 
+#: the largest config file read (the shipped ones are a few KiB)
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def _read_yaml(path: Path) -> dict:
-    try:
-        data = yaml.safe_load(read_text(path, "config file")) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        raise ConfigError(f"{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    if path.is_file() and path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path} is {path.stat().st_size} bytes, more than the {MAX_CONFIG_BYTES} a "
+                          "run configuration may hold; is it the right file?")
+    data = parse_yaml(read_text(path, "config file"), str(path)) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of sections (data, model, optim, train)")
     return data

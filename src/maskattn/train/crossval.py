@@ -22,7 +22,7 @@ from rich.console import Console
 from ..errors import ArgumentError, ConfigError
 from .config import RunConfig
 from .resumable import SUMMARY, check_same_run, read_summary, run_to_end, write_json
-from .run_folder import RunFolder
+from .run_folder import RunFolder, refuse_inputs_inside
 
 __all__ = ["cross_validate"]
 
@@ -49,11 +49,15 @@ def cross_validate(cfg: RunConfig, *, console: Console | None = None, overwrite:
         raise ConfigError("all folds in one job is not supported under torchrun; launch one job per fold with "
                           "--set data.fold=<i>")
     out_dir = Path(cfg.train.out_dir)
+    refuse_inputs_inside(out_dir, cfg.data.input_paths())
     with RunFolder(out_dir) as folder:
+        names = tuple(f"fold{fold}" for fold in range(folds))
+        folder.claim("cv.json", folders=names, record=False)
         if overwrite:
             folder.clear()
         elif any(entry.is_file() and entry.name != "cv.json" for entry in folder.run_entries()):
             folder.refuse_existing_run()  # a plain run, not an earlier cross-validation to continue
+        folder.claim("cv.json", folders=names)
         return _run_folds(cfg, out_dir, console)
 
 
@@ -66,8 +70,9 @@ def _run_folds(cfg: RunConfig, out_dir: Path, console: Console | None) -> dict:
         check_same_run(fold_cfg, fold_dir)
         if console is not None:
             console.print(f"fold {fold + 1} of {folds}: finished earlier ({fold_dir / SUMMARY}), not trained again"
-                          if read_summary(fold_dir) is not None else f"fold {fold + 1} of {folds} → {fold_dir}")
-        summary, _ = run_to_end(fold_cfg, console=console)
+                          if read_summary(fold_dir, metric, what="fold") is not None
+                          else f"fold {fold + 1} of {folds} → {fold_dir}")
+        summary, _ = run_to_end(fold_cfg, console=console, what="fold")
         summaries.append({"fold": fold, **summary})
         result = _aggregate(summaries, metric, folds, out_dir)
         write_json(out_dir / "cv.json", result)

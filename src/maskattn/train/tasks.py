@@ -39,7 +39,7 @@ from ..device import check_memory
 from ..metrics import (SEQ2SEQ_SCORES, check_references, evaluate, input_limit, item_length, pretrained_input_limit,
                        summed_loss)
 from ..models.factory import build_model
-from ..models.memory import model_memory_bytes
+from ..models.memory import estimate_before_building, model_memory_bytes
 from ..models.seq2seq import Seq2Seq
 from ..models.pretrained import PretrainedClassifier, encoder_max_tokens, load_pretrained_encoder
 from .config import RunConfig
@@ -117,18 +117,35 @@ def coverage_note(coverage: dict) -> str:
             f"{coverage['lookup']}){added}")
 
 
-def check_training_memory(model: nn.Module, items: list[dict], batch_size: int, device: torch.device) -> None:
-    """Refuse (:class:`~maskattn.errors.MemoryLimitError`) a run whose largest training batch — ``batch_size``
-    items as long as the longest train item — is estimated (:func:`~maskattn.models.memory.model_memory_bytes`)
-    above the memory budget, before the first step."""
-    if not items:
-        return
-    length = max(item_length(item) for item in items)
-    estimate = model_memory_bytes(model, min(batch_size, len(items)), length, training=True)
-    check_memory(estimate, device=device,
-                 what=f"a training step on {min(batch_size, len(items))} sentences of {length} tokens "
-                      "(train.batch_size, the longest train sentence)",
-                 advice="lower data.max_len or train.batch_size")
+def check_training_memory(model: nn.Module, batch: int, length: int, device: torch.device, *, what: str,
+                          advice: str) -> None:
+    """Refuse (:class:`~maskattn.errors.MemoryLimitError`) a run whose largest training step — ``batch``
+    sequences of ``length`` (``what`` says where they come from) — is estimated with the model's weights, gradients
+    and optimiser state (:func:`~maskattn.models.memory.model_memory_bytes`) above the memory budget. ``model`` is
+    built on the ``meta`` device (:func:`~maskattn.models.memory.estimate_before_building`): this runs before the
+    real model takes any memory."""
+    estimate = model_memory_bytes(model, batch, length, training=True, parameters=True)
+    check_memory(estimate, device=device, what=f"a training step on {what} with this model (its weights, gradients "
+                 "and optimiser state included)", advice=advice)
+
+
+def _check_classifier_memory(items: list[dict], batch_size: int, device: torch.device) -> Callable[[nn.Module], None]:
+    """:func:`check_training_memory` of ``batch_size`` items as long as the longest train item."""
+    length = max((item_length(item) for item in items), default=1)
+    batch = max(1, min(batch_size, len(items)))
+    return lambda model: check_training_memory(
+        model, batch, length, device, what=f"{batch} sentences of {length} tokens (train.batch_size, the longest "
+        "train sentence)", advice="lower data.max_len, train.batch_size or the model's size (model.d_model, layers)")
+
+
+def _check_translation_memory(items: list[dict], max_tokens: int, device: torch.device
+                              ) -> Callable[[nn.Module], None]:
+    """:func:`check_training_memory` of the batch of the longest train pairs (``data.max_tokens`` padded tokens)."""
+    length = max((max(len(item["src"]), len(item["tgt"])) for item in items), default=1)
+    batch = max(1, max_tokens // length)
+    return lambda model: check_training_memory(
+        model, batch, length, device, what=f"{batch} pairs of {length} subwords (data.max_tokens, the longest train "
+        "pair)", advice="lower data.max_len, data.max_tokens or the model's size (model.d_model, layers)")
 
 
 class ClassificationTask:
@@ -154,12 +171,13 @@ class ClassificationTask:
         self.sampler = BucketBatchSampler(self.data.train, cfg.train.batch_size, seed=cfg.train.seed)
         self.fixed_rows = fixed_rows_of(checkpoint) if checkpoint else (
             self.data.vectors.fixed if self.data.vectors else 0)
-        self.model = build_model(cfg.model, len(self.vocab), len(self.data.labels), pad_id=Vocabulary.pad_id,
-                                 pretrained=self.data.vectors, fixed_rows=self.fixed_rows)
+        self.model = estimate_before_building(
+            lambda: build_model(cfg.model, len(self.vocab), len(self.data.labels), pad_id=Vocabulary.pad_id,
+                                pretrained=self.data.vectors, fixed_rows=self.fixed_rows),
+            _check_classifier_memory(self.data.train, cfg.train.batch_size, device))
         self.notices = truncation_notices(self.data.truncated, limit,
                                           "data.max_len" if limit == cfg.data.max_len else "model.max_len")
         self.notes = [coverage_note(self.data.coverage)] if self.data.coverage else []
-        check_training_memory(self.model, self.data.train, cfg.train.batch_size, device)
 
     def loss_terms(self, indices: list[int]) -> int:
         return collate([self.data.train[i] for i in indices]).count
@@ -310,7 +328,8 @@ class Seq2SeqTask:
                                 f"data.max_len {self.max_len})")
         self.notices = self._notices()
         self.sampler = TokenBatchSampler(self.train_items, data.max_tokens, seed=cfg.train.seed)
-        self.model = build_model(cfg.model, len(self.subword), 0, pad_id=PAD_ID)
+        self.model = estimate_before_building(lambda: build_model(cfg.model, len(self.subword), 0, pad_id=PAD_ID),
+                                              _check_translation_memory(self.train_items, data.max_tokens, device))
 
     def _notices(self) -> list[str]:
         """Warnings about what encoding did to the train split (empty pairs skipped, long pairs cut or dropped)."""

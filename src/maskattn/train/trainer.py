@@ -44,10 +44,13 @@ from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_dis
 from .logger import MetricsLogger
 from .optim import build_optimizer, build_scheduler
 from .progress import TrainProgress
-from .run_folder import RunFolder
+from .run_folder import RunFolder, refuse_inputs_inside
 from .tasks import Task, build_task
 
 __all__ = ["Trainer", "resolve_device", "seed_everything", "parameter_counts"]
+
+#: what a trainer writes into its run folder (recorded there as the run's before any is written)
+RUN_OUTPUTS = ("config.yaml", "metrics.jsonl", "metrics.csv", "best.safetensors", "last.safetensors")
 
 
 def seed_everything(seed: int) -> None:
@@ -90,6 +93,7 @@ class Trainer:
             torch.cuda.set_device(self.device)
         self.console = console or Console()
         self.out_dir = Path(train_config.out_dir)
+        refuse_inputs_inside(self.out_dir, cfg.data.input_paths())
         self.folder = RunFolder(self.out_dir)
         try:
             if self.dist.is_main:
@@ -107,6 +111,8 @@ class Trainer:
         replace = ckpt is None and self.dist.is_main
         if replace and not overwrite:
             self.folder.refuse_existing_run()
+        if self.dist.is_main:
+            self.folder.claim(*RUN_OUTPUTS, record=False)  # refused now, before an overwrite deletes anything
         seed_everything(train_config.seed)
         if ckpt is not None and ckpt.model_type != cfg.model.type:
             raise CheckpointError(f"checkpoint {ckpt.path} holds a {ckpt.model_type!r} model, the config a "
@@ -131,6 +137,9 @@ class Trainer:
         self.best_step: int | None = None
         self.bad_evals = 0
         self._bar: TrainProgress | None = None  # the progress bar, while fit() runs
+        # the train loss summed over the steps since the last train row (a checkpoint keeps it: a resumed run's
+        # first row averages the same steps as the uninterrupted run's)
+        self.window_loss, self.window_steps = 0.0, 0
         self.ema = build_ema(self.model, train_config.ema_decay)
         if ckpt is not None:
             self._restore(ckpt)
@@ -147,6 +156,8 @@ class Trainer:
             self.recompiles = acceleration.RecompileMonitor()
         if replace and overwrite:
             self.folder.clear()
+        if self.dist.is_main:
+            self.folder.claim(*RUN_OUTPUTS)
         self.logger = MetricsLogger(self.out_dir, enabled=self.dist.is_main,
                                     resume_step=self.step if ckpt is not None else None, warn=self._warn)
         if self.dist.is_main:
@@ -176,19 +187,36 @@ class Trainer:
             raise CheckpointError(f"{path} holds weights only (a best/exported checkpoint); resume from the run's "
                                   "last.safetensors")
         config = dict(ckpt.config)
-        config["train"] = {**config["train"], **overrides, "out_dir": str(path.parent)}
-        return cls(from_dict(RunConfig, config), console=console, _checkpoint=ckpt)
+        config["train"] = {**config.get("train", {}), **overrides, "out_dir": str(path.parent)}
+        try:
+            cfg = from_dict(RunConfig, config)
+        except ConfigError as exc:
+            raise CheckpointError(f"checkpoint {path} holds a configuration this version of maskattn rejects, with "
+                                  f"the train.* settings given: {exc}") from None
+        return cls(cfg, console=console, _checkpoint=ckpt)
 
     def _restore(self, ckpt: Checkpoint) -> None:
         load_weights(self.model, ckpt)
         state = ckpt.trainer
         assert state is not None  # from_checkpoint refused weights-only checkpoints
-        optimizer_from_flat(self.optimizer, ckpt.extra_tensors, state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        try:  # the checkpoint reader checked the state's outline; what is inside is read here
+            optimizer_from_flat(self.optimizer, ckpt.extra_tensors, state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            restore_rng(ckpt.extra_tensors, state["rng"])
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise CheckpointError(f"checkpoint {ckpt.path}: its trainer state (optimizer, schedule or random "
+                                  f"generators) cannot be restored ({type(exc).__name__}: {exc}); the file was edited "
+                                  "or damaged: resume from another checkpoint") from None
         self.step, self.epoch, self.position = ckpt.step, state["epoch"], state["position"]
         self._elapsed_before = float(state.get("elapsed_s", 0.0))  # absent in checkpoints before 0.2.1
         self.best_metric, self.best_step, self.bad_evals = state["best_metric"], state["best_step"], state["bad_evals"]
-        restore_rng(ckpt.extra_tensors, state["rng"])
+        window = state.get("window")
+        if window is None:  # written before the window was kept
+            if self.step % self.cfg.train.log_every:
+                self._warn(f"{ckpt.path} was written by an older maskattn without the running train loss: the first "
+                           f"train row after step {self.step} averages only the steps after it")
+        else:
+            self.window_loss, self.window_steps = float(window["loss"]), int(window["steps"])
         if self.ema is not None:
             ema_state = {k[len("ema."):]: v for k, v in ckpt.extra_tensors.items() if k.startswith("ema.")}
             if not ema_state:
@@ -208,7 +236,8 @@ class Trainer:
             trainer = {"epoch": self.epoch, "position": self.position, "best_metric": self.best_metric,
                        "best_step": self.best_step, "bad_evals": self.bad_evals, "rng": rng_state,
                        "optimizer": optim_meta, "scheduler": self.scheduler.state_dict(),
-                       "elapsed_s": self._elapsed()}
+                       "elapsed_s": self._elapsed(),
+                       "window": {"loss": self.window_loss, "steps": self.window_steps}}
             extra = {**rng_tensors, **optim_tensors}
             if self.ema is not None:
                 extra.update({f"ema.{k}": v.detach().cpu().contiguous() for k, v in self.ema.state_dict().items()})
@@ -311,16 +340,24 @@ class Trainer:
                     self._train(total)
                 except KeyboardInterrupt:
                     if self.dist.is_main:
-                        last = self.out_dir / "last.safetensors"
-                        where = f"; resume with --resume {last}" if last.exists() else ""
-                        self.console.print(f"[yellow]interrupted at step {self.step}[/yellow]: checkpoints in "
-                                           f"{self.out_dir} are intact{where}")
+                        self.console.print(f"[yellow]interrupted at step {self.step}[/yellow]: {self._kept()}")
                     raise
                 return self._finish()
         finally:
             self._bar = None
             cleanup(self.dist)
             self.close()
+
+    def _kept(self) -> str:
+        """What an interrupted run leaves to continue from (said once it stops)."""
+        last = self.out_dir / "last.safetensors"
+        if last.exists():
+            return f"checkpoints in {self.out_dir} are intact; resume with --resume {last}"
+        if (self.out_dir / "best.safetensors").exists():
+            return (f"{self.out_dir / 'best.safetensors'} is intact, but there is no last.safetensors to resume from "
+                    "(train.keep_last is off): a new run starts again from step 0")
+        return (f"no checkpoint was written yet (the first comes at the first evaluation), so there is nothing to "
+                f"resume: run the command again with --overwrite to start over in {self.out_dir}")
 
     def _train(self, total: int) -> None:
         """The loop: optimiser steps, train rows every ``log_every`` steps, evaluations and checkpoints, until
@@ -329,7 +366,7 @@ class Trainer:
         self._start = time.perf_counter()
         speed_key = f"{self.task.unit}_per_s"
         self._train_units, self._train_seconds = 0, 0.0  # throughput of the training steps alone
-        window_loss, window_units, window_start, window_steps = 0.0, 0, time.perf_counter(), 0
+        window_units, window_start = 0, time.perf_counter()  # this session's: the speed of the next row
         stop = self.step >= total
         bar = self._bar
         assert bar is not None  # fit() holds it
@@ -345,16 +382,17 @@ class Trainer:
                                           "optim.lr or set optim.clip_norm")
                 self.step += 1
                 self.position += 1
-                window_loss += loss
+                self.window_loss += loss
+                self.window_steps += 1
                 window_units += units
-                window_steps += 1
                 if self.step % train_config.log_every == 0 or self.step == total:
                     speed = window_units / max(1e-9, time.perf_counter() - window_start)
-                    self.logger.log(step=self.step, epoch=self.epoch, split="train",
-                                    loss=window_loss / window_steps, lr=self.optimizer.param_groups[0]["lr"],
-                                    **{speed_key: round(speed, 1)}, elapsed_s=self._elapsed())
-                    bar.update(self.step, loss=window_loss / window_steps, speed=speed)
-                    window_loss, window_units, window_steps = 0.0, 0, 0
+                    mean = self.window_loss / self.window_steps
+                    self.logger.log(step=self.step, epoch=self.epoch, split="train", loss=mean,
+                                    lr=self.optimizer.param_groups[0]["lr"], **{speed_key: round(speed, 1)},
+                                    elapsed_s=self._elapsed())
+                    bar.update(self.step, loss=mean, speed=speed)
+                    self.window_loss, self.window_steps, window_units = 0.0, 0, 0
                     window_start = time.perf_counter()
                 if self.position == len(batches):
                     self.epoch, self.position = self.epoch + 1, 0
