@@ -90,6 +90,18 @@ def write_parallel(tmp_path, n_train: int = 160, n_eval: int = 12):
     return folder
 
 
+def flat(text: str) -> str:
+    """Command output with rich's line wrapping undone."""
+    return " ".join(text.split())
+
+
+def merged_config(base: dict, sections: dict) -> RunConfig:
+    """``base`` (a dict of config sections) with each of ``sections`` updating its section, validated."""
+    for section, values in sections.items():
+        base[section] = {**base[section], **values}
+    return from_dict(RunConfig, base)
+
+
 def tiny_config(data_dir, out_dir, **sections) -> RunConfig:
     """A small sentence-classification run on ``write_sentiment`` data; ``sections`` update the defaults."""
     base = {
@@ -99,9 +111,7 @@ def tiny_config(data_dir, out_dir, **sections) -> RunConfig:
         "train": {"batch_size": 8, "max_steps": 12, "eval_every": 4, "log_every": 1, "out_dir": str(out_dir),
                   "progress": False, "num_threads": 1},
     }
-    for section, values in sections.items():
-        base[section] = {**base[section], **values}
-    return from_dict(RunConfig, base)
+    return merged_config(base, sections)
 
 
 def fit_killed_before_step(monkeypatch, config, step: int) -> None:
@@ -118,3 +128,36 @@ def fit_killed_before_step(monkeypatch, config, step: int) -> None:
     with pytest.raises(KeyboardInterrupt):
         Trainer(config).fit()
     monkeypatch.setattr(Trainer, "_train_step", original)
+
+
+NEWS = ["police", "said", "the", "minister", "of", "trade", "talks", "on", "monday", "china", "and", "japan", "agreed",
+        "to", "cut", "tariffs", "after", "two", "days", "rain"]
+
+
+def article_pairs(n: int, seed: int, unk: str = "<unk>") -> list[tuple[str, str]]:
+    """Lower-cased "articles" of 6–12 words; the "headline" is the article's first four words (so LEAD-4 is perfect).
+    Every fifth article holds the unknown-word placeholder ``unk``."""
+    rng = random.Random(seed)
+    pairs = []
+    for i in range(n):
+        words = rng.choices(NEWS, k=rng.randint(6, 12))
+        if i % 5 == 0:
+            words[rng.randint(0, len(words) - 1)] = unk
+        pairs.append((" ".join(words), " ".join(words[:4])))
+    return pairs
+
+
+def write_summaries(tmp_path, n_train: int = 160, n_eval: int = 12):
+    """Gigaword's layout under ``tmp_path/summ``: ``train`` and ``extra`` (train pairs in two files, ``<unk>``, one
+    empty line in ``train``), ``valid`` (``<unk>``) and ``test`` (``UNK``, as Gigaword's test files), ``.src`` /
+    ``.tgt``."""
+    folder = tmp_path / "summ"
+    folder.mkdir(exist_ok=True)
+    for split, n, seed, unk in (("train", n_train // 2, 0, "<unk>"), ("extra", n_train - n_train // 2, 3, "<unk>"),
+                                ("valid", n_eval, 1, "<unk>"), ("test", n_eval, 2, "UNK")):
+        pairs = article_pairs(n, seed, unk)
+        if split == "train":
+            pairs[3] = ("", "empty article")
+        (folder / f"{split}.src").write_text("".join(src + "\n" for src, _ in pairs), encoding="utf-8")
+        (folder / f"{split}.tgt").write_text("".join(tgt + "\n" for _, tgt in pairs), encoding="utf-8")
+    return folder

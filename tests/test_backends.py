@@ -28,6 +28,26 @@ def test_documented_table_is_the_policy(doc):
     assert _table_in(ROOT / doc) == maskattn.backend_table()
 
 
+def test_what_the_table_says_of_mtsa_on_the_cpu_is_what_runs(monkeypatch):
+    """Issue 32 item 8: the table's `banded` for MTSA on the CPU holds for window heads only (the note under the table
+    says so); MTSA's default forward / backward heads run `sdpa`, and `banded` refuses them."""
+    chosen = []
+    resolve = backends.resolve
+    monkeypatch.setattr(backends, "resolve", lambda family, backend, situation: chosen.append(
+        resolve(family, backend, situation)) or chosen[-1])
+    x = torch.randn(2, 9, 16)
+    maskattn.MTSA(16, 4, head_masks=["window:2"] * 4)(x)
+    assert chosen[0] == "banded"  # the tensorized call (then the band kernel's own, in the local family)
+    chosen.clear()
+    maskattn.MTSA(16, 4)(x)
+    assert chosen == ["sdpa"]
+    with pytest.raises(maskattn.errors.BackendError, match="backend='banded' cannot run this tensorized call"):
+        maskattn.MTSA(16, 4, backend="banded")(x)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert 'MTSA\'s default forward / backward heads are a band per head: `triton` on CUDA, but `sdpa` on the CPU' \
+        in readme
+
+
 def test_every_mechanism_has_a_family_and_its_backends():
     rows = {row["family"]: row for row in maskattn.backend_table_rows()}
     for name in maskattn.list_attentions():

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 import maskattn
 from maskattn.bench import (
     BASELINES,
+    BenchResult,
     FIELDS,
     BenchSettings,
     Point,
@@ -295,3 +296,36 @@ def test_useful_attention_flops_count_only_the_pairs_a_mask_allows():
     csan2d = maskattn.create_attention("csan2d", D, H, window=5, head_window=3)
     assert useful_attention_flops(csan2d, point) == 3 * 2 * B * 3 * H * band_pairs(n, 2, 2) * (2 * d_h)
     assert useful_attention_flops(maskattn.models.fusion.BiRNN(D), point) is None
+
+
+def test_compile_runs_the_default_mechanisms_and_leaves_out_what_cannot_compile(tmp_path, monkeypatch):
+    """Issue 32 item 8: ``bench --compile`` failed on man_san, sdpa_causal (their FLOPs, counted by FlopCounterMode
+    around the compiled module, found no compiled frames) and bilstm (packed sequences break the graph). Compiled
+    here with Dynamo and the eager backend (the same tracing, no code generation)."""
+    import functools
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    result = bench(tmp_path, "--lengths", "8", "--repeats", "1", "--warmup", "1", "--compile", "--mechanisms",
+                   "man_san,sdpa_causal,bilstm", "--backends", "sdpa")
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert {(r["label"], r["status"], r["compiled"]) for r in data["records"]} == {
+        ("man_san/sdpa", "ok", True), ("sdpa_causal", "ok", True)}
+    assert any("bilstm not run with compile: Dynamo does not trace nn.LSTM" in note for note in data["notes"])
+    assert all(r["flop_source"] == "FlopCounterMode" and r["gflop"] > 0 for r in data["records"])
+
+
+def test_the_figure_title_sits_above_its_panels(tmp_path):
+    """Issue 32 item 8: the figure's title overlapped the titles of the first row of panels."""
+    from maskattn.bench.report import figure
+
+    assert bench(tmp_path, "--lengths", "8", "--repeats", "1", "--mechanisms", "mha,csan1d",
+                 "--backends", "sdpa").exit_code == 0
+    data = json.loads((tmp_path / "bench.json").read_text())
+    fig = figure(BenchResult(machine=data["machine"], settings=data["settings"], descriptions=data["descriptions"],
+                             notes=data["notes"], records=data["records"], wall_s=data["wall_s"]))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    title = fig._suptitle.get_window_extent(renderer)
+    panels = [ax.title.get_window_extent(renderer) for ax in fig.axes]
+    assert all(title.y0 >= panel.y1 for panel in panels)

@@ -4,8 +4,10 @@ the embedded default job, and error messages."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -82,7 +84,12 @@ def one_line_error(result) -> str:
     ("optim.lr=.nan", "optim.lr must be a number >= 0, got nan"),
     ("train.device=gpu", "train.device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
     ("data.dev_fraction=1", "data.dev_fraction must be in (0, 1), got 1.0"),
-    ("optim.betas=[0.9", "override 'optim.betas=[0.9': the value is not valid YAML"),
+    ("optim.betas=[0.9", "override 'optim.betas=[0.9': not valid YAML"),
+    # recipes (issue 32 items 4 and 5): a YAML typo in an option, an option given twice, a depth no machine holds
+    ('model.encoder=csan1d(window="5)', """option window="5: not valid YAML (found unexpected end of stream)"""),
+    ("model.encoder=csan1d(window=5, window=7)", "option window is given twice (window=5, window=7)"),
+    ("model.encoder=mtsa x 100000", "repeat count must be in [1, 1000] (a recipe holds at most 1000 layers)"),
+    ("model.d_model=" + "9" * 5000, "a YAML value maskattn cannot read (Exceeds the limit (4300 digits)"),
     ("model.encoder=[5]", "model.encoder must be a layer recipe or baseline name (text), or a non-empty list"),
     ("data.source=hf", "data.source 'hf' needs data.hf_name"),  # was a TypeError from datasets
     ("train.metric=f1", "train.metric 'f1' is not computed for model.type 'sentence'; expected one of accuracy, loss"),
@@ -92,6 +99,25 @@ def test_bad_config_values_name_the_key_and_the_range(tmp_path, setting, message
     result = runner.invoke(app, ["train", "--data", str(data), "--out", str(tmp_path / "run"), "--set", setting])
     assert message in one_line_error(result)
     assert not (tmp_path / "run").exists()  # nothing written, not even the folder
+
+
+# legal YAML of 400 bytes whose aliases expand to 9**9 values, in a key that takes any mapping
+BILLION_LAUGHS = "data:\n  hf_data_files:\n" + "".join(
+    f"    {chr(97 + i)}: &{chr(97 + i)} [{', '.join([f'*{chr(96 + i)}' if i else 'lol'] * 9)}]\n" for i in range(9))
+
+
+@pytest.mark.parametrize("text, message", [
+    (BILLION_LAUGHS, "YAML with more than 100000 values (counting every alias as what it expands to)"),
+    ("model: " + "[" * 5000 + "]" * 5000 + "\n", "YAML nested too deeply to read"),
+    ("model:\n  d_model: 16\n  encoder: [mtsa\n", "run.yaml:4: not valid YAML"),
+    ("# " + "x" * (1 << 20) + "\n", "more than the 1048576 a run configuration may hold"),
+])
+def test_hostile_yaml_is_a_message_not_the_machines_memory(tmp_path, text, message):
+    """Issue 32 item 5: legal YAML of a few hundred bytes that expands to 9**9 values, nesting deeper than the
+    parser's recursion, a syntax error and a file far larger than any configuration: one line each, at once."""
+    (tmp_path / "run.yaml").write_text(text)
+    result = runner.invoke(app, ["train", "-c", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "run")])
+    assert message in one_line_error(result)
 
 
 def test_io_errors_name_the_path(tmp_path):
@@ -146,6 +172,20 @@ def test_predict_gives_one_output_line_per_input_line(tmp_path):
     result = runner.invoke(app, ["predict", "-k", str(tmp_path / "run" / "best.safetensors"), "--input", str(lines)])
     assert result.exit_code == 0, result.output
     assert result.stdout.split("\n") == ["pos", "", "neg", "pos", ""]  # 4 lines in, 4 out; blank in, blank out
+    # standard input as translate reads it: "-", and any path that reads like a file (issue 32 item 8: /dev/stdin,
+    # a pipe, was refused as "not a file")
+    result = runner.invoke(app, ["predict", "-k", str(tmp_path / "run" / "best.safetensors"), "--input", "-"],
+                           input=lines.read_bytes())
+    assert result.exit_code == 0 and result.stdout.split("\n") == ["pos", "", "neg", "pos", ""], result.output
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(lines.read_bytes()))
+    writer.start()
+    result = runner.invoke(app, ["predict", "-k", str(tmp_path / "run" / "best.safetensors"), "--input", str(fifo)])
+    writer.join()
+    assert result.exit_code == 0 and result.stdout.split("\n") == ["pos", "", "neg", "pos", ""], result.output
+    result = runner.invoke(app, ["predict", "-k", str(tmp_path / "run" / "best.safetensors"), "--input", str(tmp_path)])
+    assert result.exit_code == 2 and f"data file {tmp_path} is a folder, not a file" in result.output
 
 
 def test_classifier_inputs_longer_than_the_model_reads_are_truncated_with_a_warning(tmp_path):
@@ -188,3 +228,40 @@ def test_default_job_separates_mtsa_from_multihead_in_under_two_minutes(tmp_path
     results = run_default_job(str(tmp_path), progress=False)
     assert time.perf_counter() - start < 120
     assert results["mtsa"]["test"]["accuracy"] > 0.9 and results["mha"]["test"]["accuracy"] < 0.65
+
+
+@pytest.mark.parametrize("command", [["train"], ["eval"], ["predict"], ["translate"], ["bench"], ["list"], ["demo"],
+                                     ["viz", "masks"], ["viz", "attention"], ["viz", "localness"]])
+def test_help_shows_no_value_after_a_flag(command):
+    """Issue 32 item 8: ``--help`` printed ``--overwrite <bool>``, and ``--overwrite true`` then failed."""
+    result = runner.invoke(app, [*command, "--help"])
+    assert result.exit_code == 0 and "<bool>" not in result.output, result.output
+    flags = [line.split()[0] for line in result.output.splitlines() if line.strip().startswith("--")]
+    assert "--help" in flags
+
+
+def test_the_old_names_work_with_a_warning_until_0_3(tmp_path):
+    """Issue 32 item 7: CHANGELOG promises the old spellings until 0.3; three of them were gone without a shim, and
+    the config key ``model.preset`` warned in a way no command-line user could see (DeprecationWarning is hidden
+    outside ``__main__``)."""
+    import importlib
+    import sys
+
+    import maskattn.bench
+    import maskattn.hf.mtsa
+    import maskattn.sections
+    from maskattn.errors import RenamedWarning
+
+    with pytest.warns(RenamedWarning, match=r"maskattn.bench.PRESETS is now maskattn.bench.SUITES"):
+        assert maskattn.bench.PRESETS is maskattn.bench.SUITES
+    with pytest.warns(RenamedWarning, match=r"maskattn.hf.mtsa.HEAD_MASK_PRESETS is now HEAD_MASK_NAMES"):
+        assert maskattn.hf.mtsa.HEAD_MASK_PRESETS == maskattn.hf.mtsa.HEAD_MASK_NAMES
+    sys.modules.pop("maskattn.configuration", None)
+    with pytest.warns(RenamedWarning, match=r"the module maskattn.configuration is now maskattn.sections"):
+        old = importlib.import_module("maskattn.configuration")
+    assert old.from_dict is maskattn.sections.from_dict and old.Rule is maskattn.sections.Rule
+    result = runner.invoke(app, ["train", "--set", "model.type=seq2seq", "--set", "model.preset=transformer",
+                                 "--set", "data.format=parallel"])
+    lines = result.output.splitlines()
+    assert lines[0] == ("warning: config key model.preset is now model.architecture; the old name will be removed "
+                        "in 0.3") and lines[1].startswith("error: data.dir is not set")

@@ -74,6 +74,20 @@ def test_a_folder_of_another_configuration_is_not_reused(tmp_path):
         cross_validate(other)
 
 
+def test_damaged_files_of_an_earlier_job_are_messages_naming_them(tmp_path):
+    """A fold's summary.json or config.yaml edited by hand: one error naming the file, not a traceback."""
+    cross_validate(cv_config(tmp_path))
+    summary = tmp_path / "cv" / "fold1" / "summary.json"
+    summary.write_text('{"test": [1]}')
+    with pytest.raises(ValueError, match=rf"{summary} is not a finished fold's summary .*delete it to train that fold"):
+        cross_validate(cv_config(tmp_path))
+    summary.unlink()
+    config = tmp_path / "cv" / "fold1" / "config.yaml"
+    config.write_text("model: [unclosed\n")
+    with pytest.raises(ValueError, match=rf"{config}:2: not valid YAML"):
+        cross_validate(cv_config(tmp_path))
+
+
 def test_errors_name_the_setting(tmp_path):
     cfg = cv_config(tmp_path)
     cfg.data.cv_folds = 0

@@ -62,6 +62,9 @@ def test_read_tsv_and_trec_formats(tmp_path):
 
 @pytest.mark.parametrize("text, kwargs, message", [
     ("1\tok\nno tab here\n", {}, r"bad\.tsv:2: expected 'label<TAB>text', found no tab"),
+    # a third column is refused, not glued into the text (TREC read as tsv: issue 32 item 4)
+    ("1\tok\nNUM\tdist\tHow far ?\n", {}, r"bad\.tsv:2: expected 'label<TAB>text', found 2 tabs .*format trec"),
+    ("1\tok\t\n", {}, r"bad\.tsv:1: expected 'label<TAB>text', found 2 tabs"),
     ("1\tok\n7\tfine\n", {"labels": ["0", "1"]}, r"bad\.tsv:2: unknown label '7'"),
     ("1\tok\n0\t   \n", {}, r"bad\.tsv:2: empty text"),
     ("\n\n", {}, r"bad\.tsv holds no examples"),
@@ -77,6 +80,8 @@ def test_read_tsv_skip_empty_and_missing_file(tmp_path):
         read_tsv(tmp_path / "nope.tsv")
     with pytest.raises(ValueError, match=r"t\.tsv:1: expected 'coarse<TAB>fine<TAB>text', found 1 tab"):
         read_trec(write(tmp_path, "t.tsv", "NUM\tHow far ?\n"))
+    with pytest.raises(ValueError, match=r"u\.tsv:1: expected 'coarse<TAB>fine<TAB>text', found 3 tab"):
+        read_trec(write(tmp_path, "u.tsv", "NUM\tdist\tx\tHow far ?\n"))
 
 
 def test_read_nli_jsonl(tmp_path):
@@ -165,15 +170,14 @@ def test_dev_holdout_last_takes_the_end_of_the_train_file_in_order(tmp_path):
         DataConfig(cv_folds=10, dev_holdout="last")
 
 
-def test_glove_vectors(tmp_path):
+def test_load_glove_is_the_deprecated_spelling_of_load_vectors(tmp_path):
     vocab = Vocabulary.build([["the", "cat", "zebra"]])
     path = write(tmp_path, "glove.txt", "the 0.1 0.2 0.3\ncat 1 2 3\nunused 9 9 9\n")
-    weight, found = load_glove(path, vocab, 3)
+    with pytest.warns(DeprecationWarning, match="load_glove is now maskattn.data.load_vectors"):
+        weight, found = load_glove(path, vocab, 3)
     assert found == 2 and weight.shape == (len(vocab), 3)
     assert torch.allclose(weight[vocab.stoi["cat"]], torch.tensor([1.0, 2.0, 3.0]))
     assert weight[0].abs().sum() == 0 and weight[vocab.stoi["zebra"]].abs().max() <= 0.05
-    with pytest.raises(ValueError, match=r"bad\.txt:1: expected a word and 3 numbers, got 2"):
-        load_glove(write(tmp_path, "bad.txt", "the 1 2\n"), vocab, 3)
 
 
 # --- batching -----------------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -37,11 +39,14 @@ def test_grammar_groups_repeats_chains_and_options():
     ("mtsa x2, nope", "unknown sublayer 'nope'; expected one of ffn, san, csan1d"),
     ("mtsa(window)", "must be written key=value"),
     ("mtsa(a=1", "unbalanced brackets"),
-    ("mtsa x0", "repeat count must be >= 1"),
+    ("mtsa x0", "repeat count must be in [1, 1000]"),
+    ("mha x999, mtsa x2", "repeat count must be in [1, 1] (a recipe holds at most 1000 layers), got 2"),
+    ("csan1d(window=5, window=7)", "option window is given twice"),
+    ('csan1d(window="5)', 'option window="5: not valid YAML'),
     ("mtsa,,mha", "empty layer group"),
 ])
 def test_grammar_errors(recipe, message):
-    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         parse_recipe(recipe)
 
 

@@ -17,6 +17,7 @@ from _train_helpers import tiny_config, write_sentiment
 from maskattn.data.batching import IGNORE_INDEX
 from maskattn.data.examples import TextExample
 from maskattn.data.subword import BOS_ID, EOS_ID, PAD_ID, SubwordModel
+from maskattn.errors import DataError
 from maskattn.inference import (Translator, evaluate_file, evaluate_translation, greedy_decode, load_model,
                                 predict)
 from maskattn.metrics import summed_loss
@@ -83,6 +84,18 @@ def test_over_long_inputs_are_cut_to_the_model_limit_and_reported_by_line(classi
     seen.clear()
     evaluate_file(path, tmp_path / "long.tsv", on_truncate=lambda lines, limit: seen.append((lines, limit)))
     assert seen == [([2, 4], MAX_LEN)]  # line numbers of the file
+
+
+def test_a_file_of_another_format_is_refused_naming_the_line_and_the_checkpoints_format(classifier, tmp_path):
+    """Issue 32 item 4: TREC's three columns read as ``tsv`` glued the fine label into the text."""
+    _, path, _ = classifier
+    (tmp_path / "three.tsv").write_text("pos\tx\tthe film was good\nneg\ty\tthe plot was bad\n")
+    with pytest.raises(DataError, match=r"three\.tsv:1: expected 'label<TAB>text', found 2 tabs"):
+        evaluate_file(path, tmp_path / "three.tsv")
+    (tmp_path / "two.tsv").write_text("pos\tthe film was good\n")
+    with pytest.raises(DataError, match=r"two\.tsv:1: .*found 1 tab.* read as format 'trec', but the checkpoint was "
+                                        r"trained on format 'tsv' \(leave out --format"):
+        evaluate_file(path, tmp_path / "two.tsv", format="trec")
 
 
 PAIRS = [("the small cat", "die kleine Katze"), ("a big red dog", "ein großer roter Hund"),

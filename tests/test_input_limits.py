@@ -206,3 +206,88 @@ def test_a_tagger_refuses_an_input_it_would_have_to_cut(tmp_path):
     Trainer(cfg).fit()
     with pytest.raises(InputError, match="input\\(s\\) 2: longer than the 6 tokens the tagger reads"):
         predict(tmp_path / "run" / "best.safetensors", ["new york", "the film in new york was very good"])
+
+
+# --- issue 32 item 2: the estimate holds the weights and every sublayer's workspace ------------------------
+
+def _model_cases():
+    import maskattn
+    from maskattn.models.fusion import BASELINES
+    from maskattn.models.seq2seq import Seq2Seq
+
+    cases = [("sentence", {"encoder": e, "num_heads": 2 if e == "disa" else 4})
+             for e in [*maskattn.list_attentions(), *BASELINES, "dman>san>ffn x2"]]
+    cases += [("tagger", {"encoder": "mha"}), ("pair", {"encoder": "mtsa"})]
+    return cases + [("seq2seq", {"architecture": a, "encoder_layers": 2, "decoder_layers": 2})
+                    for a in Seq2Seq.ARCHITECTURES]
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "infer"])
+@pytest.mark.parametrize("model_type, options", _model_cases(),
+                         ids=[f"{t}-{o.get('encoder', o.get('architecture'))}" for t, o in _model_cases()])
+def test_the_estimate_bounds_the_measured_peak_of_every_model(model_type, options, training):
+    """Building the model and one step on it (training: forward, backward and Adam's first step, which allocates its
+    moments; inference: one forward pass) peaks below the estimate of the model built on the meta device."""
+    import torch
+    import torch.nn.functional as F
+
+    from maskattn.bench import peak_memory_bytes
+    from maskattn.models.factory import build_model
+    from maskattn.sections import from_dict
+
+    B, n, vocab = 8, 32, 300
+    cfg = from_dict(ModelConfig, {"type": model_type, "d_model": 32, **options})
+
+    def step():
+        torch.manual_seed(0)
+        model = build_model(cfg, vocab, 5).train(training)
+        tokens, pad = torch.randint(1, vocab, (B, n)), torch.zeros(B, n, dtype=torch.bool)
+        with torch.set_grad_enabled(training):
+            if model_type == "seq2seq":
+                logits, gold = model(tokens, tokens).reshape(-1, vocab), tokens.reshape(-1)
+            elif model_type == "pair":
+                logits, gold = model(tokens, pad, tokens, pad), torch.zeros(B, dtype=torch.long)
+            else:
+                logits = model(tokens=tokens, padding_mask=pad).reshape(-1, 5)
+                gold = torch.zeros(logits.shape[0], dtype=torch.long)
+            if training:
+                optimizer = torch.optim.Adam(model.parameters())
+                F.cross_entropy(logits, gold).backward()
+                optimizer.step()
+        return model
+
+    measured = peak_memory_bytes(step)
+    with torch.device("meta"):
+        probe = build_model(cfg, vocab, 5)
+    assert model_memory_bytes(probe, B, n, training=training, parameters=True) >= measured
+
+
+def test_a_model_no_machine_holds_is_refused_by_the_estimate_before_it_is_built(tmp_path, monkeypatch):
+    """``--set model.d_model=100000`` ended in ``can't allocate 40000000000 bytes``: the weights were left out of
+    the estimate, which ran after the model was built. Here d_model 2048 against a 64 MiB budget: the estimate of a
+    model built on the meta device refuses it, and no real model is ever built."""
+    import maskattn.train.tasks as tasks
+
+    built = []
+    original = tasks.build_model
+
+    def recording(*args, **kwargs):
+        model = original(*args, **kwargs)
+        built.append(next(model.parameters()).device.type)
+        return model
+
+    monkeypatch.setattr(tasks, "build_model", recording)
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, "64M")
+    data = write_sentiment(tmp_path)
+    with pytest.raises(MemoryLimitError, match=r"a training step on 8 sentences of \d+ tokens .* with this model \(its "
+                                                r"weights, gradients and optimiser state included\) would need about "
+                                                r"[\d.]+ [MG]iB, more than the 64 MiB budget"):
+        Trainer(tiny_config(data, tmp_path / "run", model={"d_model": 2048}))
+    assert built == ["meta"]
+    result = runner.invoke(app, ["train", "--data", str(data), "--out", str(tmp_path / "run"), "--set",
+                                 "model.d_model=100000"], env={MEMORY_LIMIT_ENV: ""})
+    assert result.exit_code == 2 and "with this model" in flat(result.output) and built[-1] == "meta"
+
+
+def test_a_small_budget_is_written_in_the_unit_that_shows_it():
+    assert format_bytes(1024) == "1 KiB" and format_bytes(600) == "600 bytes"  # was "0 MiB"

@@ -15,6 +15,7 @@ RANKS = {
     "errors": 0,
     "validation": 1,
     "masks": 2, "sections": 2, "device": 2,
+    "configuration": 3,  # the old name of sections (a shim that warns, until 0.3)
     "kernels": 3, "data": 3, "checkpoint": 3,
     "backends": 4,
     "functional": 5,

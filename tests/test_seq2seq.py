@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from maskattn.inference import Hypothesis, beam_search, greedy_decode, length_penalty_factor
+from maskattn.layers import MANLayer
 from maskattn.models.seq2seq import DecoderState, Seq2Seq
 
 ARCHITECTURES = sorted(Seq2Seq.ARCHITECTURES)
@@ -53,7 +54,10 @@ def test_architectures_follow_the_papers():
         "man": ("dman>san>ffn x6", "dman>san>ffn x6"),
         "csan": ("csan2d x3, mha x3", "mha x6"),
         "mtsa-encoder": ("mtsa x6", "mha x6"),
+        "man-summarization": (f"{MANLayer.authors_recipe('summarization')} x6",
+                              f"{MANLayer.authors_recipe('summarization_decoder')} x6"),
     }
+    assert full["man-summarization"].decoder.layers[0].names == ["dman", "man_san", "cross", "ffn"]
     man = full["man"]
     layer = man.decoder.layers[0]
     assert layer.names == ["dman", "san", "cross", "ffn"]  # MAN decoder: DMAN -> SAN -> cross -> FFN

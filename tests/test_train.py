@@ -58,6 +58,31 @@ def test_resume_reproduces_the_uninterrupted_loss_curve(tmp_path, monkeypatch):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_resume_between_train_rows_logs_the_same_rows(tmp_path, monkeypatch):
+    """Issue 32 item 6: with ``eval_every`` not a multiple of ``log_every`` the first train row after a resume
+    averaged only the steps since the checkpoint (step 420: 0.25442 against 0.24136 uninterrupted); the running sum
+    is in the checkpoint now. A log emptied between runs is continued with a warning saying what it lost."""
+    from rich.console import Console
+
+    data = write_sentiment(tmp_path)
+    sections = dict(train={"max_steps": 12, "eval_every": 4, "log_every": 3})
+    Trainer(tiny_config(data, tmp_path / "full", **sections)).fit()
+    fit_killed_before_step(monkeypatch, tiny_config(data, tmp_path / "cut", **sections), 7)
+    assert load_checkpoint(tmp_path / "cut" / "last.safetensors").step == 4  # one step past the row of step 3
+    resume(tmp_path / "cut" / "last.safetensors")
+    assert [s for s, _ in train_losses(tmp_path / "cut")] == [3, 6, 9, 12]
+    assert train_losses(tmp_path / "cut") == train_losses(tmp_path / "full")
+
+    fit_killed_before_step(monkeypatch, tiny_config(data, tmp_path / "emptied", **sections), 7)
+    (tmp_path / "emptied" / "metrics.jsonl").write_text("")
+    console = Console(record=True, width=400)
+    Trainer.resume(tmp_path / "emptied" / "last.safetensors", console=console).fit()
+    text = " ".join(console.export_text().split())
+    assert "metrics.jsonl: it holds no row, but the checkpoint was written at step 4" in text
+    assert "emptied or shortened since; the rows it lost are not written again" in text
+    assert [r["step"] for r in read_metrics(tmp_path / "emptied" / "metrics.jsonl") if r["split"] == "dev"] == [8, 12]
+
+
 def test_weight_average_is_evaluated_kept_and_resumed_exactly(tmp_path, monkeypatch):
     data = write_sentiment(tmp_path)
     sections = dict(train={"max_steps": 10, "eval_every": 4, "ema_decay": 0.8})
@@ -91,7 +116,7 @@ def test_weight_average_is_evaluated_kept_and_resumed_exactly(tmp_path, monkeypa
 
     fit_killed_before_step(monkeypatch, tiny_config(data, tmp_path / "cut", **sections), 6)
     assert resume(tmp_path / "cut" / "last.safetensors") == {**summary, "out_dir": str(tmp_path / "cut"),
-                                                              "examples_per_s": ANY}
+                                                              "examples_per_s": ANY, "wall_s": ANY}
     with pytest.raises(ValueError, match=r"train.ema_decay must be in \[0, 1\).*got 1.0"):
         Trainer(tiny_config(data, tmp_path / "bad", train={"ema_decay": 1.0}))
 

@@ -343,3 +343,152 @@ def test_sigkill_and_resume_reproduce_the_uninterrupted_run(tmp_path):
     assert not [p for p in cut.iterdir() if ".tmp-" in p.name]
     assert json.loads(done.stdout[done.stdout.index("{"):])["test"] == \
         json.loads(full.stdout[full.stdout.index("{"):])["test"]
+
+
+# --- --overwrite deletes what a run wrote, nothing else --------------------------------------------------
+
+def test_overwrite_deletes_only_what_the_run_wrote(tmp_path):
+    """Issue 32 item 1: ``fold<N>`` folders holding the user's data survive ``--overwrite``, and so does every
+    other file of theirs in the run folder."""
+    data = write_sentiment(tmp_path)
+    out = tmp_path / "ud"
+    for fold in ("fold0", "fold1"):
+        (out / fold).mkdir(parents=True)
+        (out / fold / "train.tsv").write_text("\n".join(sentiment_lines(8, 0)) + "\n")
+    (out / "notes.txt").write_text("mine")
+    Trainer(tiny_config(data, out, train={"max_steps": 2})).fit()
+    Trainer(tiny_config(data, out, train={"max_steps": 2, "seed": 5}), overwrite=True).fit()
+    assert (out / "fold0" / "train.tsv").is_file() and (out / "fold1" / "train.tsv").is_file()
+    assert (out / "notes.txt").read_text() == "mine"
+    assert load_checkpoint(out / "last.safetensors").config["train"]["seed"] == 5
+    # a cross-validation's overwrite empties its folds through their manifests and keeps what the user added
+    all_data = tmp_path / "all"
+    all_data.mkdir()
+    (all_data / "all.tsv").write_text("\n".join(sentiment_lines(60, 0)) + "\n")
+    cfg = tiny_config(all_data, tmp_path / "cv", data={"train": "all.tsv", "test": None, "cv_folds": 2},
+                      train={"max_steps": 2})
+    cross_validate(cfg)
+    (tmp_path / "cv" / "fold1" / "mine.txt").write_text("mine")
+    assert cross_validate(cfg, overwrite=True)["completed"] == 2
+    assert (tmp_path / "cv" / "fold1" / "mine.txt").read_text() == "mine"
+    assert (tmp_path / "cv" / "fold1" / "summary.json").is_file()
+
+
+def test_a_folder_of_an_older_run_loses_only_its_run_files(tmp_path):
+    """A run folder written before manifests existed: its run files go by name, a ``fold<N>`` folder only when
+    it holds such a run itself (and only its run files), a config.yaml on its own is the user's."""
+    data = write_sentiment(tmp_path)
+    out = tmp_path / "old"
+    (out / "fold0").mkdir(parents=True)
+    (out / "fold0" / "train.tsv").write_text("mine\n")
+    (out / "fold1").mkdir()
+    (out / "fold1" / "metrics.jsonl").write_text('{"step": 1}\n')
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    (out / "best.safetensors").write_bytes(b"old")
+    with pytest.raises(RunFolderError, match="already holds a run"):
+        Trainer(tiny_config(data, out, train={"max_steps": 2}))
+    Trainer(tiny_config(data, out, train={"max_steps": 2}), overwrite=True).fit()
+    assert (out / "fold0" / "train.tsv").read_text() == "mine\n" and not (out / "fold1").exists()
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "config.yaml").write_text("my: config\n")
+    for overwrite in (False, True):
+        with pytest.raises(RunFolderError, match="holds config.yaml, which no maskattn run wrote"):
+            Trainer(tiny_config(data, own, train={"max_steps": 2}), overwrite=overwrite)
+    assert (own / "config.yaml").read_text() == "my: config\n"
+
+
+def test_a_run_folder_holding_the_data_is_refused(tmp_path):
+    data = tmp_path / "ud" / "fold0"
+    data.mkdir(parents=True)
+    (data / "train.tsv").write_text("\n".join(sentiment_lines(40, 0)) + "\n")
+    (data / "test.tsv").write_text("\n".join(sentiment_lines(8, 1)) + "\n")
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_config(data, tmp_path / "x").to_dict()))
+    for out in (tmp_path / "ud", data):
+        result = runner.invoke(app, ["train", "-c", str(config), "--out", str(out), "--overwrite", "--no-progress"])
+        assert result.exit_code == 2 and f"run folder {out} holds the data this run reads" in flat(result.output)
+    assert sorted(p.name for p in data.iterdir()) == ["test.tsv", "train.tsv"]
+    assert sorted(p.name for p in (tmp_path / "ud").iterdir()) == ["fold0"]
+
+
+def _edited(path, out, **changes):
+    """``path`` rewritten with its metadata ``changes`` applied (``None`` removes an entry) and no checksum, as a
+    hand edit leaves it."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        metadata = {k: v for k, v in f.metadata().items() if k != "sha256"}
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    for key, value in changes.items():
+        if value is None:
+            metadata.pop(key)
+        else:
+            metadata[key] = value
+    save_file(tensors, str(out), metadata=metadata)
+    return out
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"config": None}, "its metadata has no 'config' entry"),
+    ({"vocab": None}, "its metadata has no 'vocab' entry"),
+    ({"config": '{"model": '}, "metadata entry 'config' is not JSON (Expecting value at character 10)"),
+    ({"step": "twelve"}, "metadata entry 'step' must be a step count (an int >= 0), got 'twelve'"),
+    ({"config": "[1, 2]"}, "metadata entry 'config' must be a JSON object of config sections"),
+    ({"labels": '["pos", 3]'}, "metadata entry 'labels' must be a JSON list of strings, got ['pos', 3]"),
+    ({"extra": "[]"}, "metadata entry 'extra' must be a JSON object"),
+    ({"config": '{"model": {"d_model": "wide"}}'}, "holds a configuration this version of maskattn rejects"),
+])
+def test_hand_edited_checkpoint_metadata_is_a_message_naming_file_and_entry(tmp_path, changes, message):
+    """Issue 32 item 5: metadata edited by hand (the checksum removed, which only warns) gave ``KeyError:
+    'config'``, ``JSONDecodeError``, ``ValueError`` on the step and ``AttributeError: 'list' object has no attribute
+    'get'``; each is one line naming the file and the entry, after the unverified checkpoint's ``warning:`` line."""
+    from maskattn.checkpoint import _warned_unverified
+
+    data = write_sentiment(tmp_path)
+    Trainer(tiny_config(data, tmp_path / "run", train={"max_steps": 4})).fit()
+    edited = _edited(tmp_path / "run" / "best.safetensors", tmp_path / "edited.safetensors", **changes)
+    _warned_unverified.clear()
+    result = runner.invoke(app, ["eval", "-k", str(edited), "--data", str(data / "test.tsv")])
+    lines = result.output.splitlines()
+    assert result.exit_code == 2 and len(lines) == 2, result.output
+    assert lines[0].startswith(f"warning: checkpoint {edited} has no checksum")
+    assert lines[1].startswith("error: checkpoint") and str(edited) in lines[1] and message in lines[1]
+
+
+@pytest.mark.parametrize("trainer_edit, message", [
+    (lambda state: state.pop("epoch"), "metadata entry 'trainer' must be a JSON object with the trainer's epoch"),
+    (lambda state: state["optimizer"].pop("param_groups"), "its trainer state (optimizer, schedule or random "
+                                                           "generators) cannot be restored (KeyError: 'param_groups')"),
+    (lambda state: state["rng"].update(python=[3]), "cannot be restored (ValueError"),
+])
+def test_a_hand_edited_trainer_state_is_refused_on_resume(tmp_path, monkeypatch, trainer_edit, message):
+    data = write_sentiment(tmp_path)
+    fit_killed_before_step(monkeypatch, tiny_config(data, tmp_path / "run", train={"eval_every": 4}), 6)
+    last = tmp_path / "run" / "last.safetensors"
+    state = load_checkpoint(last).trainer
+    trainer_edit(state)
+    _edited(last, last, trainer=json.dumps(state))
+    result = runner.invoke(app, ["train", "--resume", str(last), "--no-progress"])
+    assert result.exit_code == 2 and message in flat(result.output), result.output
+    assert "Traceback" not in result.output
+
+
+def test_an_interrupt_says_what_there_is_to_resume(tmp_path, monkeypatch):
+    """Issue 32 item 8: an interrupt before the first checkpoint said the checkpoints were intact."""
+    data = write_sentiment(tmp_path)
+    original = Trainer._train_step
+    for stop_before, expected in ((3, "no checkpoint was written yet (the first comes at the first evaluation), so "
+                                      "there is nothing to resume: run the command again with --overwrite"),
+                                  (6, "are intact; resume with --resume")):
+        def crash(self, indices, stop_before=stop_before):
+            if self.step == stop_before - 1:
+                raise KeyboardInterrupt
+            return original(self, indices)
+
+        monkeypatch.setattr(Trainer, "_train_step", crash)
+        console = Console(record=True, width=400)
+        with pytest.raises(KeyboardInterrupt):
+            Trainer(tiny_config(data, tmp_path / f"run{stop_before}", train={"eval_every": 4}), console=console).fit()
+        text = flat(console.export_text())
+        assert f"interrupted at step {stop_before - 1}" in text and expected in text

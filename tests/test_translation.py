@@ -15,7 +15,8 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from _train_helpers import fit_killed_before_step, sentence_pairs, tiny_config, write_parallel, write_sentiment
+from _train_helpers import (fit_killed_before_step, flat, merged_config, sentence_pairs, tiny_config, write_parallel,
+                            write_sentiment)
 from maskattn.cli import app
 from maskattn.data.parallel import ParallelText, TokenBatchSampler, collate_pairs, encode_pairs, read_parallel
 from maskattn.data.subword import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordModel
@@ -26,10 +27,6 @@ from maskattn.train.config import RunConfig, from_dict, preset_path
 
 runner = CliRunner()
 
-
-def flat(text: str) -> str:
-    """Command output with rich's line wrapping undone."""
-    return " ".join(text.split())
 
 def translation_config(data_dir, out_dir, **sections) -> RunConfig:
     base = {
@@ -43,9 +40,7 @@ def translation_config(data_dir, out_dir, **sections) -> RunConfig:
         "train": {"max_steps": 12, "eval_every": 6, "metric": "bleu", "log_every": 1, "out_dir": str(out_dir),
                   "progress": False, "num_threads": 1, "test_beam": 2, "eval_batch_size": 8},
     }
-    for section, values in sections.items():
-        base[section] = {**base[section], **values}
-    return from_dict(RunConfig, base)
+    return merged_config(base, sections)
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +216,7 @@ def test_translation_config_errors(tmp_path):
     with pytest.raises(ValueError, match="unknown config key.*model.layers; valid keys of model: type, encoder"):
         load_config(None, ["model.type=seq2seq", "model.layers=3"])
     sentiment = write_sentiment(tmp_path)
-    with pytest.raises(ValueError, match="data.format 'parallel' is translation data; set model.type=seq2seq"):
+    with pytest.raises(ValueError, match="data.format 'parallel' is data of a seq2seq model; set model.type=seq2seq"):
         Trainer(tiny_config(sentiment, tmp_path / "r", data={"format": "parallel"}))
 
 
@@ -317,7 +312,7 @@ def test_wrong_checkpoint_types_give_clear_errors(trained, tmp_path):
                                  str(data / "test.de")])
     assert result.exit_code == 2 and "not a translation model" in flat(result.output)
     result = runner.invoke(app, ["eval", "-k", str(run / "best.safetensors"), "--data", str(sentiment / "test.tsv")])
-    assert result.exit_code == 2 and "holds a translation (seq2seq) model" in flat(result.output)
+    assert result.exit_code == 2 and "holds a seq2seq (translation or summarization) model" in flat(result.output)
     result = runner.invoke(app, ["predict", "-k", str(run / "best.safetensors"), "hello"])
     assert result.exit_code == 2 and "maskattn translate" in flat(result.output)
     result = runner.invoke(app, ["eval", "-k", str(run / "best.safetensors"), "--src", str(data / "test.en")])

@@ -9,7 +9,8 @@ Layout (the writer is :func:`maskattn.train.checkpoint.save_checkpoint`):
   JSON), ``vocab`` and ``labels`` (JSON lists), ``model_type``, ``step``, ``extra`` (JSON: what the task needs
   to feed the model text — for translation the subword model, base64 — and a fingerprint of the training
   data), ``trainer`` (JSON, resumable checkpoints: epoch, position in the epoch, best metric, scheduler
-  state, optimiser hyper-parameters, the Python / NumPy RNG states) and ``sha256``.
+  state, optimiser hyper-parameters, the Python / NumPy RNG states, the train loss summed since the last train
+  row) and ``sha256``.
 
 ``sha256`` is the checksum of everything else in the file: the safetensors header without the ``sha256``
 entry (as canonical JSON: sorted keys, no spaces) followed by the tensor data. :func:`load_checkpoint`
@@ -23,8 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +36,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from .errors import CheckpointError, UnverifiedCheckpointWarning
+from .sections import is_sections, shown
 
 __all__ = ["FORMAT", "CHECKSUM_KEY", "Checkpoint", "load_checkpoint", "load_weights", "content_digest",
            "read_header", "checkpoint_in_folder"]
@@ -157,10 +160,67 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         raise CheckpointError(f"checkpoint {path} is not a readable safetensors file ({exc})") from None
     model_state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
     extra_tensors = {k: v for k, v in tensors.items() if not k.startswith("model.")}
-    trainer = json.loads(metadata["trainer"]) if "trainer" in metadata else None
-    return Checkpoint(path, model_state, json.loads(metadata["config"]), json.loads(metadata["vocab"]),
-                      json.loads(metadata["labels"]), metadata["model_type"], int(metadata["step"]), trainer,
-                      extra_tensors, json.loads(metadata.get("extra", "{}")))
+    fields = _read_metadata(path, metadata)
+    return Checkpoint(path, model_state, fields["config"], fields["vocab"], fields["labels"], fields["model_type"],
+                      fields["step"], fields["trainer"], extra_tensors, fields["extra"])
+
+
+def _is_names(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(name, str) for name in value)
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_trainer(value: object) -> bool:
+    return (isinstance(value, dict) and all(_is_count(value.get(key)) for key in ("epoch", "position", "bad_evals"))
+            and all(isinstance(value.get(key), dict) for key in ("rng", "optimizer", "scheduler"))
+            and (value.get("best_step") is None or _is_count(value.get("best_step")))
+            and (value.get("best_metric") is None or isinstance(value.get("best_metric"), (int, float)))
+            and (value.get("window") is None or _is_window(value["window"])))
+
+
+def _is_window(value: object) -> bool:
+    """The train loss summed since the last train row, and over how many steps."""
+    return isinstance(value, dict) and isinstance(value.get("loss"), (int, float)) and _is_count(value.get("steps"))
+
+
+#: the metadata entries of a checkpoint: (is JSON, what the value must be, its description, default when absent)
+_METADATA: dict[str, tuple[bool, Callable[[object], bool], str, str | None]] = {
+    "config": (True, is_sections, "a JSON object of config sections (data, model, optim, train)", None),
+    "vocab": (True, _is_names, "a JSON list of strings", None),
+    "labels": (True, _is_names, "a JSON list of strings", None),
+    "model_type": (False, lambda v: isinstance(v, str) and bool(v), "a model type such as sentence", None),
+    "step": (False, lambda v: isinstance(v, str) and re.fullmatch(r"[0-9]{1,18}", v) is not None,
+             "a step count (an int >= 0)", None),
+    "extra": (True, lambda v: isinstance(v, dict), "a JSON object", "{}"),
+    "trainer": (True, _is_trainer, "a JSON object with the trainer's epoch, position, best metric and step, bad "
+                "evaluations, the running train loss, and its rng, optimizer and scheduler states", "null"),
+}
+
+
+def _read_metadata(path: Path, metadata: dict[str, str]) -> dict:
+    """The checkpoint's metadata entries parsed and checked (:data:`_METADATA`): a missing, unreadable or
+    misshapen one is a :class:`CheckpointError` naming the file and the entry (hand-edited metadata loses its
+    checksum, so only these checks stand between it and the code that reads it)."""
+    fields: dict = {}
+    for key, (is_json, accepts, description, default) in _METADATA.items():
+        if key not in metadata and default is None:
+            raise CheckpointError(f"checkpoint {path}: its metadata has no {key!r} entry; not a checkpoint maskattn "
+                                  "wrote, or one edited since")
+        text = metadata.get(key, default)
+        assert text is not None  # an absent entry without a default was refused above
+        try:
+            value: object = json.loads(text) if is_json else text
+        except json.JSONDecodeError as exc:
+            raise CheckpointError(f"checkpoint {path}: metadata entry {key!r} is not JSON ({exc.msg} at character "
+                                  f"{exc.pos}); the file was edited or damaged") from None
+        if not (value is None and key == "trainer") and not accepts(value):
+            raise CheckpointError(f"checkpoint {path}: metadata entry {key!r} must be {description}, got "
+                                  f"{shown(value)}; the file was edited or damaged")
+        fields[key] = int(text) if key == "step" else value
+    return fields
 
 
 def load_weights(model: nn.Module, ckpt: Checkpoint) -> None:

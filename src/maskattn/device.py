@@ -44,8 +44,12 @@ _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb"
 
 
 def format_bytes(count: float) -> str:
-    """``count`` bytes as ``1.2 GiB`` / ``340 MiB``."""
-    return f"{count / 2**30:.1f} GiB" if count >= 2**30 else f"{count / 2**20:.0f} MiB"
+    """``count`` bytes as ``1.2 GiB`` / ``340 MiB`` / ``12 KiB`` / ``512 bytes`` (never "0 MiB" for a small
+    budget)."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}" if unit == "GiB" else f"{count / size:.0f} {unit}"
+    return f"{count:.0f} bytes"
 
 
 def attention_memory_bytes(batch: int, length: int, *, heads: int, layers: int, width: int, training: bool = False,
@@ -55,7 +59,7 @@ def attention_memory_bytes(batch: int, length: int, *, heads: int, layers: int, 
 
     The quadratic term is what kills a machine: the attention scores, ``batch × heads × length² × score_features``
     values of ``element_size`` bytes per sublayer (``score_features``: 1 for scalar attention; the per-head width
-    for the explicit n×n×d maps of MTSA's reference math). Inference holds about three such tensors at a time
+    for the explicit n×n×d maps of MTSA's reference math). Inference holds about four such tensors at a time
     (scores, weights, a temporary); training may keep two per sublayer for backward plus two for the one being
     differentiated. The linear term counts the activations (8 per layer in inference, 16 per layer in training,
     ``batch × length × width`` each). The fused kernels keep less than this; the estimate errs on the safe side."""
@@ -63,7 +67,7 @@ def attention_memory_bytes(batch: int, length: int, *, heads: int, layers: int, 
     activations = batch * length * width * element_size
     if training:
         return (2 * layers + 2) * scores + 16 * max(layers, 1) * activations
-    return (3 if layers else 0) * scores + 8 * max(layers, 1) * activations
+    return (4 if layers else 0) * scores + 8 * max(layers, 1) * activations
 
 
 def available_memory_bytes(device: torch.device | str = "cpu") -> int | None:

@@ -30,7 +30,7 @@ import warnings
 
 __all__ = ["MaskattnError", "ArgumentError", "ArgumentTypeError", "ConfigError", "DataError", "CheckpointError", "RunFolderError", "InputError",
            "MemoryLimitError",
-           "BackendError", "DivergenceError", "UnverifiedCheckpointWarning", "warn_renamed", "renamed_attribute",
+           "BackendError", "DivergenceError", "UnverifiedCheckpointWarning", "RenamedWarning", "warn_renamed", "renamed_attribute",
            "REMOVED_IN"]
 
 #: the release that drops the old spellings of renamed names (they warn until then)
@@ -87,10 +87,15 @@ class UnverifiedCheckpointWarning(UserWarning):
     """A checkpoint written before checksums existed: its contents load but cannot be verified."""
 
 
+class RenamedWarning(DeprecationWarning):
+    """An old name of something maskattn renamed (:func:`warn_renamed`); the command line prints it as a
+    ``warning:`` line (Python hides ``DeprecationWarning`` outside ``__main__`` by default)."""
+
+
 def warn_renamed(old: str, new: str, *, stacklevel: int = 3) -> None:
-    """A ``DeprecationWarning`` that ``old`` is now called ``new``; the old name keeps working until
-    :data:`REMOVED_IN`."""
-    warnings.warn(f"{old} is now {new}; the old name will be removed in {REMOVED_IN}", DeprecationWarning,
+    """A :class:`RenamedWarning` (a ``DeprecationWarning``) that ``old`` is now called ``new``; the old name keeps
+    working until :data:`REMOVED_IN`."""
+    warnings.warn(f"{old} is now {new}; the old name will be removed in {REMOVED_IN}", RenamedWarning,
                   stacklevel=stacklevel)
 
 

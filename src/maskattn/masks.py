@@ -41,6 +41,9 @@ from .validation import check_bool, check_nonnegative_int, describe
 
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
+#: farther than any position (a band side beyond it is the same predicate), with room in int64 for an offset
+_FAR = 2**61
+
 __all__ = [
     "Mask",
     "MaskMod",
@@ -239,8 +242,10 @@ def band(left: int, right: int) -> Mask:
     attention. Finite bands run on the O(n · band) local kernels."""
     check_nonnegative_int(left, "left")
     check_nonnegative_int(right, "right")
-    return Mask(lambda b, h, q, kv: (kv >= q - left) & (kv <= q + right), f"band({left}, {right})", band=(left, right),
-                cache_key=("band", left, right))
+    # the predicate compares positions: a side past any sequence is that far (int64, with room for an offset)
+    near_left, near_right = min(left, _FAR), min(right, _FAR)
+    return Mask(lambda b, h, q, kv: (kv >= q - near_left) & (kv <= q + near_right), f"band({left}, {right})",
+                band=(left, right), cache_key=("band", left, right))
 
 
 def window(radius: int) -> Mask:

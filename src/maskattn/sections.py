@@ -6,6 +6,11 @@ Each section class (:class:`~maskattn.data.DataConfig`, :class:`~maskattn.models
 outside its range, whether it comes from a file, a ``--set`` flag or Python. :func:`from_dict` first checks
 the keys and the types (an unknown key fails with the list of valid keys). Every failure is a
 :class:`~maskattn.errors.ConfigError` naming ``section.key``, the allowed values and the value received.
+
+Every YAML text maskattn reads — config files, ``--set`` values, recipe options — goes through
+:func:`parse_yaml`: a syntax error, nesting deeper than Python's recursion, a number it cannot convert and
+aliases that expand past :data:`MAX_YAML_NODES` values (a "billion laughs" text of a few hundred bytes) are one
+error naming where the text came from, never a traceback or a machine's memory.
 """
 
 from __future__ import annotations
@@ -18,9 +23,58 @@ from collections.abc import Callable, Mapping
 from typing import TypeGuard
 from dataclasses import dataclass, fields
 
+import reprlib
+
+import yaml
+
 from .errors import ConfigError, warn_renamed
 
-__all__ = ["Rule", "at_least", "positive", "in_range", "one_of", "optional", "pair", "check_section", "from_dict"]
+__all__ = ["Rule", "at_least", "positive", "in_range", "one_of", "optional", "pair", "check_section", "from_dict",
+           "parse_yaml", "shown", "is_sections", "MAX_YAML_NODES"]
+
+#: the most values (scalars, lists, mappings, counted as expanded by aliases) one YAML text may hold
+MAX_YAML_NODES = 100_000
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxlevel = 80, 80, 8, 8, 3
+
+
+def is_sections(value: object) -> bool:
+    """Is ``value`` shaped like a run configuration read back from a file: a mapping of section mappings?"""
+    return isinstance(value, dict) and all(isinstance(section, dict) for section in value.values())
+
+
+def shown(value: object) -> str:
+    """``repr(value)``, abridged (``…``) for messages: a hostile value never makes a message of megabytes."""
+    return _SHOWN.repr(value)
+
+
+def parse_yaml(text: str, where: str, error: type[Exception] = ConfigError) -> object:
+    """The value of the YAML ``text`` (``yaml.safe_load``: plain data, no Python objects), or ``error`` naming
+    ``where`` (and the line, for a text of several lines) and what is wrong (module docstring)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f"{where}:{mark.line + 1}" if mark is not None and "\n" in text else where
+        raise error(f"{at}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    except RecursionError:
+        raise error(f"{where}: YAML nested too deeply to read") from None
+    except (ValueError, OverflowError) as exc:  # e.g. an integer of more digits than Python converts
+        raise error(f"{where}: a YAML value maskattn cannot read ({exc})") from None
+    count, stack = 0, [data]
+    while stack:  # counted as expanded: aliases repeat a node wherever they point at it
+        node = stack.pop()
+        count += 1
+        if count > MAX_YAML_NODES:
+            raise error(f"{where}: YAML with more than {MAX_YAML_NODES} values (counting every alias as what it "
+                        "expands to); not a configuration maskattn reads")
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return data
 
 
 @dataclass(frozen=True)
@@ -34,7 +88,7 @@ class Rule:
 
     def message(self, name: str, value) -> str:
         """Why ``value`` is not allowed for the key ``name``."""
-        return self.explain(name, value) if self.explain else f"{name} must be {self.description}, got {value!r}"
+        return self.explain(name, value) if self.explain else f"{name} must be {self.description}, got {shown(value)}"
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -154,6 +208,6 @@ def from_dict(cls, data: dict | None, where: str = ""):
         else:
             value = _number_from_text(tp, value)
             if not _accepts_type(tp, value):
-                raise ConfigError(f"config key {name} must be {_type_name(tp)}, got {value!r}")
+                raise ConfigError(f"config key {name} must be {_type_name(tp)}, got {shown(value)}")
             kwargs[key] = float(value) if tp is float else value
     return cls(**kwargs)

@@ -26,7 +26,11 @@ def entry_point(fn):
 
     While ``torch.compile`` traces, the count is left alone and every check runs: checks are Python-level
     (shapes, dtypes, devices) and run once, at tracing, so they cost a compiled graph nothing — and a
-    compiled frame must not mutate the count, whose restoring ``finally`` Dynamo does not always replay."""
+    compiled frame must not mutate the count, whose restoring ``finally`` Dynamo does not always replay.
+
+    Every wrapper gets a code object of its own: Dynamo caches compiled frames per code object and guards the
+    wrapped ``fn``, so one shared wrapper code would recompile once per decorated function (every module class's
+    ``forward``) and fail past ``torch._dynamo.config.recompile_limit`` (8) mechanisms in one process."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -39,6 +43,7 @@ def entry_point(fn):
         finally:
             _calls.depth = depth
 
+    wrapper.__code__ = wrapper.__code__.replace(co_name=fn.__name__)  # a new code object (docstring)
     return wrapper
 
 

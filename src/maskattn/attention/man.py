@@ -195,6 +195,11 @@ class DynamicMaskAttention(_MaskAttention):
 RADIUS_MODES = ("sqrt",)
 
 
+def _band_radius(radius: float) -> int:
+    """SMAN's fixed boundary ``b`` as an int: ``floor(radius)``; an infinite radius is a band past any sequence."""
+    return math.floor(min(radius, 2.0**61))
+
+
 def _check_sman_radius(radius):
     if isinstance(radius, str):
         if radius not in RADIUS_MODES:
@@ -243,7 +248,7 @@ class StaticMaskAttention(_MaskAttention):
         if self.radius == "sqrt":
             lengths = (~key_padding_mask).sum(-1) if key_padding_mask is not None else torch.full((1,), n, device=device)
             return M.sequence_window(lengths.to(torch.float64).sqrt() / 2)  # b = sqrt(L)/2
-        b = math.floor(self.radius)
+        b = _band_radius(self.radius)
         return M.band(b, 0) if self.causal else M.window(b)
 
     @entry_point
@@ -261,7 +266,7 @@ class StaticMaskAttention(_MaskAttention):
         structure = self._structure(key_padding_mask, k.shape[2], q.device)
         fixed_band = self.radius != "sqrt" and q_offset == 0 and q.shape[2] == k.shape[2]
         if fixed_band:
-            b = math.floor(self.radius)
+            b = _band_radius(self.radius)
             return banded_attention(q, k, v, (b, 0) if self.causal else b, key_padding_mask=key_padding_mask,
                                     dropout_p=self.dropout, training=self.training, backend=self.backend)
         # a per-sentence radius, or a decoding step (queries at positions q_offset …): dense masked attention, one

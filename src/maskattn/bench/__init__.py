@@ -45,3 +45,12 @@ __all__ = [
     "measure_point", "matmul_gflops_per_s", "time_call", "peak_memory_bytes", "count_flops", "machine_info",
     "write_outputs", "write_csv", "write_json", "output_folder", "plot", "render_tables",
 ]
+
+
+def __getattr__(name: str):
+    if name == "PRESETS":  # the named settings before they were called suites (a preset is a run configuration)
+        from ..errors import warn_renamed
+
+        warn_renamed("maskattn.bench.PRESETS", "maskattn.bench.SUITES")
+        return SUITES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

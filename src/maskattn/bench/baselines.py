@@ -88,16 +88,20 @@ class CausalSDPA(nn.Module):
 
 @dataclass(frozen=True)
 class Baseline:
-    """A benchmarked module that is not a registered mechanism: ``build(width, heads)``."""
+    """A benchmarked module that is not a registered mechanism: ``build(width, heads)``; ``uncompilable``: why
+    ``torch.compile(fullgraph=True)`` cannot take it (``maskattn bench --compile`` leaves it out, saying so)."""
 
     description: str
     build: Callable[[int, int], nn.Module]
+    uncompilable: str | None = None
 
 
 BASELINES: dict[str, Baseline] = {
     "torch_mha": Baseline("torch.nn.MultiheadAttention (PyTorch's fused SDPA)", TorchMHA),
     "bilstm": Baseline("Bi-LSTM, width hidden units per direction (out 2·width)",
-                       lambda width, heads: FUSION_BASELINES["bilstm"](width)),
+                       lambda width, heads: FUSION_BASELINES["bilstm"](width),
+                       uncompilable="Dynamo does not trace nn.LSTM over packed sequences (a graph break, which "
+                                    "fullgraph=True refuses)"),
     "multi_cnn": Baseline("Multi-CNN, 3/4/5-gram convolutions, width channels each (out 3·width)",
                           lambda width, heads: FUSION_BASELINES["multi_cnn"](width, channels=width)),
     "mtsa_algorithm1": Baseline("MTSA Algorithm 1 as printed (n×n matrices per head)", Algorithm1),

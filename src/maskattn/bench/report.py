@@ -13,7 +13,7 @@ from rich.table import Table
 from ..errors import ArgumentError
 from .runner import FIELDS, BenchResult
 
-__all__ = ["write_outputs", "write_csv", "write_json", "plot", "render_tables"]
+__all__ = ["write_outputs", "write_csv", "write_json", "plot", "figure", "render_tables"]
 
 
 def write_csv(result: BenchResult, path: Path) -> Path:
@@ -53,10 +53,20 @@ def _panel_rows(labels_by_mechanism: dict[str, list[str]]) -> list[tuple[str, li
 
 
 def plot(result: BenchResult, path: Path) -> Path:
+    """Write :func:`figure` of ``result`` to ``path`` (PNG)."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(result)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def figure(result: BenchResult):
     """Per device, one row of panels per mechanism family (:data:`PLOT_FAMILIES`), each against multi-head
     attention (:data:`PLOT_REFERENCES`, grey): forward + backward time and peak memory against sequence length
     (log-log; MTSA Fig. 1's axes). Skipped and failed points are left out, so a line stops where its points
-    stop fitting."""
+    stop fitting. A matplotlib ``Figure`` with constrained layout (the title above the panels, never on them)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -76,7 +86,8 @@ def plot(result: BenchResult, path: Path) -> Path:
               ("peak_mib", "peak memory (MiB)"))
     grid = [(device, title, labels) for device in devices for title, labels in rows] or \
         [(device, "multi-head attention", []) for device in devices]
-    fig, axes = plt.subplots(len(grid), len(panels), figsize=(11, 3.6 * len(grid)), squeeze=False)
+    fig, axes = plt.subplots(len(grid), len(panels), figsize=(11, 3.6 * len(grid)), squeeze=False,
+                             layout="constrained")
     colours, markers = plt.get_cmap("tab10"), "os^vD<>pPX"
     for (device, title, labels), row in zip(grid, axes):
         drawn = [(label, dict(color=colours(i % 10), marker=markers[i % len(markers)], linestyle="-"))
@@ -107,10 +118,7 @@ def plot(result: BenchResult, path: Path) -> Path:
     s = result.settings
     fig.suptitle(f"maskattn bench: batch {s['batch']}, width {s['width']}, {s['heads']} heads, {s['dtype']}, "
                  f"{s.get('mode', 'train')}{', compiled' if s.get('compile') else ''}; multi-head attention in grey")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return fig
 
 
 def output_folder(out_dir: Path | str) -> Path:

@@ -132,12 +132,14 @@ def _flops(module: nn.Module, candidate: Candidate, point: Point, x: torch.Tenso
     if flops is not None:
         return flops, "analytic"
 
+    eager = _eager(module)  # the same math; a compiled module under FlopCounterMode's dispatch would not compile
+
     def step():
         if inference:
             with torch.no_grad():
-                module(x)
+                eager(x)
         else:
-            module(x).backward(grad_out)
+            eager(x).backward(grad_out)
 
     flops = count_flops(step)
     module.zero_grad(set_to_none=True)

@@ -239,6 +239,9 @@ def select_candidates(settings: BenchSettings, device: str) -> tuple[list[Candid
     for name in names:
         if name in BASELINES:
             baseline = BASELINES[name]
+            if settings.compile and baseline.uncompilable:
+                notes.append(f"{device}: {name} not run with compile: {baseline.uncompilable}")
+                continue
             candidates.append(Candidate(name, BASELINE_BACKEND, "baseline", baseline.description,
                                         functools.partial(baseline.build, settings.width, settings.heads)))
             continue

@@ -1,8 +1,9 @@
-"""The ``maskattn`` command line: ``train``, ``eval``, ``predict``, ``translate``, ``bench``, ``viz`` (``masks``,
+"""The ``maskattn`` command line: ``train``, ``grid``, ``eval``, ``predict``, ``translate``, ``bench``, ``viz`` (``masks``,
 ``attention``, ``localness``), ``list``, ``demo`` — one module per command group:
 
 * :mod:`.training`  — ``train`` (with no arguments: the embedded default job, the synthetic order task, MTSA vs
   multi-head attention; multi-process data-parallel: ``torchrun --nproc_per_node N -m maskattn.cli train --config …``);
+* :mod:`.grid`      — ``grid run``, ``grid table``, ``grid cost`` (settings × seeds as one job, and its tables);
 * :mod:`.inference` — ``eval``, ``predict``, ``translate``;
 * :mod:`.bench`     — ``bench``;
 * :mod:`.viz`       — ``viz masks``, ``viz attention``, ``viz localness``;
@@ -18,6 +19,6 @@ output per input line).
 from __future__ import annotations
 
 from .app import app
-from . import training, inference, viz, bench, info  # noqa: F401  (registers the commands, in this order)
+from . import training, grid, inference, viz, bench, info  # noqa: F401  (registers the commands, in this order)
 
 __all__ = ["app"]

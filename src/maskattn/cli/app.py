@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -12,15 +13,17 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ..errors import MaskattnError
+from ..errors import MaskattnError, RenamedWarning, UnverifiedCheckpointWarning
 
 __all__ = ["app", "user_errors", "interrupt_exits", "sigterm_as_interrupt", "is_user_error", "warn", "DEVICE_HELP"]
 
 #: the help of every command's --device (one meaning: maskattn.device.resolve_device)
 DEVICE_HELP = "auto (CUDA when available, else the CPU), cpu, cuda or cuda:N"
 
+# rich_markup_mode=None: click's plain help. Typer's rich help (0.29) prints a value type after flags that take none
+# ("--overwrite <bool>", whereupon "--overwrite true" fails) and breaks docstring paragraphs mid-sentence.
 app = typer.Typer(help="maskattn: mask-based self-attention (MTSA, MAN, CSAN) for PyTorch.", no_args_is_help=True,
-                  add_completion=False)
+                  add_completion=False, rich_markup_mode=None)
 
 
 def _print_version(value: bool) -> None:
@@ -58,11 +61,30 @@ def warn(message: str) -> None:
 
 
 @contextmanager
+def _warning_lines() -> Iterator[None]:
+    """maskattn's own warnings — an old name (:class:`~maskattn.errors.RenamedWarning`, which Python would hide as
+    a ``DeprecationWarning``) and an unverified checkpoint — as ``warning: …`` lines, once each; others as usual."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("default", RenamedWarning)
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, (RenamedWarning, UnverifiedCheckpointWarning)):
+                warn(str(message))
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
+
+
+@contextmanager
 def user_errors() -> Iterator[None]:
     """Turn the user errors raised inside (:func:`is_user_error`) into ``error: …`` on stderr and exit code 2;
-    anything else keeps its traceback."""
+    anything else keeps its traceback. maskattn's warnings are ``warning: …`` lines meanwhile."""
     try:
-        yield
+        with _warning_lines():
+            yield
     except (MaskattnError, OSError) as exc:
         if not is_user_error(exc):
             raise

@@ -1,46 +1,85 @@
-"""``maskattn eval``, ``predict``, ``translate``: using a trained checkpoint."""
+"""``maskattn eval``, ``predict``, ``generate`` (alias ``translate``): using a trained checkpoint."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..errors import ArgumentError
 from .app import DEVICE_HELP, app, user_errors
 
+# the decoding flags of `generate` and `eval` (fairseq-generate's names); unset, the checkpoint's own settings hold
+_FROM_RUN = "(default: the checkpoint's run setting)"
+DECODING_FLAGS = {
+    "beam": (int, typer.Option(None, "--beam", help=f"beam size, 1 = greedy {_FROM_RUN}")),
+    "length_penalty": (float, typer.Option(None, "--length-penalty", "--lenpen",
+                                           help=f"length penalty α of beam search {_FROM_RUN}")),
+    "length_penalty_kind": (str, typer.Option(None, "--length-penalty-kind",
+                                              help=f"gnmt: ((5+|Y|)/6)^α; fairseq: |Y|^α {_FROM_RUN}")),
+    "min_len": (int, typer.Option(None, "--min-len", help=f"at least this many output tokens before EOS {_FROM_RUN}")),
+    "max_len": (int, typer.Option(None, "--max-len", help=f"at most this many output tokens before EOS {_FROM_RUN}")),
+    "no_repeat_ngram_size": (int, typer.Option(None, "--no-repeat-ngram-size",
+                                               help=f"no n-gram of this size twice in an output, 0 = off {_FROM_RUN}")),
+}
+
+
+def with_decoding_flags(command: Callable) -> Callable:
+    """``command`` with the :data:`DECODING_FLAGS` added to its options; it receives the flags that were given as
+    one dict, ``decoding`` (:meth:`DecodingOptions.replace` of the checkpoint's settings)."""
+    signature = inspect.signature(command)
+    flags = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
+             for name, (kind, option) in DECODING_FLAGS.items()]
+
+    @functools.wraps(command)
+    def run(**kwargs):
+        decoding = {name: value for name in DECODING_FLAGS if (value := kwargs.pop(name)) is not None}
+        return command(**kwargs, decoding=decoding)
+
+    kept = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in signature.parameters.values() if p.name != "decoding"]
+    run.__signature__ = signature.replace(parameters=kept + flags)  # type: ignore[attr-defined]  # what typer reads
+    return run
+
 
 @app.command("eval")
+@with_decoding_flags
 def eval_(
     checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="a .safetensors checkpoint"),
     data: Path = typer.Option(None, "--data", help="classifiers: labelled file to evaluate on"),
     data_format: str = typer.Option(None, "--format", help="tsv, trec, trec_fine, nli, conll (default: the checkpoint's)"),
-    src: Path = typer.Option(None, "--src", help="translation: source sentences, one per line"),
-    ref: Path = typer.Option(None, "--ref", help="translation: reference translations, line-aligned with --src"),
-    beam: int = typer.Option(5, "--beam", help="translation: beam size (1 = greedy)"),
-    length_penalty: float = typer.Option(0.6, "--length-penalty", help="translation: beam-search length penalty α"),
-    batch_size: int = typer.Option(64, "--batch-size", help="translation: sentences per decoding batch"),
+    src: Path = typer.Option(None, "--src", help="seq2seq: source sentences (articles), one per line"),
+    ref: Path = typer.Option(None, "--ref", help="seq2seq: references (translations, summaries), line-aligned "
+                             "with --src"),
+    batch_size: int = typer.Option(64, "--batch-size", help="seq2seq: sentences per decoding batch"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    decoding: dict | None = None,
 ):
-    """Evaluate a checkpoint; prints the metrics as JSON. Classifiers: --data FILE. Translation: --src FILE
-    --ref FILE (sacreBLEU BLEU and chrF with their signatures). Inputs longer than the model reads are
-    truncated, with a warning listing their lines."""
+    """Evaluate a checkpoint; prints the metrics as JSON. Classifiers: --data FILE. Seq2seq models: --src FILE
+    --ref FILE, decoded with the checkpoint's own decoding settings unless flags change them; translation is
+    scored by sacreBLEU BLEU and chrF (with their signatures), summarization by ROUGE-1/2/L F1 (rouge-score,
+    with 95 % bootstrap intervals). Inputs longer than the model reads are truncated, with a warning listing
+    their lines."""
     from ..inference import evaluate_file, evaluate_translation
 
     with user_errors():
         checkpoint = _checkpoint_file(checkpoint)
         if src is not None or ref is not None:
             if src is None or ref is None or data is not None:
-                raise ArgumentError("translation evaluation takes both --src FILE and --ref FILE (and no --data)")
-            metrics = evaluate_translation(checkpoint, src, ref, beam=beam, length_penalty=length_penalty,
-                                           batch_size=batch_size, device=device,
-                                           on_truncate=_warn_truncated("subwords"))
+                raise ArgumentError("seq2seq evaluation takes both --src FILE and --ref FILE (and no --data)")
+            with _decoding_progress() as progress:
+                metrics = evaluate_translation(checkpoint, src, ref, batch_size=batch_size, device=device,
+                                               on_truncate=_warn_truncated("subwords"), progress=progress,
+                                               **(decoding or {}))
         elif data is None:
             raise ArgumentError("nothing to evaluate: pass --data FILE (classifiers) or --src FILE --ref FILE "
-                             "(translation)")
+                             "(seq2seq: translation, summarization)")
         else:
             metrics = evaluate_file(checkpoint, data, format=data_format, device=device,
                                     on_truncate=_warn_truncated("tokens"))
@@ -88,31 +127,37 @@ def _checkpoint_file(path: Path) -> Path:
 
 
 def _input_lines(path: Path | None) -> list[str]:
-    """The lines of ``path``, or of stdin when it is ``None`` (:mod:`maskattn.data.text`)."""
+    """The lines of ``path``, or of stdin when it is ``None`` or ``-`` (:mod:`maskattn.data.text`)."""
     from ..data.text import read_lines, read_stream_lines
 
-    return read_lines(path) if path is not None else read_stream_lines(typer.get_binary_stream("stdin"))
+    if path is None or str(path) == "-":
+        return read_stream_lines(typer.get_binary_stream("stdin"))
+    return read_lines(path)
 
 
-@app.command()
-def translate(
-    checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="a translation .safetensors checkpoint"),
-    input_file: Path = typer.Option(None, "--input", "-i", help="source sentences, one per line (default: stdin)"),
-    output: Path = typer.Option(None, "--output", "-o", help="write translations here (default: stdout)"),
-    beam: int = typer.Option(5, "--beam", help="beam size (1 = greedy)"),
-    length_penalty: float = typer.Option(0.6, "--length-penalty", help="GNMT length penalty α of beam search"),
+@with_decoding_flags
+def generate(
+    checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="a seq2seq .safetensors checkpoint (translation, "
+                                    "summarization)"),
+    input_file: Path = typer.Option(None, "--input", "-i", help="source sentences (articles), one per line "
+                                    "(default, or -: stdin)"),
+    output: Path = typer.Option(None, "--output", "-o", help="write the outputs here (default: stdout)"),
     batch_size: int = typer.Option(64, "--batch-size", help="sentences per decoding batch"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    decoding: dict | None = None,
 ):
-    """Translate sentences, one per line: one output line per input line (an empty line stays empty; a line
-    longer than the model's max_len is truncated, with a warning on stderr)."""
+    """Translate or summarise text with a seq2seq checkpoint, one input per line: one output line per input line
+    (an empty line stays empty; a line longer than the model's max_len is truncated, with a warning on stderr).
+    Decodes with the checkpoint's own settings (beam, length penalty, length limits, n-gram blocking) unless
+    flags change them."""
     from ..inference import load_translator
 
     with user_errors():
         lines = _input_lines(input_file)
         translator = load_translator(_checkpoint_file(checkpoint), device=device)
-        outputs = translator.translate(lines, beam=beam, length_penalty=length_penalty, batch_size=batch_size,
-                                       on_truncate=_warn_truncated("subwords"))
+        with _decoding_progress() as progress:
+            outputs = translator.translate(lines, batch_size=batch_size, on_truncate=_warn_truncated("subwords"),
+                                           progress=progress, **(decoding or {}))
         text = "".join(line + "\n" for line in outputs)
         if output is not None:
             output.write_text(text, encoding="utf-8")
@@ -120,11 +165,27 @@ def translate(
         typer.echo(text, nl=False)
 
 
+app.command("generate")(generate)
+app.command("translate", help="The same command as `maskattn generate` (its name before summarization models "
+            "existed).")(generate)
+
+
+@contextmanager
+def _decoding_progress() -> Iterator[Callable[[int, int], None]]:
+    """A transient progress bar on stderr (shown on a terminal only) for decoding: ``progress(done, total)``."""
+    console = Console(stderr=True)
+    with Progress(TextColumn("decoding"), BarColumn(), MofNCompleteColumn(), TextColumn("sentences"),
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True,
+                  disable=not console.is_terminal) as bar:
+        task = bar.add_task("decode", total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
 @app.command()
 def predict(
     checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="a .safetensors checkpoint"),
-    texts: list[str] = typer.Argument(None, help="sentences (pair models: 'premise ||| hypothesis')"),
-    input_file: Path = typer.Option(None, "--input", "-i", help="file with one sentence per line"),
+    texts: list[str] = typer.Argument(None, metavar="SENTENCE", help="sentences (pair models: 'premise ||| hypothesis')"),
+    input_file: Path = typer.Option(None, "--input", "-i", help="file with one sentence per line (-: stdin)"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ):
     """Predict labels: one output line per input (the arguments, then the lines of --input), the label or a

@@ -22,12 +22,13 @@ def train(
     max_steps: int = typer.Option(None, "--max-steps", help="train.max_steps"),
     device: str = typer.Option(None, "--device", help=f"train.device: {DEVICE_HELP} (default auto)"),
     resume: Path = typer.Option(None, "--resume", help="continue the run of this last.safetensors checkpoint"),
-    overrides: list[str] = typer.Option(None, "--set", "-s", help="override: section.key=value (repeatable)"),
+    overrides: list[str] = typer.Option(None, "--set", "-s", metavar="SECTION.KEY=VALUE",
+                                        help="override a config value (repeatable)"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="show the progress bar"),
     all_folds: bool = typer.Option(False, "--all-folds", help="train every fold of data.cv_folds into "
                                    "<out>/fold<i> and report the mean ± std test metric (<out>/cv.json)"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="replace the run already in the run folder (its "
-                                   "checkpoints, metrics, config; deleted once this run holds the folder)"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace the run already in the run folder (what "
+                                   "that run wrote, nothing else; deleted once this run holds the folder)"),
 ):
     """Train a model. With no arguments: the embedded default job (order task, MTSA vs multi-head).
 

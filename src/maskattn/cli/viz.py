@@ -33,7 +33,7 @@ def _show(grid, out: Path | None, terminal: bool, title: str, dpi: int) -> None:
 
 @viz_app.command("masks")
 def viz_masks(
-    names: list[str] = typer.Argument(None, help="mask names: full, forward, backward, forward_strict, backward_strict, "
+    names: list[str] = typer.Argument(None, metavar="MASK", help="mask names: full, forward, backward, forward_strict, backward_strict, "
                                                  "causal, window:R, key_padding:L, csan1d:W, csan2d:WxN, combined "
                                                  "with & (default: one of each)"),
     length: int = typer.Option(8, "--length", "-n", help="sequence length"),

@@ -11,7 +11,7 @@ from .splits import Splits, check_label_sets, holdout, kfold, kfold_indices
 from .synthetic import OrderTask, order_splits
 from .tasks import load_splits
 from .text import iter_lines, read_lines, read_stream_lines, read_text
-from .vectors import load_glove
+from .vectors import WordVectors, load_glove, load_vectors, read_vectors
 from .vocab import PAD, UNK, LabelSet, Vocabulary
 
 __all__ = [
@@ -21,6 +21,6 @@ __all__ = [
     "READERS", "read_tsv", "read_trec", "read_nli_jsonl", "read_conll", "read_sentences", "tokenize",
     "iter_lines", "read_lines", "read_stream_lines", "read_text",
     "Splits", "check_label_sets", "holdout", "kfold", "kfold_indices",
-    "OrderTask", "order_splits", "load_splits", "load_glove",
+    "OrderTask", "order_splits", "load_splits", "load_vectors", "read_vectors", "WordVectors", "load_glove",
     "Vocabulary", "LabelSet", "PAD", "UNK",
 ]

@@ -23,7 +23,7 @@ def hf_available() -> bool:
 
 
 def _convert(rows, split: str, *, text_field: str, label_field: str, pair_fields: tuple[str, str] | None,
-             label_names: list[str] | None, lowercase: bool) -> list:
+             label_names: list[str] | None, lowercase: bool, tokenizer: str = "whitespace") -> list:
     out: list[TextExample | PairExample] = []
     for number, row in enumerate(rows, start=1):
         where = f"{split} split, row {number}"
@@ -35,12 +35,12 @@ def _convert(rows, split: str, *, text_field: str, label_field: str, pair_fields
             label = label_names[label]
         label = str(label)
         if pair_fields:
-            premise, hypothesis = (tokenize(str(row[f]), lowercase=lowercase) for f in pair_fields)
+            premise, hypothesis = (tokenize(str(row[f]), lowercase=lowercase, tokenizer=tokenizer) for f in pair_fields)
             if not premise or not hypothesis:
                 raise ArgumentError(f"{where}: empty premise or hypothesis")
             out.append(PairExample(premise, hypothesis, label))
         else:
-            tokens = tokenize(str(row[text_field]), lowercase=lowercase)
+            tokens = tokenize(str(row[text_field]), lowercase=lowercase, tokenizer=tokenizer)
             if not tokens:
                 raise ArgumentError(f"{where}: empty text")
             out.append(TextExample(tokens, label))
@@ -49,7 +49,7 @@ def _convert(rows, split: str, *, text_field: str, label_field: str, pair_fields
 
 def load_hf_splits(name: str, *, config: str | None = None, data_files: dict | None = None,
                    text_field: str = "text", label_field: str = "label", pair_fields: tuple[str, str] | None = None,
-                   lowercase: bool = False) -> dict[str, list]:
+                   lowercase: bool = False, tokenizer: str = "whitespace") -> dict[str, list]:
     """Every split of a ``datasets`` dataset as lists of examples (``label`` ids are mapped to names
     when the feature is a ``ClassLabel``)."""
     try:
@@ -62,5 +62,5 @@ def load_hf_splits(name: str, *, config: str | None = None, data_files: dict | N
         feature = ds.features.get(label_field)
         names = getattr(feature, "names", None)
         splits[split] = _convert(ds, split, text_field=text_field, label_field=label_field, pair_fields=pair_fields,
-                                 label_names=names, lowercase=lowercase)
+                                 label_names=names, lowercase=lowercase, tokenizer=tokenizer)
     return splits

@@ -1,9 +1,15 @@
-"""Parallel (translation) data: line-aligned source/target files, subword encoding, token-count batches.
+"""Parallel data (translation; article → summary pairs): line-aligned source/target files, subword encoding,
+token-count batches.
 
-Files follow the ``<prefix>.<lang>`` convention (Multi30k, IWSLT, WMT): ``train.en`` / ``train.de`` hold
-line *i* of the source and its translation on line *i* of the target; lines are read with the toolkit's line
-policy (:mod:`.text`: UTF-8, ``\\n`` only). A pair of files with different line counts raises ``DataError``
-naming both files and their counts.
+Files follow the ``<prefix>.<lang>`` convention (Multi30k, IWSLT, WMT; Gigaword's ``train.src`` / ``train.tgt``):
+``train.en`` / ``train.de`` hold line *i* of the source and its translation on line *i* of the target; lines
+are read with the toolkit's line policy (:mod:`.text`: UTF-8, ``\\n`` only). A pair of files with different line
+counts raises ``DataError`` naming both files and their counts. Several file pairs of a split are read one
+after the other (:func:`read_parallel_prefixes`: ``train: [train, train_extra]``).
+
+Unknown words: a corpus that writes rare words as a placeholder (Gigaword: ``<unk>`` in train and valid,
+``UNK`` in test) can have every spelling replaced by the first one (:func:`unify_unknown`, ``data.unk_tokens``),
+which the subword model keeps as one piece, so ``UNK`` is never split into characters.
 
 Empty lines: in the **training** split a pair whose source or target is empty (or whitespace only) is
 skipped — it teaches nothing. In **dev / test** every line is kept, so scores are computed on the full
@@ -20,8 +26,9 @@ target ``tgt[1:]``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -31,7 +38,7 @@ from .batching import epoch_generator
 from .subword import BOS_ID, EOS_ID, PAD_ID, SubwordModel
 from .text import read_lines
 
-__all__ = ["OVERLONG", "ParallelText", "parallel_paths", "read_parallel",
+__all__ = ["OVERLONG", "ParallelText", "parallel_paths", "read_parallel", "read_parallel_prefixes", "unify_unknown",
            "encode_pairs", "EncodedPairs", "TranslationBatch", "collate_pairs", "TokenBatchSampler", "pair_size"]
 
 OVERLONG = ("filter", "truncate")
@@ -39,15 +46,42 @@ OVERLONG = ("filter", "truncate")
 
 @dataclass
 class ParallelText:
-    """Raw line-aligned text of one split: ``source[i]`` translates to ``target[i]``."""
+    """Raw line-aligned text of one split: ``source[i]`` translates to ``target[i]``. ``files``: the
+    (source, target) file pairs it was read from, in order (default: the one pair ``src_path``, ``tgt_path``)."""
 
     source: list[str]
     target: list[str]
     src_path: Path
     tgt_path: Path
+    files: list[tuple[Path, Path]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.files:
+            self.files = [(self.src_path, self.tgt_path)]
 
     def __len__(self) -> int:
         return len(self.source)
+
+    def describe(self) -> str:
+        """The files, for messages: ``a.en / a.de`` (``+`` between pairs)."""
+        return " + ".join(f"{src} / {tgt}" for src, tgt in self.files)
+
+    def with_unknown(self, spellings: Sequence[str]) -> ParallelText:
+        """This text with every unknown-word spelling replaced by the first one (:func:`unify_unknown`)."""
+        if not spellings:
+            return self
+        return ParallelText(unify_unknown(self.source, spellings), unify_unknown(self.target, spellings),
+                            self.src_path, self.tgt_path, list(self.files))
+
+
+def unify_unknown(lines: Sequence[str], spellings: Sequence[str]) -> list[str]:
+    """``lines`` with every whitespace-separated word equal to one of ``spellings`` replaced by ``spellings[0]``
+    (``["UNK", "<unk>"]``: a ``<unk>`` of the train files becomes the test files' ``UNK``); the rest is kept as it
+    is, whitespace included."""
+    if not spellings:
+        return list(lines)
+    pattern = re.compile(r"(?<!\S)(?:" + "|".join(map(re.escape, spellings)) + r")(?!\S)")
+    return [pattern.sub(spellings[0], line) for line in lines]
 
 
 def parallel_paths(folder: str | Path, prefix: str, src_lang: str, tgt_lang: str) -> tuple[Path, Path]:
@@ -69,6 +103,18 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> ParallelText:
         raise DataError(f"parallel files are not line-aligned: {src_path} has {len(source)} lines, "
                          f"{tgt_path} has {len(target)} lines")
     return ParallelText(source, target, src_path, tgt_path)
+
+
+def read_parallel_prefixes(folder: str | Path, prefixes: str | Sequence[str], src_lang: str,
+                           tgt_lang: str) -> ParallelText:
+    """The file pairs ``<folder>/<prefix>.<src_lang>`` / ``.<tgt_lang>`` of one prefix or several (concatenated in
+    order, as one split)."""
+    names = [prefixes] if isinstance(prefixes, str) else list(prefixes)
+    if not names:
+        raise ArgumentError("no file prefix given: expected a prefix such as 'train' or a list of them")
+    parts = [read_parallel(*parallel_paths(folder, name, src_lang, tgt_lang)) for name in names]
+    return ParallelText([line for part in parts for line in part.source], [line for part in parts for line in part.target],
+                        parts[0].src_path, parts[0].tgt_path, [pair for part in parts for pair in part.files])
 
 
 @dataclass

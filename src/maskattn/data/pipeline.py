@@ -4,9 +4,9 @@ its own tokenizer (:func:`prepare_pretrained_data`)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
-import torch
 
 from ..errors import ArgumentError
 from .batching import encode_examples
@@ -14,7 +14,7 @@ from .examples import PairExample
 from .pretrained import encode_with_tokenizer
 from .splits import Splits, labels_of
 from .tasks import load_splits
-from .vectors import load_glove
+from .vectors import WordVectors, load_vectors, vector_coverage
 from .vocab import LabelSet, Vocabulary
 
 __all__ = ["PreparedData", "prepare_data", "prepare_pretrained_data", "sentences_of"]
@@ -31,9 +31,11 @@ class PreparedData:
     train: list[dict]
     dev: list[dict]
     test: list[dict]
-    vectors: torch.Tensor | None = None
+    vectors: WordVectors | None = None
     #: per split, how many examples were cut to the length limit (splits with none are absent)
     truncated: dict[str, int] = field(default_factory=dict)
+    #: what the vectors file covered (:func:`~maskattn.data.vectors.vector_coverage`); empty without one
+    coverage: dict = field(default_factory=dict)
 
 
 def sentences_of(examples) -> list:
@@ -45,29 +47,33 @@ def sentences_of(examples) -> list:
 
 def prepare_data(cfg, *, vocab: Vocabulary | None = None, labels: LabelSet | None = None,
                  embed_dim: int | None = None, max_len: int | None = None) -> PreparedData:
-    """Load ``cfg``'s splits; build the vocabulary from the train split (``min_freq``, ``max_vocab``) unless
-    ``vocab`` is given (a resumed run: then the train split must give the same vocabulary, else the data
-    changed and the checkpoint is incompatible). Sentences are cut to ``max_len`` tokens (default
-    ``data.max_len``; the trainer passes the longest input its model reads)."""
+    """Load ``cfg``'s splits; build the vocabulary from the train split (``min_freq``, ``max_vocab``), extended
+    with ``data.vectors`` by the dev / test words the vectors file covers (``data.vectors_extend``) — unless
+    ``vocab`` is given (a resumed run: then the data must give the same vocabulary, else the data changed and the
+    checkpoint is incompatible). ``embed_dim``: the width the vectors must have. Sentences are cut to ``max_len``
+    tokens (default ``data.max_len``; the trainer passes the longest input its model reads)."""
     splits = load_splits(cfg)
-    built = Vocabulary.build(sentences_of(splits.train), min_freq=cfg.min_freq, max_size=cfg.max_vocab)
-    if vocab is not None and vocab != built:
-        raise ArgumentError(f"incompatible vocabulary: the checkpoint's vocabulary ({len(vocab)} tokens) differs from "
-                         f"the one built from the train data ({len(built)} tokens); resume with the same data and "
-                         "data.min_freq / data.max_vocab")
-    vocab = vocab or built
-    labels = _label_set(splits, labels)
-    vectors = None
+    train_sentences = sentences_of(splits.train)
+    built = Vocabulary.build(train_sentences, min_freq=cfg.min_freq, max_size=cfg.max_vocab)
+    vectors, coverage = None, {}
     if cfg.vectors:
         if embed_dim is None:
             raise ArgumentError("data.vectors needs the embedding width (model.embed_dim or model.d_model)")
-        vectors, _ = load_glove(cfg.vectors, vocab, embed_dim)
+        extra = ([t for s in sentences_of(splits.dev) + sentences_of(splits.test) for t in s]
+                 if cfg.vectors_extend else [])
+        built, vectors = load_vectors(cfg.vectors, built, embed_dim, lookup=cfg.vectors_lookup, extra_tokens=extra)
+        coverage = vector_coverage(vectors, built, Counter(t for s in train_sentences for t in s))
+    if vocab is not None and vocab != built:
+        raise ArgumentError(f"incompatible vocabulary: the checkpoint's vocabulary ({len(vocab)} tokens) differs from "
+                         f"the one built from the data ({len(built)} tokens); resume with the same data, "
+                         "data.min_freq / data.max_vocab and data.vectors")
+    labels = _label_set(splits, labels)
     limit = max_len or cfg.max_len
-    encode = (lambda examples: encode_examples(examples, vocab, labels, max_len=limit))
+    encode = (lambda examples: encode_examples(examples, built, labels, max_len=limit))
     truncated = {split: count for split in ("train", "dev", "test")
                  if (count := sum(1 for e in getattr(splits, split) if limit and len(e) > limit))}
-    return PreparedData(splits, vocab, labels, encode(splits.train), encode(splits.dev), encode(splits.test), vectors,
-                        truncated)
+    return PreparedData(splits, built, labels, encode(splits.train), encode(splits.dev), encode(splits.test), vectors,
+                        truncated, coverage)
 
 
 def _label_set(splits: Splits, labels: LabelSet | None) -> LabelSet:

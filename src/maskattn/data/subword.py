@@ -11,6 +11,9 @@ encoded as ``<unk>`` (id 1) — never an error. Decoding renders ``<unk>`` as se
 
 Text is normalised with sentencepiece's default NFKC-based rule (``nmt_nfkc``) and decoding returns
 detokenised text (whitespace restored from the ``▁`` marks), ready for sacreBLEU.
+
+``user_symbols`` (e.g. a corpus' unknown-word placeholder ``UNK``) are always one piece each, wherever they occur,
+and decode to themselves; sentencepiece's own special pieces (:data:`RESERVED_PIECES`) cannot be one.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from collections.abc import Iterable, Sequence
 import sentencepiece as spm
 from ..errors import ArgumentError, ArgumentTypeError
 
-__all__ = ["SubwordModel", "SUBWORD_TYPES", "PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID"]
+__all__ = ["SubwordModel", "SUBWORD_TYPES", "PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID", "RESERVED_PIECES"]
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SUBWORD_TYPES = ("bpe", "unigram")
+#: the pieces of the special ids (sentencepiece's names), in id order
+RESERVED_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
 
 
 class SubwordModel:
@@ -52,23 +57,30 @@ class SubwordModel:
 
     @classmethod
     def train(cls, texts: Iterable[str], *, vocab_size: int = 8000, model_type: str = "bpe",
-              num_threads: int = 1) -> SubwordModel:
+              num_threads: int = 1, user_symbols: Sequence[str] = ()) -> SubwordModel:
         """Train on ``texts`` (raw sentences of both languages; empty ones are skipped).
 
         ``vocab_size`` is an upper bound: on a small corpus the model gets fewer pieces rather than failing.
+        ``user_symbols``: strings kept as one piece each (module docstring).
         """
         if model_type not in SUBWORD_TYPES:
             raise ArgumentError(f"unknown subword model_type {model_type!r}; expected one of {', '.join(SUBWORD_TYPES)}")
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 8:
             raise ArgumentError(f"vocab_size must be an int >= 8 (4 special ids + pieces), got {vocab_size!r}")
+        symbols = list(user_symbols)
+        for symbol in symbols:
+            if not isinstance(symbol, str) or not symbol or any(c.isspace() for c in symbol) or symbol in RESERVED_PIECES:
+                raise ArgumentError(f"user symbol {symbol!r} must be a non-empty word without spaces other than "
+                                    f"sentencepiece's own {', '.join(RESERVED_PIECES)}")
         sentences = [t for t in texts if t.strip()]
         if not sentences:
             raise ArgumentError("cannot train a subword model on empty text")
         writer = io.BytesIO()
+        options: dict = {"user_defined_symbols": symbols} if symbols else {}
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences), model_writer=writer, model_type=model_type, vocab_size=vocab_size,
             hard_vocab_limit=False, character_coverage=1.0, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID,
-            eos_id=EOS_ID, num_threads=num_threads, minloglevel=2)
+            eos_id=EOS_ID, num_threads=num_threads, minloglevel=2, **options)
         return cls(writer.getvalue())
 
     def __len__(self) -> int:

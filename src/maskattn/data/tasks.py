@@ -35,7 +35,7 @@ def _files(cfg) -> tuple[Splits, dict[str, str]]:
         raise ArgumentError(f"data.dir {root} is not a directory")
     paths = {split: str(root / getattr(cfg, split)) for split in ("train", "dev", "test") if getattr(cfg, split)}
     options = {"skip_empty": True} if cfg.skip_empty and cfg.format in ("tsv", "trec", "trec_fine") else {}
-    loaded = {split: read(path, lowercase=cfg.lowercase, **options) for split, path in paths.items()}
+    loaded = {split: read(path, **cfg.token_options, **options) for split, path in paths.items()}
     return Splits(loaded["train"], loaded.get("dev", []), loaded.get("test", [])), paths
 
 
@@ -45,7 +45,7 @@ def _hf(cfg) -> tuple[Splits, dict[str, str]]:
                           "data.hf_data_files)")
     pair = tuple(cfg.pair_fields) if cfg.pair_fields else None
     loaded = load_hf_splits(cfg.hf_name, config=cfg.hf_config, data_files=cfg.hf_data_files, text_field=cfg.text_field,
-                            label_field=cfg.label_field, pair_fields=pair, lowercase=cfg.lowercase)
+                            label_field=cfg.label_field, pair_fields=pair, **cfg.token_options)
     if "train" not in loaded:
         raise ArgumentError(f"dataset {cfg.hf_name!r} has no 'train' split; splits: {sorted(loaded)}")
     dev = loaded.get("validation", loaded.get("dev", []))

@@ -43,11 +43,12 @@ def _lines_of(stream: BinaryIO, where: str) -> Iterator[tuple[int, str]]:
 
 
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """``(line number, line)`` of a UTF-8 file, 1-based (module docstring); a missing file raises
+    """``(line number, line)`` of a UTF-8 file, 1-based (module docstring): a regular file, or anything else that
+    reads as one (``/dev/stdin``, a named pipe, a shell's ``<(command)``); a missing file or a folder raises
     :class:`DataError`."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"data file {path} {'is not a file' if path.exists() else 'does not exist'}")
+    if not path.exists() or path.is_dir():
+        raise DataError(f"data file {path} {'is a folder, not a file' if path.is_dir() else 'does not exist'}")
     with path.open("rb") as stream:
         yield from _lines_of(stream, str(path))
 

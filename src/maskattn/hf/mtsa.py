@@ -21,13 +21,20 @@ from collections.abc import Sequence
 
 import torch
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, warn_renamed
 from .. import masks
 from ..functional import ACTIVATIONS, SCALES, activation, tensorized_attention
 from .base import ConvertedSelfAttention
 from .options import check_choice, check_int, check_known, describe
 
 HEAD_MASK_NAMES = ("full", "directional")
+
+
+def __getattr__(name: str):
+    if name == "HEAD_MASK_PRESETS":  # its name before "preset" came to mean a run configuration only
+        warn_renamed("maskattn.hf.mtsa.HEAD_MASK_PRESETS", "HEAD_MASK_NAMES")
+        return HEAD_MASK_NAMES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _head_mask_names(head_masks, num_heads: int) -> list[str]:

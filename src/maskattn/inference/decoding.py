@@ -9,31 +9,50 @@ Output length: at most ``max_len`` tokens before EOS; by default ``floor(max_len
 with ``src_len`` each row's own length without padding (fairseq's ``--max-len-a/--max-len-b``), capped by
 the model's positional range (:attr:`Seq2Seq.max_target_tokens` = ``max_len − 1`` of the model). When a
 hypothesis reaches its limit, EOS is its only allowed next token. An explicit ``max_len`` beyond the
-model's range raises ValueError.
+model's range raises ValueError. ``min_len`` (fairseq's ``--min-len``, HF's ``min_length``): EOS is banned
+until a hypothesis has ``min_len`` tokens (a row whose limit is lower still ends at its limit).
+
+Repeated n-grams (``no_repeat_ngram_size`` n, fairseq's ``--no-repeat-ngram-size`` and HF's option; Paulus
+et al. 2018's trigram blocking with n = 3): a token that would complete an n-gram of output tokens already in
+the hypothesis is banned (its log-probability is −inf) — so no hypothesis holds an n-gram twice. The n-grams
+are of the model's tokens (subwords), as in fairseq. A hypothesis left with no allowed token ends (EOS).
 
 Beam search (Wu et al. 2016, GNMT §7; fairseq's search): all sentences × beams run as one batch. Each step
 expands every live beam, takes the ``2·beam_size`` best continuations per sentence, moves those ending in
 EOS among the best ``beam_size`` to the sentence's finished list and continues with the ``beam_size`` best
 others. A sentence is done when it has ``beam_size`` finished hypotheses (or no live beam); done sentences
-leave the batch. Finished hypotheses are ranked by ``log P(Y|X) / lp(Y)`` with the GNMT length penalty
-``lp(Y) = ((5 + |Y|) / 6) ** length_penalty``, ``|Y|`` counting EOS; ``length_penalty = 0`` ranks by
-log-probability, larger values favour longer outputs.
+leave the batch. Finished hypotheses are ranked by ``log P(Y|X) / lp(Y)``, ``|Y|`` counting EOS, with
+``length_penalty_kind``
+
+* ``"gnmt"`` (the default): ``lp(Y) = ((5 + |Y|) / 6) ** α`` (Wu et al. 2016, Eq. 14), or
+* ``"fairseq"``: ``lp(Y) = |Y| ** α`` (fairseq's ``--lenpen``, also HF ``generate``'s ``length_penalty``; MAN's
+  summarization decodes with α = 1.0 on Gigaword, 2.0 on CNN/DM),
+
+``α = length_penalty``: 0 ranks by log-probability, larger values favour longer outputs.
+
+:class:`DecodingOptions` holds one choice of all these options (and runs the search it describes).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import NamedTuple, cast
 
 import torch
 
 from ..errors import ArgumentError, ArgumentTypeError
-from ..validation import describe
+from ..validation import check_int_at_least, describe
 from ..models.seq2seq import Seq2Seq
 
-__all__ = ["greedy_decode", "beam_search", "Hypothesis", "length_penalty_factor"]
+__all__ = ["greedy_decode", "beam_search", "Hypothesis", "length_penalty_factor", "DecodingOptions",
+           "LENGTH_PENALTIES"]
+
+#: the kinds of length penalty (module docstring)
+LENGTH_PENALTIES = ("gnmt", "fairseq")
 
 
 class Hypothesis(NamedTuple):
@@ -45,9 +64,85 @@ class Hypothesis(NamedTuple):
     log_prob: float
 
 
-def length_penalty_factor(length: int, alpha: float) -> float:
-    """GNMT length penalty ``((5 + length) / 6) ** alpha`` (Wu et al. 2016, Eq. 14)."""
+def length_penalty_factor(length: int, alpha: float, kind: str = "gnmt") -> float:
+    """The divisor of a hypothesis' log-probability: GNMT's ``((5 + length) / 6) ** alpha`` (Wu et al. 2016,
+    Eq. 14) or, with ``kind="fairseq"``, ``length ** alpha`` (``length`` counts EOS)."""
+    if kind == "fairseq":
+        return float(length) ** alpha
     return ((5.0 + length) / 6.0) ** alpha
+
+
+def _check_search(*, length_penalty: float = 0.0, length_penalty_kind: str = "gnmt", min_len: int = 0,
+                  max_len: int | None = None, no_repeat_ngram_size: int = 0) -> None:
+    """The checks of the search options (``max_len`` itself is checked against the model by ``_limits``)."""
+    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
+        raise ArgumentTypeError(f"length_penalty must be a number >= 0 (α), got {describe(length_penalty)}")
+    if not (math.isfinite(length_penalty) and length_penalty >= 0):
+        raise ArgumentError(f"length_penalty must be a finite number >= 0 (α), got {length_penalty}")
+    if length_penalty_kind not in LENGTH_PENALTIES:
+        raise ArgumentError(f"unknown length_penalty_kind {length_penalty_kind!r}; expected one of "
+                            f"{', '.join(LENGTH_PENALTIES)}")
+    check_int_at_least(min_len, "min_len", 0)
+    if isinstance(max_len, int) and not isinstance(max_len, bool) and 0 <= max_len < min_len:
+        raise ArgumentError(f"min_len {min_len} is larger than max_len {max_len}")
+    check_int_at_least(no_repeat_ngram_size, "no_repeat_ngram_size", 0)
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    """How a :class:`~maskattn.models.seq2seq.Seq2Seq` turns a source into an output (module docstring), with the
+    names fairseq-generate and HF ``generate`` users know: ``beam`` (1 = greedy), ``length_penalty`` α and its
+    ``length_penalty_kind`` (``gnmt`` or ``fairseq``), ``min_len`` and ``max_len`` (output tokens before EOS;
+    ``max_len`` None: ``⌊1.2 · source length + 10⌋``, capped by the model) and ``no_repeat_ngram_size`` (0 = off).
+    Checked when built; :meth:`search` runs it."""
+
+    beam: int = 5
+    length_penalty: float = 0.6
+    length_penalty_kind: str = "gnmt"
+    min_len: int = 0
+    max_len: int | None = None
+    no_repeat_ngram_size: int = 0
+
+    def __post_init__(self) -> None:
+        check_int_at_least(self.beam, "beam", 1)
+        if self.max_len is not None:
+            check_int_at_least(self.max_len, "max_len", 0)
+        _check_search(length_penalty=self.length_penalty, length_penalty_kind=self.length_penalty_kind,
+                      min_len=self.min_len, max_len=self.max_len, no_repeat_ngram_size=self.no_repeat_ngram_size)
+
+    #: the ``train`` section's keys of each option (a run's decoding settings, saved in its checkpoints)
+    CONFIG_KEYS = {"length_penalty": "length_penalty", "length_penalty_kind": "length_penalty_kind",
+                   "min_len": "min_output_len", "max_len": "max_output_len",
+                   "no_repeat_ngram_size": "no_repeat_ngram_size"}
+
+    @classmethod
+    def from_config(cls, train: Mapping, split: str = "test") -> DecodingOptions:
+        """The options a run's ``train`` section (a mapping, e.g. a checkpoint's) sets for decoding ``split``:
+        beam ``eval_beam`` on dev, ``test_beam`` otherwise; keys it lacks keep their defaults."""
+        beam_key = "eval_beam" if split == "dev" else "test_beam"
+        values = {field: train[key] for field, key in cls.CONFIG_KEYS.items() if key in train}
+        return cls(**({"beam": train[beam_key]} if beam_key in train else {}), **values)
+
+    def replace(self, **changes) -> DecodingOptions:
+        """These options with ``changes`` (keys: the field names; a value None keeps the option, so that unset
+        command-line flags change nothing); an unknown key raises ArgumentTypeError."""
+        changes = {k: v for k, v in changes.items() if v is not None}
+        names = [f.name for f in dataclasses.fields(self)]
+        unknown = sorted(set(changes) - set(names))
+        if unknown:
+            raise ArgumentTypeError(f"unknown decoding option(s) {', '.join(unknown)}; expected some of {', '.join(names)}")
+        return dataclasses.replace(self, **changes)
+
+    def search(self, model: Seq2Seq, src_ids: torch.Tensor, *, bos_id: int, eos_id: int) -> list[list[int]]:
+        """The output of each source row of ``src_ids`` ``(B, S)`` as token ids without BOS/EOS: greedy search
+        for ``beam`` 1, else the best hypothesis of beam search."""
+        if self.beam == 1:
+            return greedy_decode(model, src_ids, bos_id=bos_id, eos_id=eos_id, max_len=self.max_len,
+                                 min_len=self.min_len, no_repeat_ngram_size=self.no_repeat_ngram_size)
+        return cast(list[list[int]], beam_search(
+            model, src_ids, beam_size=self.beam, length_penalty=self.length_penalty,
+            length_penalty_kind=self.length_penalty_kind, bos_id=bos_id, eos_id=eos_id, max_len=self.max_len,
+            min_len=self.min_len, no_repeat_ngram_size=self.no_repeat_ngram_size))  # the best of each beam
 
 
 @contextmanager
@@ -106,62 +201,92 @@ def _start(model, src_ids, bos_id, eos_id, max_len, max_len_a, max_len_b):
     return bos_id, eos_id, model.init_state(memory, padding), limits
 
 
-def _next_log_probs(model, logits: torch.Tensor, bos_id: int, eos_id: int, at_limit: torch.Tensor) -> torch.Tensor:
-    """Log-probabilities of the next token ``(N, V)``: padding and BOS banned, EOS forced where ``at_limit``."""
+def repeated_ngram_bans(tokens: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The next tokens that would repeat an n-gram: for the rows ``tokens`` ``(N, t)`` (the output so far), the
+    pairs ``(rows, banned)`` of 1-D tensors such that ``tokens[row, -(n-1):] + [banned]`` is an n-gram already in
+    ``tokens[row]``. Vectorised: one comparison of every window with the row's last ``n − 1`` tokens."""
+    N, t = tokens.shape
+    if n < 1 or t < n:
+        empty = torch.empty(0, dtype=torch.long, device=tokens.device)
+        return empty, empty
+    windows = tokens.unfold(1, n, 1)  # (N, t − n + 1, n): every n-gram of each row
+    prefix = tokens[:, t - n + 1:]  # (N, n − 1): what the next token would extend
+    match = (windows[:, :, :n - 1] == prefix[:, None, :]).all(dim=-1)  # (N, t − n + 1)
+    rows, starts = match.nonzero(as_tuple=True)
+    return rows, windows[rows, starts, n - 1]
+
+
+def _next_log_probs(model, logits: torch.Tensor, bos_id: int, eos_id: int, at_limit: torch.Tensor,
+                    below_min: bool = False, generated: torch.Tensor | None = None,
+                    no_repeat_ngram_size: int = 0) -> torch.Tensor:
+    """Log-probabilities of the next token ``(N, V)``: padding and BOS banned, EOS banned where ``below_min``,
+    tokens that repeat an n-gram of ``generated`` ``(N, t)`` banned, EOS forced where ``at_limit`` (and where
+    nothing else is left)."""
     log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)
+    eos = log_probs[:, eos_id].clone()
     log_probs[:, model.pad_id] = -math.inf
     if bos_id != eos_id:
         log_probs[:, bos_id] = -math.inf
+    if no_repeat_ngram_size and generated is not None:
+        rows, banned = repeated_ngram_bans(generated, no_repeat_ngram_size)
+        log_probs[rows, banned] = -math.inf
+    if below_min:
+        log_probs[:, eos_id] = -math.inf
+    stuck = ~torch.isfinite(log_probs).any(dim=-1)  # every token banned: the hypothesis ends
+    at_limit = at_limit | stuck
     if bool(at_limit.any()):
         forced = torch.full_like(log_probs, -math.inf)
-        forced[:, eos_id] = log_probs[:, eos_id]
+        forced[:, eos_id] = eos
         log_probs = torch.where(at_limit[:, None], forced, log_probs)
     return log_probs
 
 
 def greedy_decode(model: Seq2Seq, src_ids: torch.Tensor, *, bos_id: int, eos_id: int, max_len: int | None = None,
-                  max_len_a: float = 1.2, max_len_b: float = 10) -> list[list[int]]:
+                  max_len_a: float = 1.2, max_len_b: float = 10, min_len: int = 0,
+                  no_repeat_ngram_size: int = 0) -> list[list[int]]:
     """The most probable next token at every step, for each source row of ``src_ids`` ``(B, S)``; returns
-    one list of token ids (without BOS/EOS) per row. Length limits: module docstring."""
+    one list of token ids (without BOS/EOS) per row. Length limits and repeated n-grams: module docstring."""
+    _check_search(min_len=min_len, max_len=max_len, no_repeat_ngram_size=no_repeat_ngram_size)
     with _inference(model):
         bos_id, eos_id, state, limits = _start(model, src_ids, bos_id, eos_id, max_len, max_len_a, max_len_b)
         outputs: list[list[int]] = [[] for _ in range(state.batch_size)]
         rows = torch.arange(state.batch_size)  # source row of each live row
         tokens = torch.full((state.batch_size, 1), bos_id, dtype=torch.long, device=src_ids.device)
+        generated = tokens[:, :0]  # (N, step): the output so far, for the n-gram bans
         step = 0
         while rows.numel():
             logits, state = model.decode_step(tokens, state)
-            next_tokens = _next_log_probs(model, logits, bos_id, eos_id, step >= limits).argmax(dim=-1)  # (N,)
+            next_tokens = _next_log_probs(model, logits, bos_id, eos_id, step >= limits, step < min_len, generated,
+                                          no_repeat_ngram_size).argmax(dim=-1)  # (N,)
             for row, token in zip(rows.tolist(), next_tokens.tolist()):
                 if token != eos_id:
                     outputs[row].append(token)
             live = next_tokens != eos_id
             if not bool(live.all()):
                 keep = live.nonzero().squeeze(1)
-                rows, limits, next_tokens = rows[keep.cpu()], limits[keep], next_tokens[keep]
+                rows, limits, next_tokens, generated = rows[keep.cpu()], limits[keep], next_tokens[keep], generated[keep]
                 state = state.reorder(keep)
             tokens = next_tokens[:, None]
+            if no_repeat_ngram_size:
+                generated = torch.cat([generated, tokens], dim=1)
             step += 1
         return outputs
 
 
 def beam_search(model: Seq2Seq, src_ids: torch.Tensor, *, beam_size: int = 5, length_penalty: float = 0.6,
-                bos_id: int, eos_id: int, max_len: int | None = None, max_len_a: float = 1.2,
-                max_len_b: float = 10, return_nbest: bool = False) -> list[list[int]] | list[list[Hypothesis]]:
+                length_penalty_kind: str = "gnmt", bos_id: int, eos_id: int, max_len: int | None = None,
+                max_len_a: float = 1.2, max_len_b: float = 10, min_len: int = 0, no_repeat_ngram_size: int = 0,
+                return_nbest: bool = False) -> list[list[int]] | list[list[Hypothesis]]:
     """Beam search (module docstring) for each source row of ``src_ids`` ``(B, S)``.
 
     Returns the best hypothesis per row as token ids without BOS/EOS; with ``return_nbest`` instead every
     row's finished :class:`Hypothesis` list (up to ``beam_size``), best first. ``length_penalty`` is the
-    GNMT ``alpha`` (0.6 in Wu et al. 2016 and Vaswani et al. 2017).
+    ``alpha`` of ``length_penalty_kind`` (GNMT's 0.6 in Wu et al. 2016 and Vaswani et al. 2017; fairseq's 1.0
+    in MAN's Gigaword decoding).
     """
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int):
-        raise ArgumentTypeError(f"beam_size must be an int >= 1, got {describe(beam_size)}")
-    if beam_size < 1:
-        raise ArgumentError(f"beam_size must be >= 1, got {beam_size}")
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
-        raise ArgumentTypeError(f"length_penalty must be a number >= 0 (GNMT alpha), got {describe(length_penalty)}")
-    if not (math.isfinite(length_penalty) and length_penalty >= 0):
-        raise ArgumentError(f"length_penalty must be a finite number >= 0 (GNMT alpha), got {length_penalty}")
+    check_int_at_least(beam_size, "beam_size", 1)
+    _check_search(length_penalty=length_penalty, length_penalty_kind=length_penalty_kind, min_len=min_len,
+                  max_len=max_len, no_repeat_ngram_size=no_repeat_ngram_size)
     if not isinstance(return_nbest, bool):
         raise ArgumentTypeError(f"return_nbest must be a bool, got {describe(return_nbest)}")
     K = beam_size
@@ -179,8 +304,8 @@ def beam_search(model: Seq2Seq, src_ids: torch.Tensor, *, beam_size: int = 5, le
         while sentences.numel():
             n = sentences.numel()
             logits, state = model.decode_step(inputs, state)
-            log_probs = _next_log_probs(model, logits, bos_id, eos_id,
-                                        (step >= limits).repeat_interleave(K))  # (n·K, V)
+            log_probs = _next_log_probs(model, logits, bos_id, eos_id, (step >= limits).repeat_interleave(K),
+                                        step < min_len, hyps, no_repeat_ngram_size)  # (n·K, V)
             candidates = (scores.reshape(-1, 1) + log_probs).reshape(n, K * V)
             top_scores, top = candidates.topk(min(2 * K, K * V), dim=1)  # (n, 2K), best first
             beam, token = top // V, top % V
@@ -190,7 +315,7 @@ def beam_search(model: Seq2Seq, src_ids: torch.Tensor, *, beam_size: int = 5, le
                 if len(hypotheses) < K:
                     log_prob = float(top_scores[i, j])
                     tokens = hyps[i * K + int(beam[i, j])].tolist()
-                    lp = length_penalty_factor(len(tokens) + 1, length_penalty)
+                    lp = length_penalty_factor(len(tokens) + 1, length_penalty, length_penalty_kind)
                     hypotheses.append(Hypothesis(tokens, log_prob / lp, log_prob))
             # continue with the K best candidates that do not end in EOS (ranked as before)
             rank = torch.arange(top.shape[1], device=device) + ends * top.shape[1]

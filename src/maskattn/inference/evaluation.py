@@ -1,5 +1,5 @@
-"""Scoring a checkpoint on files: a classifier on a labelled file (:func:`evaluate_file`), a translation model
-on a source file against a reference file (:func:`evaluate_translation`)."""
+"""Scoring a checkpoint on files: a classifier on a labelled file (:func:`evaluate_file`), a seq2seq model
+(translation or summarization) on a source file against a reference file (:func:`evaluate_translation`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from ..data.parallel import read_parallel
 from ..data.readers import READERS
 from ..errors import DataError, InputError
-from ..metrics import corpus_scores, evaluate
+from ..metrics import SEQ2SEQ_SCORES, check_references, evaluate
 from ..device import resolve_device
 from .loading import load_model, load_translator
 from .translator import Translator
@@ -26,7 +26,13 @@ def evaluate_file(path: str | Path, data_file: str | Path, *, format: str | None
     fmt = format or loaded.config.data.format
     if fmt not in READERS:
         raise InputError(f"unknown format {fmt!r}; expected one of {', '.join(READERS)}")
-    examples = READERS[fmt](data_file, labels=loaded.labels.itos, lowercase=loaded.config.data.lowercase)
+    try:
+        examples = READERS[fmt](data_file, labels=loaded.labels.itos, **loaded.config.data.token_options)
+    except DataError as exc:
+        if fmt == loaded.config.data.format:
+            raise
+        raise DataError(f"{exc} — read as format {fmt!r}, but the checkpoint was trained on format "
+                        f"{loaded.config.data.format!r} (leave out --format to read it so)") from None
     items, truncated = loaded.encode(examples, loaded.labels)
     if truncated and on_truncate is not None:
         on_truncate([line for i in truncated if (line := examples[i].line) is not None], loaded.input_limit)
@@ -34,15 +40,24 @@ def evaluate_file(path: str | Path, data_file: str | Path, *, format: str | None
 
 
 def evaluate_translation(path: str | Path | Translator, src_file: str | Path, ref_file: str | Path, *,
-                         beam: int = 5, length_penalty: float = 0.6, batch_size: int = 64, device: str = "cpu",
-                         on_truncate: Callable[[list[int], int], None] | None = None) -> dict:
-    """Translate ``src_file`` line by line and score it against ``ref_file`` (line-aligned): sacreBLEU BLEU and
-    chrF with their signatures. Different line counts or empty files raise :class:`DataError`; source lines
-    longer than the model takes are truncated (``on_truncate``: :meth:`Translator.translate`)."""
+                         batch_size: int = 64, device: str = "cpu",
+                         on_truncate: Callable[[list[int], int], None] | None = None,
+                         progress: Callable[[int, int], None] | None = None, **options) -> dict:
+    """Run a seq2seq checkpoint (or :class:`Translator`) on ``src_file`` line by line and score its outputs against
+    ``ref_file`` (line-aligned) as its task is scored: a translation model by sacreBLEU BLEU and chrF with their
+    signatures, a summarization model by ROUGE-1/2/L F1 with 95 % bootstrap intervals
+    (:func:`~maskattn.metrics.rouge_scores`). ``options`` change the checkpoint's decoding settings (``beam=…``,
+    :class:`DecodingOptions`). Different line counts or empty files raise :class:`DataError`, and so do empty
+    reference summaries (naming their lines); source lines longer than the model takes are truncated
+    (``on_truncate``, ``progress``: :meth:`Translator.translate`)."""
     text = read_parallel(src_file, ref_file)
     if not len(text):
         raise DataError(f"{src_file} and {ref_file} hold no lines: there is nothing to score")
     translator = path if isinstance(path, Translator) else load_translator(path, device=device)
-    hypotheses = translator.translate(text.source, beam=beam, length_penalty=length_penalty, batch_size=batch_size,
-                                      on_truncate=on_truncate)
-    return corpus_scores(hypotheses, text.target)
+    score, _ = SEQ2SEQ_SCORES[translator.task]
+    text = text.with_unknown(translator.unk_tokens)
+    if translator.task == "summarization":
+        check_references(text.target, str(ref_file))  # before decoding, which can take a while
+    hypotheses = translator.translate(text.source, batch_size=batch_size, on_truncate=on_truncate, progress=progress,
+                                      **options)
+    return score(hypotheses, text.target)

@@ -28,9 +28,10 @@ from ..models.factory import build_model
 from ..models.seq2seq import Seq2Seq
 from ..models.pretrained import PretrainedClassifier, build_pretrained
 from ..device import resolve_device
+from .decoding import DecodingOptions
 from .translator import Translator
 
-__all__ = ["ModelSettings", "LoadedModel", "load_model", "load_translator", "subword_from_checkpoint",
+__all__ = ["ModelSettings", "LoadedModel", "load_model", "load_translator", "subword_from_checkpoint", "fixed_rows_of",
            "check_tokenizer"]
 
 
@@ -96,8 +97,9 @@ def load_model(path: str | Path | Checkpoint, *, device: str = "cpu") -> LoadedM
     :class:`CheckpointError` pointing to :func:`load_translator`."""
     ckpt = _read(path)
     if ckpt.model_type == "seq2seq":
-        raise CheckpointError(f"checkpoint {ckpt.path} holds a translation (seq2seq) model; use `maskattn translate` "
-                              "or `maskattn eval --src FILE --ref FILE` (Python: load_translator)")
+        raise CheckpointError(f"checkpoint {ckpt.path} holds a seq2seq (translation or summarization) model; use "
+                              "`maskattn generate` (or its other name, `maskattn translate`) or `maskattn eval --src FILE "
+                              "--ref FILE` (Python: load_translator)")
     settings = _settings(ckpt)
     labels = LabelSet(ckpt.labels)
     if settings.model.pretrained is not None:
@@ -106,7 +108,8 @@ def load_model(path: str | Path | Checkpoint, *, device: str = "cpu") -> LoadedM
         vocab = None
     else:
         vocab, tokenizer = Vocabulary(ckpt.vocab), None
-        model = build_model(settings.model, len(vocab), len(labels), pad_id=Vocabulary.pad_id)
+        model = build_model(settings.model, len(vocab), len(labels), pad_id=Vocabulary.pad_id,
+                            fixed_rows=fixed_rows_of(ckpt))
     load_weights(model, ckpt)
     return LoadedModel(model.to(resolve_device(device)).eval(), settings, vocab, labels, ckpt.step, tokenizer)
 
@@ -120,6 +123,16 @@ def check_tokenizer(ckpt: Checkpoint, tokenizer) -> None:
                               "it was trained with")
 
 
+def fixed_rows_of(ckpt: Checkpoint) -> int:
+    """How many rows at the end of a classifier checkpoint's vocabulary are fixed word vectors (words of the
+    evaluation data that only the vectors file knew, ``data.vectors_extend``); 0 for checkpoints without."""
+    rows = ckpt.extra.get("fixed_rows", 0)
+    if isinstance(rows, bool) or not isinstance(rows, int) or not 0 <= rows < len(ckpt.vocab):
+        raise CheckpointError(f"checkpoint {ckpt.path} records {rows!r} fixed vocabulary rows for a vocabulary of "
+                              f"{len(ckpt.vocab)}; the file is not one maskattn wrote")
+    return rows
+
+
 def subword_from_checkpoint(ckpt: Checkpoint) -> SubwordModel:
     """The subword model stored in a translation checkpoint."""
     encoded = ckpt.extra.get("subword_model")
@@ -129,8 +142,10 @@ def subword_from_checkpoint(ckpt: Checkpoint) -> SubwordModel:
 
 
 def load_translator(path: str | Path | Checkpoint, *, device: str = "cpu") -> Translator:
-    """A :class:`Translator` from a translation checkpoint (a file, or a :class:`Checkpoint` already read): its
-    own configuration, subword model and weights. Another kind of checkpoint raises :class:`CheckpointError`."""
+    """A :class:`Translator` from a seq2seq (translation or summarization) checkpoint (a file, or a
+    :class:`Checkpoint` already read): its own configuration, subword model, weights, unknown-word spellings and
+    decoding settings (those of its run's test decoding, :meth:`DecodingOptions.from_config`). Another kind of
+    checkpoint raises :class:`CheckpointError`."""
     ckpt = _read(path)
     if ckpt.model_type != "seq2seq":
         raise CheckpointError(f"checkpoint {ckpt.path} holds a {ckpt.model_type!r} model, not a translation model "
@@ -140,5 +155,11 @@ def load_translator(path: str | Path | Checkpoint, *, device: str = "cpu") -> Tr
     model = cast(Seq2Seq, build_model(settings.model, len(subword), 0))  # model.type seq2seq
     load_weights(model, ckpt)
     torch_device = resolve_device(device)
-    return Translator(model.to(torch_device).eval(), subword,
-                      max_len=settings.data.max_len or settings.model.max_len, device=torch_device)
+    try:
+        decoding = DecodingOptions.from_config(ckpt.config.get("train") or {})
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(f"checkpoint {ckpt.path} holds decoding settings this version of maskattn rejects: "
+                              f"{exc}") from None
+    return Translator(model.to(torch_device).eval(), subword, max_len=settings.data.max_len or settings.model.max_len,
+                      device=torch_device, decoding=decoding, unk_tokens=settings.data.unk_tokens,
+                      task=settings.data.format)

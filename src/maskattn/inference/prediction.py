@@ -17,7 +17,7 @@ __all__ = ["predict"]
 
 def predict(path: str | Path | LoadedModel, texts: list[str], *, batch_size: int = 256, device: str = "cpu",
             on_truncate: Callable[[list[int], int], None] | None = None) -> list:
-    """Labels for raw sentences (whitespace-tokenised as in training), one per text, in order: the label, or a
+    """Labels for raw sentences (tokenised as in training: ``data.tokenizer``, ``data.lowercase``), one per text, in order: the label, or a
     list of tags (one per token) for a tagger. A blank text gives ``""`` (``[]`` for a tagger), so outputs stay
     aligned with inputs. Pair models take ``"premise ||| hypothesis"`` strings. A text longer than the model
     reads (:attr:`LoadedModel.input_limit`) is truncated; ``on_truncate`` receives the 1-based numbers of those
@@ -25,7 +25,7 @@ def predict(path: str | Path | LoadedModel, texts: list[str], *, batch_size: int
     has tokens. Batches are cut to fit the memory budget (:func:`maskattn.device.check_memory`)."""
     loaded = path if isinstance(path, LoadedModel) else load_model(path, device=device)
     cfg = loaded.config
-    lowercase = cfg.data.lowercase
+    options = cfg.data.token_options
     examples: list[TextExample | PairExample] = []
     positions: list[int] = []  # index in texts of each example
     for i, text in enumerate(texts):
@@ -34,12 +34,12 @@ def predict(path: str | Path | LoadedModel, texts: list[str], *, batch_size: int
         if cfg.model.type == "pair":
             if "|||" not in text:
                 raise InputError(f"input {i + 1}: a pair model needs 'premise ||| hypothesis', got {text[:60]!r}")
-            premise, hypothesis = (tokenize(part, lowercase=lowercase) for part in text.split("|||", 1))
+            premise, hypothesis = (tokenize(part, **options) for part in text.split("|||", 1))
             if not premise or not hypothesis:
                 raise InputError(f"input {i + 1}: empty {'premise' if not premise else 'hypothesis'}")
             examples.append(PairExample(premise, hypothesis, "", line=i + 1))
         else:
-            examples.append(TextExample(tokenize(text, lowercase=lowercase), "", line=i + 1))
+            examples.append(TextExample(tokenize(text, **options), "", line=i + 1))
         positions.append(i)
     blank = [] if cfg.model.type == "tagger" else ""
     outputs = [blank] * len(texts)

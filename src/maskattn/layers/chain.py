@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 import torch.nn as nn
@@ -192,12 +193,17 @@ class ChainLayer(nn.Module):
         sublayers = list(layer.sublayers)
         if not layer.chain and (ffn or decoder):
             sublayers.append(("ffn", {}))
+        has_cross = any(name == "cross" for name, _ in sublayers)
         if decoder:
-            attention_at = [i for i, (name, _) in enumerate(sublayers) if name != "ffn"]
+            attention_at = [i for i, (name, _) in enumerate(sublayers) if name not in ("ffn", "cross")]
             if not attention_at:
                 raise ArgumentError(f"decoder layer {str(layer)!r} has no self-attention sublayer; add one of mha, san, "
                                  "dman, sman")
-            sublayers.insert(attention_at[-1] + 1, ("cross", {}))
+            if not has_cross:  # a recipe may place (and configure) it itself: "dman>san>cross(activation=gelu)>ffn"
+                sublayers.insert(attention_at[-1] + 1, ("cross", {}))
+        elif has_cross:
+            raise ArgumentError(f"layer {str(layer)!r}: 'cross' is the encoder-decoder attention of a decoder layer; an "
+                                "encoder layer has none")
         return cls(d_model, num_heads, sublayers, settings, kind="man" if layer.chain else "transformer",
                    causal=decoder)
 
@@ -370,6 +376,23 @@ class MANLayer(ChainLayer):
             raise ArgumentError(f"unknown setup {setup!r}; expected one of {', '.join(map(repr, AUTHORS_SETUPS))}")
         return cls(**{**AUTHORS_SETUPS[setup], **overrides})
 
+    @classmethod
+    def authors_recipe(cls, setup: str) -> str:
+        """The layer recipe (:func:`~maskattn.layers.parse_recipe`) of :meth:`authors_config`'s sublayers with their
+        options, e.g. ``"dman(activation=gelu, …)>man_san(…)>ffn(activation=gelu)"`` — what a model configuration
+        writes to build the authors' layers in a stack; the layer-wide settings (widths, norm, dropouts) are the
+        stack's (:class:`LayerSettings`)."""
+        if not isinstance(setup, str) or setup not in AUTHORS_SETUPS:
+            raise ArgumentError(f"unknown setup {setup!r}; expected one of {', '.join(map(repr, AUTHORS_SETUPS))}")
+        config = cast(dict[str, Any], AUTHORS_SETUPS[setup])
+        options = {kind: config.get(f"{kind}_options") for kind in ("dman", "sman", "san", "ffn")}
+        sublayers = [("man_san" if kind == "san" and options["san"] is not None else kind, dict(options[kind] or {}))
+                     for kind in config.get("order", ("dman", "san", "ffn"))]
+        if config.get("cross_options") is not None:
+            last = max(i for i, (name, _) in enumerate(sublayers) if name != "ffn")
+            sublayers.insert(last + 1, ("cross", dict(config["cross_options"])))
+        return str(LayerRecipe(tuple(sublayers), chain=True))
+
 
 #: The authors' DMAN and SAN (LibertFan/MAN ``translation/fairseq/modules/multihead_attention2.py``): ReLU before
 #: the output projection (line 249), ``P[0] ≡ 0`` (lines 100–101), ``M`` clamped at 1e-10 before the log
@@ -392,13 +415,13 @@ AUTHORS_SETUPS: dict[str, dict[str, object]] = {
 
 #: The attentions of the authors' summarization model (LibertFan/MAN ``summarization/model/multihead_attention2.py``,
 #: built by ``summarization/model/man.py`` with ``man_base``'s ``activation_fn='gelu'`` and ``activation_dropout=0.1``,
-#: lines 204–230 and 858–877): ``F`` = GELU followed by dropout 0.1 before ``out_proj`` (lines 294–296), and DMAN's
+#: lines 204–230 and 762–783): ``F`` = GELU followed by dropout 0.1 before ``out_proj`` (lines 294–296), and DMAN's
 #: clamp on ``M`` divided by its row maximum (line 144); tables of ``--max-source-positions`` /
 #: ``--max-target-positions`` = 512 entries (``scripts/summarization/train/train-man-base-cnndm.sh``).
 _SUMMARIZATION_ATTENTION = {"activation": "gelu", "activation_dropout": 0.1}
 
-#: ``man_base`` (``summarization/model/man.py`` lines 858–877) with the training script's dropouts: d 768, 12 heads,
-#: FFN 1536 with GELU, post-LN (``MANEncoderLayer.forward``: ``LN(x + dropout(f(x)))``, lines 250–290), residual,
+#: ``man_base`` (``summarization/model/man.py`` lines 762–783) with the training script's dropouts: d 768, 12 heads,
+#: FFN 1536 with GELU, post-LN (``MANEncoderLayer.forward``: ``LN(x + dropout(f(x)))``, lines 240–292), residual,
 #: attention and FFN-inner dropout 0.1; every layer mixed (DMAN → SAN → FFN, ``encoder_mix_layers = 6``).
 _SUMMARIZATION = {"d_model": 768, "num_heads": 12, "ffn_dim": 1536, "norm": "post", "dropout": 0.1,
                   "attention_dropout": 0.1, "activation_dropout": 0.1, "ffn_options": {"activation": "gelu"},

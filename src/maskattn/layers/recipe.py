@@ -7,7 +7,8 @@ each layer of a stack has, parsed by :func:`parse_recipe`::
     sublayer  := NAME ["(" key=value, ... ")"] e.g.  "csan1d(window=5)", "ffn(dim=512)"
 
 ``NAME`` is a registered attention (:func:`maskattn.list_attentions`), ``san`` (plain multi-head attention,
-MAN's name for it) or ``ffn``. A layer written as a single attention name is a Transformer layer
+MAN's name for it), ``ffn`` or — in a decoder layer, to give it options or a place — ``cross`` (the
+encoder–decoder attention, which a decoder layer otherwise gets after its last self-attention sublayer). A layer written as a single attention name is a Transformer layer
 (attention → FFN); a ``>`` chain is a MAN-style layer of exactly the listed sublayers (the defaults that
 differ between the two are in :class:`maskattn.layers.LayerSettings`). Option values are YAML scalars or flow
 lists: ``mtsa(head_masks=[forward, backward, window:2, full])``.
@@ -22,10 +23,15 @@ from dataclasses import dataclass
 import yaml
 
 from ..errors import ArgumentError, ArgumentTypeError
+from ..sections import parse_yaml, shown
 from ..validation import describe
 from ..attention.registry import list_attentions
 
-__all__ = ["LayerRecipe", "parse_recipe", "recipe_runs", "recipe_string", "SAN_ALIAS", "canonical_name"]
+__all__ = ["LayerRecipe", "parse_recipe", "recipe_runs", "recipe_string", "SAN_ALIAS", "canonical_name",
+           "option_text", "MAX_LAYERS"]
+
+#: the most layers a recipe may hold ("mtsa x 100000" would build that many modules before any memory check)
+MAX_LAYERS = 1000
 
 #: MAN's name for plain multi-head attention.
 SAN_ALIAS = {"san": "mha"}
@@ -50,8 +56,16 @@ class LayerRecipe:
 
     def __str__(self) -> str:
         def one(name, options):
-            return name + (f"({', '.join(f'{k}={v}' for k, v in options.items())})" if options else "")
+            return name + (f"({', '.join(f'{k}={option_text(v)}' for k, v in options.items())})" if options else "")
         return ">".join(one(n, o) for n, o in self.sublayers)
+
+
+def option_text(value) -> str:
+    """An option value as recipe text that :func:`parse_recipe` reads back as the same value (a float in YAML's
+    spelling: ``1.0e-10``, which YAML 1.1 reads as a number where ``1e-10`` would be a string)."""
+    if isinstance(value, float):
+        return yaml.safe_dump(value).split("\n")[0]
+    return str(value)
 
 
 def _split_top(text: str, sep: str) -> list[str]:
@@ -73,7 +87,7 @@ def _split_top(text: str, sep: str) -> list[str]:
 
 
 def _parse_options(text: str, where: str) -> dict:
-    options = {}
+    options: dict[str, object] = {}
     for item in _split_top(text, ","):
         if not item.strip():
             continue
@@ -82,12 +96,15 @@ def _parse_options(text: str, where: str) -> dict:
         key, value = (t.strip() for t in item.split("=", 1))
         if not key.isidentifier():
             raise ArgumentError(f"{where}: option name {key!r} is not an identifier")
-        options[key] = yaml.safe_load(value) if value else None
+        if key in options:
+            raise ArgumentError(f"{where}: option {key} is given twice ({key}={shown(options[key])}, {key}={value}); "
+                                "give it once")
+        options[key] = parse_yaml(value, f"{where}: option {key}={value}", ArgumentError) if value else None
     return options
 
 
 def _check_sublayer(name: str, where: str) -> str:
-    valid = ["ffn", "san", *list_attentions()]
+    valid = ["ffn", "san", *list_attentions(), "cross"]
     if name not in valid:
         raise ArgumentError(f"{where}: unknown sublayer {name!r}; expected one of {', '.join(valid)}")
     return name
@@ -106,7 +123,7 @@ def parse_recipe(recipe: str | Sequence[str] | Sequence[LayerRecipe]) -> list[La
     else:
         raise ArgumentTypeError(f"recipe must be a string such as 'mtsa x2' or a non-empty list of such strings, "
                         f"got {describe(recipe)}")
-    layers = []
+    layers: list[LayerRecipe] = []
     for group in groups:
         group = group.strip()
         if not group:
@@ -115,8 +132,9 @@ def parse_recipe(recipe: str | Sequence[str] | Sequence[LayerRecipe]) -> list[La
         if match is None:
             raise ArgumentError(f"recipe group {group!r} is not 'LAYER' or 'LAYER * N'")
         body, times = match["layer"].strip(), int(match["times"] or 1)
-        if times < 1:
-            raise ArgumentError(f"recipe group {group!r}: repeat count must be >= 1")
+        if not 1 <= times <= MAX_LAYERS - len(layers):
+            raise ArgumentError(f"recipe group {group!r}: repeat count must be in [1, {MAX_LAYERS - len(layers)}] (a "
+                                f"recipe holds at most {MAX_LAYERS} layers), got {times}")
         sublayers = []
         for part in _split_top(body, ">"):
             m = _SUBLAYER.match(part.strip())

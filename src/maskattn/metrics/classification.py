@@ -88,6 +88,14 @@ def _batches(model: nn.Module, items: list[dict], batch_size: int,
             yield part, collate([items[i] for i in part])
 
 
+def _predicted(pred: torch.Tensor, batch: Batch, row: int):
+    """The prediction of one row of a batch: a class id, or the tags of its tokens (a tagger)."""
+    if pred.dim() == 1:
+        return int(pred[row])
+    n = int((~batch.inputs["padding_mask"][row]).sum())
+    return pred[row, :n].tolist()
+
+
 @torch.no_grad()
 def predict_ids(model: nn.Module, items: list[dict], *, batch_size: int = 256,
                 device: torch.device | str = "cpu") -> list:
@@ -98,27 +106,28 @@ def predict_ids(model: nn.Module, items: list[dict], *, batch_size: int = 256,
         batch = batch.to(device)
         pred = model(**batch.inputs).argmax(-1).cpu()
         for row, i in enumerate(indices):
-            if pred.dim() == 1:
-                out[i] = int(pred[row])
-            else:
-                n = int((~batch.inputs["padding_mask"][row]).sum())
-                out[i] = pred[row, :n].tolist()
+            out[i] = _predicted(pred, batch, row)
     return out
 
 
 @torch.no_grad()
 def evaluate(model: nn.Module, items: list[dict], labels: LabelSet, *, batch_size: int = 256,
              device: torch.device | str = "cpu") -> dict[str, float]:
-    """Mean loss and accuracy (token accuracy and BIO chunk F1 for taggers) over labelled items."""
+    """Mean loss and accuracy (token accuracy and BIO chunk F1 for taggers) over labelled items, from one pass
+    of the model over them."""
     if not items:
         raise ArgumentError("cannot evaluate on an empty split")
     model.eval()
     total, count = 0.0, 0
-    for _, batch in _batches(model, items, batch_size, device):
+    predictions: list = [None] * len(items)
+    for indices, batch in _batches(model, items, batch_size, device):
         batch = batch.to(device)
-        total += float(summed_loss(model(**batch.inputs), batch.targets))
+        logits = model(**batch.inputs)
+        total += float(summed_loss(logits, batch.targets))
         count += batch.count
-    predictions = predict_ids(model, items, batch_size=batch_size, device=device)
+        pred = logits.argmax(-1).cpu()
+        for row, i in enumerate(indices):
+            predictions[i] = _predicted(pred, batch, row)
     result = {"loss": total / count}
     if isinstance(items[0]["label"], list):
         flat_p = [p for seq in predictions for p in seq]
@@ -128,4 +137,3 @@ def evaluate(model: nn.Module, items: list[dict], labels: LabelSet, *, batch_siz
     else:
         result["accuracy"] = accuracy(predictions, [it["label"] for it in items])
     return result
-

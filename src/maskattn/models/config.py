@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from ..sections import Rule, at_least, check_section, in_range, one_of, optional, positive
 from ..errors import ConfigError
+from ..layers.recipe import MAX_LAYERS
 
 __all__ = ["ModelConfig", "MODEL_TYPES", "PRETRAINED_TYPES", "PRETRAINED_KEYS"]
 
@@ -121,8 +122,8 @@ class ModelConfig:
         "embed_scale": optional(positive()),
         "embed_dropout": optional(in_range(0, 1)),
         "embed_init": positive(),
-        "encoder_layers": optional(at_least(1)),
-        "decoder_layers": optional(at_least(1)),
+        "encoder_layers": optional(in_range(1, MAX_LAYERS, high_open=False)),
+        "decoder_layers": optional(in_range(1, MAX_LAYERS, high_open=False)),
         "pretrained": optional(Rule(lambda v: isinstance(v, str) and bool(v.strip()), "a model folder or name")),
         "convert": optional(_CONVERSIONS),
     }

@@ -11,7 +11,7 @@ import torch.nn as nn
 from ..errors import ConfigError
 from .classifier import SentenceClassifier, SentenceEncoder
 from .config import MODEL_TYPES, ModelConfig
-from .embedding import TokenEmbedding
+from .embedding import PretrainedRows, TokenEmbedding
 from .fusion import BASELINES, RecipeFusion, list_fusions
 from .pair import PairClassifier
 from .seq2seq import Seq2Seq
@@ -58,14 +58,17 @@ def _fusion(cfg: ModelConfig) -> nn.Module:
 
 
 def build_sentence_encoder(cfg: ModelConfig, vocab_size: int, *, pad_id: int = 0,
-                           pretrained: torch.Tensor | None = None, pool: bool = True) -> SentenceEncoder:
-    """Embeddings → context fusion → pooling (``pool``; taggers take the tokens) as the model section describes."""
+                           pretrained: torch.Tensor | PretrainedRows | None = None, fixed_rows: int | None = None,
+                           pool: bool = True) -> SentenceEncoder:
+    """Embeddings → context fusion → pooling (``pool``; taggers take the tokens) as the model section describes;
+    ``pretrained`` / ``fixed_rows``: :class:`~maskattn.models.embedding.TokenEmbedding`'s."""
     if pool and cfg.pooling == "cls":
         raise ConfigError("model.pool 'cls' takes the first token, the [CLS] token of a pretrained encoder "
                           "(model.pretrained); maskattn's own encoders have none: use source2token, mean or max")
     embed = TokenEmbedding(vocab_size, cfg.d_model, embed_dim=cfg.embed_dim, pad_id=pad_id,
                            dropout=cfg.dropout if cfg.embed_dropout is None else cfg.embed_dropout,
-                           pretrained=pretrained, freeze=cfg.freeze_embeddings, scale=embedding_scale(cfg),
+                           pretrained=pretrained, fixed_rows=fixed_rows, freeze=cfg.freeze_embeddings,
+                           scale=embedding_scale(cfg),
                            init=cfg.embed_init)
     return SentenceEncoder(embed, _fusion(cfg), cfg.pooling if pool else None)
 
@@ -88,17 +91,20 @@ def build_seq2seq(cfg: ModelConfig, vocab_size: int, *, pad_id: int = 0) -> Seq2
 
 
 def build_model(cfg: ModelConfig, vocab_size: int, num_classes: int, *, pad_id: int = 0,
-                pretrained: torch.Tensor | None = None) -> nn.Module:
+                pretrained: torch.Tensor | PretrainedRows | None = None, fixed_rows: int | None = None) -> nn.Module:
     """Build the model described by ``cfg`` for a vocabulary of ``vocab_size`` and ``num_classes``
     classes (tags; ignored by ``seq2seq``, whose output is the vocabulary); ``pretrained``: an optional
-    ``(vocab_size, embed_dim)`` embedding matrix (classifiers only)."""
+    ``(vocab_size, embed_dim)`` embedding matrix or :class:`~maskattn.models.embedding.PretrainedRows`
+    (classifiers only); ``fixed_rows``: the untrained rows at the end of the vocabulary (default: those of
+    ``pretrained``)."""
     if cfg.pretrained is not None:
         raise ConfigError(f"model.pretrained {cfg.pretrained!r}: a pretrained encoder brings its own tokenizer and "
                           "vocabulary; build it with maskattn.models.build_pretrained(cfg, num_classes)")
     if cfg.type == "seq2seq":
-        if pretrained is not None:
+        if pretrained is not None or fixed_rows:
             raise ConfigError("pretrained vectors (data.vectors) are not supported for seq2seq models")
         return build_seq2seq(cfg, vocab_size, pad_id=pad_id)
-    encoder = build_sentence_encoder(cfg, vocab_size, pad_id=pad_id, pretrained=pretrained, pool=cfg.type != "tagger")
+    encoder = build_sentence_encoder(cfg, vocab_size, pad_id=pad_id, pretrained=pretrained, fixed_rows=fixed_rows,
+                                     pool=cfg.type != "tagger")
     return MODELS[cfg.type](encoder, num_classes, mlp_hidden=cfg.mlp_hidden, mlp_layers=cfg.mlp_layers,
                             activation=cfg.activation, dropout=cfg.dropout)

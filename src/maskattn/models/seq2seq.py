@@ -9,6 +9,9 @@ written as layer recipes, so each paper's translation setup is one named archite
 * ``"csan"`` — CSAN 2D in the lowest 3 of 6 encoder layers, SAN above, standard decoder (CSAN §4).
 * ``"mtsa-encoder"`` — MTSA replaces the encoder's self-attention (MTSA + FFN layers), standard decoder
   (MTSA §4.4).
+* ``"man-summarization"`` — the authors' summarization model (``man_base``): every encoder layer
+  ``MANLayer.authors_config("summarization")``'s sublayers and every decoder layer ``"summarization_decoder"``'s
+  (GELU in every attention and FFN, DMAN's row-maximum floor; :meth:`MANLayer.authors_recipe`), post-LN.
 
 Decoder layer recipes use the grammar of :func:`maskattn.layers.parse_recipe` with causal self-attention
 sublayers only (``mha``/``san``, ``dman``, ``sman`` with a fixed radius): a single name is
@@ -34,7 +37,7 @@ from ..errors import ArgumentError, ArgumentTypeError, renamed_attribute, warn_r
 from ..validation import check_choice, check_positive_int, check_probability, describe
 from ..attention.base import check_dims
 from ..attention import AttentionMaps
-from ..layers import (NORMS, POSITIONAL, Decoder, Encoder, LayerCache, LayerRecipe, LayerSettings,
+from ..layers import (NORMS, POSITIONAL, Decoder, Encoder, LayerCache, LayerRecipe, LayerSettings, MANLayer,
                       PositionalEncoding, parse_recipe, recipe_runs, recipe_string)
 
 __all__ = ["Seq2Seq", "DecoderState"]
@@ -136,6 +139,8 @@ class Seq2Seq(nn.Module):
         "man": {"encoder": "dman>san>ffn x6", "decoder": "dman>san>ffn x6"},
         "csan": {"encoder": "csan2d x3, mha x3", "decoder": "mha x6"},
         "mtsa-encoder": {"encoder": "mtsa x6", "decoder": "mha x6"},
+        "man-summarization": {"encoder": f"{MANLayer.authors_recipe('summarization')} x6",
+                              "decoder": f"{MANLayer.authors_recipe('summarization_decoder')} x6", "norm": "post"},
     }
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, d_model: int = 512, num_heads: int = 8,

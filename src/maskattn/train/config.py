@@ -11,19 +11,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-import yaml
 
-from ..sections import Rule, at_least, check_section, from_dict, in_range, one_of, optional, pair, positive
+from ..sections import (Rule, at_least, check_section, from_dict, in_range, one_of, optional, pair, parse_yaml, positive,
+                        shown)
 from ..data.config import DataConfig
 from ..data.text import read_text
 from ..errors import ConfigError, warn_renamed
+from ..inference.decoding import LENGTH_PENALTIES, DecodingOptions
+from ..metrics import SEQ2SEQ_SCORES
 from ..models.config import ModelConfig
 from .optim import DECAY_TARGETS, OPTIMIZERS, SCHEDULES
 
 __all__ = ["OptimConfig", "TrainConfig", "RunConfig", "from_dict", "load_config", "apply_overrides",
            "PRESETS_DIR", "list_presets", "preset_path", "METRICS"]
 
-METRICS = ("accuracy", "f1", "loss", "bleu", "chrf")  # train.metric; each task computes some of them
+# train.metric; each task computes some of them (seq2seq: those of its data.format, SEQ2SEQ_SCORES)
+METRICS = ("accuracy", "f1", "loss", *(name for _, names in SEQ2SEQ_SCORES.values() for name in names))
 
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"  # shipped inside the package
 
@@ -32,7 +35,8 @@ PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"  # shipped inside 
 class OptimConfig:
     """Optimiser and schedule. ``name``: ``adam``, ``adamw``, ``adadelta`` (MTSA: lr 0.5), ``sgd``;
     ``weight_decay``: L2 penalty (coupled for adam/adadelta/sgd, decoupled for adamw), applied to every
-    parameter (``weight_decay_on: all``) or to weight matrices only (``matrices``: no biases, LayerNorm gains
+    parameter (``weight_decay_on: all``), to every parameter but the word embedding tables (``except_embeddings``)
+    or to weight matrices only (``matrices``: no biases, LayerNorm gains
     or other vectors); ``layer_decay`` ``d``: layer-wise learning rates for a pretrained encoder, ``lr · d^k``
     for the layer ``k`` below the classifier head (1 = off); ``schedule``:
     ``constant``, ``warmup`` (linear warm-up then constant), ``linear`` (linear warm-up, then linear decay to 0
@@ -89,12 +93,16 @@ class TrainConfig:
     mixed precision — ``false``, ``bf16``, ``fp16`` (CUDA only, with a gradient scaler) or ``true`` (bf16 where
     the device supports it, else fp16) — parameters stay float32; ``compile``: train through
     ``torch.compile`` (dynamic shapes; a recompilation storm is reported); ``device``: ``auto``, ``cpu``, ``cuda``.
-    ``metric``: ``accuracy``, ``f1`` (taggers), ``loss``; for translation ``bleu``, ``chrf`` (greedy or
-    ``eval_beam`` decoding of the dev set) or ``loss`` (dev cross-entropy per target token, much faster).
+    ``metric``: ``accuracy``, ``f1`` (taggers), ``loss``; for translation ``bleu``, ``chrf``, for summarization
+    ``rouge`` (the mean of ROUGE-1, -2 and -L F1), ``rouge1``, ``rouge2``, ``rougeL`` (greedy or ``eval_beam``
+    decoding of the dev set) or ``loss`` (dev cross-entropy per target token, much faster).
     ``ema_decay``: evaluate, keep as ``best`` and test an exponential moving average of the weights (Polyak
     averaging, ``ema ← decay · ema + (1 − decay) · θ`` after every step; 0 = off; ``last`` keeps both).
-    Translation only: ``eval_beam`` / ``test_beam`` (beam sizes for dev and for the final test scores; 1 =
-    greedy) and ``length_penalty`` (of beam search)."""
+    Decoding (seq2seq; :class:`~maskattn.inference.DecodingOptions`, saved with the run and used by its
+    checkpoints' ``maskattn generate`` / ``eval``): ``eval_beam`` / ``test_beam`` (beam sizes for dev and for the
+    final test scores; 1 = greedy), ``length_penalty`` α and ``length_penalty_kind`` (``gnmt``: ``((5 + |Y|) / 6)^α``,
+    ``fairseq``: ``|Y|^α``), ``min_output_len`` / ``max_output_len`` (output tokens before EOS; null: ``1.2 ·
+    source + 10``) and ``no_repeat_ngram_size`` (3: no repeated trigram in a hypothesis; 0 = off)."""
 
     seed: int = 0
     batch_size: int = 64
@@ -114,8 +122,12 @@ class TrainConfig:
     keep_last: bool = True
     ema_decay: float = 0.0
     eval_beam: int = 1
-    test_beam: int = 5
-    length_penalty: float = 0.6
+    test_beam: int = DecodingOptions.beam
+    length_penalty: float = DecodingOptions.length_penalty
+    length_penalty_kind: str = DecodingOptions.length_penalty_kind
+    min_output_len: int = DecodingOptions.min_len
+    max_output_len: int | None = DecodingOptions.max_len
+    no_repeat_ngram_size: int = DecodingOptions.no_repeat_ngram_size
 
     RULES: ClassVar[dict[str, Rule]] = {
         "seed": at_least(0),
@@ -136,10 +148,17 @@ class TrainConfig:
         "eval_beam": at_least(1),
         "test_beam": at_least(1),
         "length_penalty": at_least(0, integer=False),
+        "length_penalty_kind": one_of(*LENGTH_PENALTIES),
+        "min_output_len": at_least(0),
+        "max_output_len": optional(at_least(0)),
+        "no_repeat_ngram_size": at_least(0),
     }
 
     def __post_init__(self):
         check_section(self, "train", self.RULES)
+        if self.max_output_len is not None and self.max_output_len < self.min_output_len:
+            raise ConfigError(f"train.min_output_len {self.min_output_len} is larger than train.max_output_len "
+                              f"{self.max_output_len}")
 
 
 @dataclass
@@ -167,10 +186,7 @@ def apply_overrides(config: dict, overrides: list[str] | None) -> dict:
             target = target.setdefault(key, {})
             if not isinstance(target, dict):
                 raise ConfigError(f"override {item!r}: {key!r} is not a config section")
-        try:
-            target[keys[-1]] = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"override {item!r}: the value is not valid YAML ({exc.problem or exc})") from None
+        target[keys[-1]] = parse_yaml(value, f"override {shown(item)}")
     return config
 
 
@@ -188,13 +204,15 @@ def preset_path(name: str) -> Path:
     return path
 
 
+#: the largest config file read (the shipped ones are a few KiB)
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def _read_yaml(path: Path) -> dict:
-    try:
-        data = yaml.safe_load(read_text(path, "config file")) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        raise ConfigError(f"{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    if path.is_file() and path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path} is {path.stat().st_size} bytes, more than the {MAX_CONFIG_BYTES} a "
+                          "run configuration may hold; is it the right file?")
+    data = parse_yaml(read_text(path, "config file"), str(path)) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of sections (data, model, optim, train)")
     return data

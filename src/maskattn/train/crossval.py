@@ -2,10 +2,10 @@
 the mean ± standard deviation of the test metric over folds (MTSA §4.3: "the accuracies for CR, MPQA and SUBJ
 are the mean of 10-fold cross validation").
 
-An interrupted job loses nothing: a finished fold keeps its ``summary.json`` and is not trained again, a fold
-stopped half-way continues from its ``last.safetensors`` (exactly, as ``--resume``; with ``train.keep_last``
-off it starts again), and ``cv.json`` is rewritten atomically after every fold. A fold folder holding a run
-of another configuration is an error. The job holds ``<out_dir>`` (and each fold's trainer its fold folder,
+An interrupted job loses nothing: each fold is run to its end by :func:`~maskattn.train.resumable.run_to_end` (a
+finished fold keeps its ``summary.json`` and is not trained again, a fold stopped half-way continues from its
+``last.safetensors``, a fold folder holding a run of another configuration is an error), and ``cv.json`` is
+rewritten atomically after every fold. The job holds ``<out_dir>`` (and each fold's trainer its fold folder,
 :class:`~maskattn.train.run_folder.RunFolder`) for its whole length; ``overwrite`` deletes an earlier job's
 folds and ``cv.json`` first, and a folder that holds a plain run is refused without it.
 """
@@ -13,25 +13,18 @@ folds and ``cv.json`` first, and a folder that holds a plain run is refused with
 from __future__ import annotations
 
 import copy
-import json
 import os
 import statistics
 from pathlib import Path
 
-import yaml
 from rich.console import Console
 
 from ..errors import ArgumentError, ConfigError
 from .config import RunConfig
-from .files import atomic_write
-from .run_folder import RunFolder
-from .trainer import Trainer
+from .resumable import SUMMARY, check_same_run, read_summary, run_to_end, write_json
+from .run_folder import RunFolder, refuse_inputs_inside
 
 __all__ = ["cross_validate"]
-
-
-def _write_json(path: Path, data: dict) -> None:
-    atomic_write(path, [(json.dumps(data, indent=2) + "\n").encode()])
 
 
 def _fold_config(cfg: RunConfig, fold: int, fold_dir: Path) -> RunConfig:
@@ -39,32 +32,6 @@ def _fold_config(cfg: RunConfig, fold: int, fold_dir: Path) -> RunConfig:
     fold_cfg.data.fold = fold
     fold_cfg.train.out_dir = str(fold_dir)
     return fold_cfg
-
-
-# settings that do not change what a fold computes: a job may be continued with other values
-_FREE = {("train", "progress"), ("train", "num_threads"), ("train", "device")}
-
-
-def _check_same_run(cfg: RunConfig, fold_dir: Path) -> None:
-    """A fold folder already holding a run of another configuration is an error, not something to reuse."""
-    saved_path = fold_dir / "config.yaml"
-    if not saved_path.exists():
-        return
-    saved, wanted = yaml.safe_load(saved_path.read_text()), cfg.to_dict()
-    changed = sorted(f"{section}.{key}" for section in wanted for key in wanted[section]
-                     if (section, key) not in _FREE and saved.get(section, {}).get(key) != wanted[section][key])
-    if changed:
-        raise ConfigError(f"{fold_dir} holds a run of another configuration (differs in {', '.join(changed[:5])}); "
-                         "give the cross-validation a new --out folder")
-
-
-def _train_fold(cfg: RunConfig, fold_dir: Path, console: Console | None) -> dict:
-    last = fold_dir / "last.safetensors"
-    if last.exists():  # interrupted earlier: continue it
-        return Trainer.resume(last, train_overrides={"progress": cfg.train.progress}, console=console).fit()
-    # anything else in the folder is this job's fold (same configuration, checked) stopped before its first
-    # checkpoint: start it again
-    return Trainer(cfg, console=console, overwrite=True).fit()
 
 
 def cross_validate(cfg: RunConfig, *, console: Console | None = None, overwrite: bool = False) -> dict:
@@ -82,11 +49,15 @@ def cross_validate(cfg: RunConfig, *, console: Console | None = None, overwrite:
         raise ConfigError("all folds in one job is not supported under torchrun; launch one job per fold with "
                           "--set data.fold=<i>")
     out_dir = Path(cfg.train.out_dir)
+    refuse_inputs_inside(out_dir, cfg.data.input_paths())
     with RunFolder(out_dir) as folder:
+        names = tuple(f"fold{fold}" for fold in range(folds))
+        folder.claim("cv.json", folders=names, record=False)
         if overwrite:
             folder.clear()
         elif any(entry.is_file() and entry.name != "cv.json" for entry in folder.run_entries()):
             folder.refuse_existing_run()  # a plain run, not an earlier cross-validation to continue
+        folder.claim("cv.json", folders=names)
         return _run_folds(cfg, out_dir, console)
 
 
@@ -96,20 +67,15 @@ def _run_folds(cfg: RunConfig, out_dir: Path, console: Console | None) -> dict:
     for fold in range(folds):
         fold_dir = out_dir / f"fold{fold}"
         fold_cfg = _fold_config(cfg, fold, fold_dir)
-        _check_same_run(fold_cfg, fold_dir)
-        done = fold_dir / "summary.json"
-        if done.exists():
-            summary = json.loads(done.read_text())
-            if console is not None:
-                console.print(f"fold {fold + 1} of {folds}: finished earlier ({done}), not trained again")
-        else:
-            if console is not None:
-                console.print(f"fold {fold + 1} of {folds} → {fold_dir}")
-            summary = _train_fold(fold_cfg, fold_dir, console)
-            _write_json(done, summary)
+        check_same_run(fold_cfg, fold_dir)
+        if console is not None:
+            console.print(f"fold {fold + 1} of {folds}: finished earlier ({fold_dir / SUMMARY}), not trained again"
+                          if read_summary(fold_dir, metric, what="fold") is not None
+                          else f"fold {fold + 1} of {folds} → {fold_dir}")
+        summary, _ = run_to_end(fold_cfg, console=console, what="fold")
         summaries.append({"fold": fold, **summary})
         result = _aggregate(summaries, metric, folds, out_dir)
-        _write_json(out_dir / "cv.json", result)
+        write_json(out_dir / "cv.json", result)
     return result
 
 

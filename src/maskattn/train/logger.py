@@ -7,7 +7,9 @@ cut the *last* line short: :func:`read_metrics` leaves such a line out, and on r
 a warning naming the file. Any other unreadable line means the file was damaged otherwise and is a
 :class:`~maskattn.errors.DataError` naming the file and line. On resume, rows after the checkpoint's step
 (and the previous final test row) are dropped — that work is redone — and both files are rewritten
-atomically.
+atomically. A log that was emptied or shortened between runs (it lacks the dev row of the checkpoint's step,
+which is always written before the checkpoint) is continued with a warning saying so: the lost rows are not
+recomputed.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from .files import atomic_write
 __all__ = ["MetricsLogger", "COLUMNS", "read_metrics"]
 
 COLUMNS = ("step", "epoch", "split", "loss", "accuracy", "f1", "lr", "examples_per_s", "elapsed_s", "ppl", "bleu",
-           "chrf", "tokens_per_s")
+           "chrf", "tokens_per_s", "rouge", "rouge1", "rouge2", "rougeL")
 
 
 def _read_rows(path: Path) -> tuple[list[dict], str | None]:
@@ -40,16 +42,24 @@ def _read_rows(path: Path) -> tuple[list[dict], str | None]:
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            rows.append(_row(json.loads(line), path, number))
         except json.JSONDecodeError as exc:
             raise DataError(f"{path}:{number}: not a JSON row ({exc.msg}); the log was damaged (a killed run can only "
                             "cut its last line short): repair or delete that line") from None
     if tail.strip():
         try:
-            rows.append(json.loads(tail))  # complete, only its newline is missing
+            rows.append(_row(json.loads(tail), path, len(lines) + 1))  # complete, only its newline is missing
         except json.JSONDecodeError:
             return rows, tail
     return rows, None
+
+
+def _row(row: object, path: Path, number: int) -> dict:
+    """A parsed line of the log, checked: an object with an int ``step`` and a text ``split``."""
+    if not (isinstance(row, dict) and isinstance(row.get("step"), int) and isinstance(row.get("split"), str)):
+        raise DataError(f"{path}:{number}: not a row of a maskattn log (a JSON object with an int 'step' and a "
+                        "'split'); the log was edited or damaged: repair or delete that line")
+    return row
 
 
 def read_metrics(path: str | Path) -> list[dict]:
@@ -85,6 +95,12 @@ class MetricsLogger:
                 warn(f"{self.jsonl}: dropped its last line, cut short when the run was stopped while writing it "
                      f"({torn[:40]!r}…); the resumed run writes it again")
             rows = [r for r in rows if r["step"] <= resume_step and r["split"] != "test"]
+            if resume_step and warn is not None and not any(r["step"] == resume_step and r["split"] == "dev"
+                                                            for r in rows):
+                last = f"its last row is of step {rows[-1]['step']}" if rows else "it holds no row"
+                warn(f"{self.jsonl}: {last}, but the checkpoint was written at step {resume_step}, after that step's "
+                     "dev row: the file was emptied or shortened since; the rows it lost are not written again (the "
+                     "resumed run appends its own after what is left)")
         atomic_write(self.jsonl, ["".join(json.dumps(r) + "\n" for r in rows).encode("utf-8")])
         atomic_write(self.csv, [_csv_text(rows).encode("utf-8")])
 

@@ -17,20 +17,24 @@ __all__ = ["build_optimizer", "build_scheduler", "Schedule", "parameter_groups",
 
 OPTIMIZERS = ("adam", "adamw", "adadelta", "sgd")
 SCHEDULES = ("constant", "warmup", "linear", "inverse_sqrt", "plateau")
-DECAY_TARGETS = ("all", "matrices")  # optim.weight_decay_on
+DECAY_TARGETS = ("all", "matrices", "except_embeddings")  # optim.weight_decay_on
 
 
-def _decays(name: str, param: nn.Parameter) -> bool:
-    """Does ``weight_decay_on: matrices`` decay this parameter? Weight matrices (and embedding tables) yes;
-    biases, LayerNorm gains and other vectors no."""
+def _decays(target: str, name: str, param: nn.Parameter, embeddings: set[int]) -> bool:
+    """Does ``weight_decay_on: target`` decay this parameter? ``matrices``: weight matrices (and embedding tables)
+    yes, biases, LayerNorm gains and other vectors no; ``except_embeddings``: everything but the word embedding
+    tables (``embeddings``: their ids) — with Adam, an L2 term on a table whose rare rows get no other gradient
+    moves them by the learning rate every step and wipes pretrained vectors out within a few hundred steps."""
+    if target == "except_embeddings":
+        return id(param) not in embeddings
     return param.ndim >= 2 and not name.endswith("bias")
 
 
 def parameter_groups(cfg, model: nn.Module) -> list[dict]:
     """The optimiser's parameter groups. ``optim.layer_decay`` ``d`` < 1: the model's layers
     (``model.layer_groups()``, bottom first; pretrained encoders) get the learning rate ``lr · d^k`` at ``k``
-    layers below the top group (the head keeps ``lr``); ``optim.weight_decay_on: matrices`` puts the
-    parameters :func:`_decays` refuses into groups without weight decay. The top group comes first, so
+    layers below the top group (the head keeps ``lr``); ``optim.weight_decay_on`` ``matrices`` or
+    ``except_embeddings`` puts the parameters :func:`_decays` refuses into groups without weight decay. The top group comes first, so
     ``param_groups[0]["lr"]`` is the learning rate of the head (what the metrics log shows). With neither
     option: one group of every trainable parameter."""
     if cfg.layer_decay != 1.0:
@@ -43,14 +47,16 @@ def parameter_groups(cfg, model: nn.Module) -> list[dict]:
     else:
         layers = [[p for p in model.parameters() if p.requires_grad]]
     names = {id(p): name for name, p in model.named_parameters()}
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     groups = []
     for depth in reversed(range(len(layers))):
         lr = cfg.lr * cfg.layer_decay ** (len(layers) - 1 - depth)
         params = layers[depth]
-        if cfg.weight_decay_on == "matrices":
-            parts = [[p for p in params if _decays(names[id(p)], p)], [p for p in params if not _decays(names[id(p)], p)]]
-        else:
+        if cfg.weight_decay_on == "all":
             parts = [params, []]
+        else:
+            decays = [_decays(cfg.weight_decay_on, names[id(p)], p, embeddings) for p in params]
+            parts = [[p for p, d in zip(params, decays) if d], [p for p, d in zip(params, decays) if not d]]
         for part, decay in zip(parts, (cfg.weight_decay, 0.0)):
             if part:
                 groups.append({"params": part, "lr": lr, "weight_decay": decay})

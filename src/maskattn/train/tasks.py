@@ -8,9 +8,9 @@ evaluates a split, and says what a checkpoint must carry to feed the model text 
   ``pair``, ``tagger``): example batches of ``train.batch_size``, cross-entropy, accuracy / F1.
 * :class:`PretrainedClassificationTask` — the same on a pretrained Hugging Face encoder (``model.pretrained``),
   the text encoded by that model's tokenizer.
-* :class:`TranslationTask` — ``model.type: seq2seq`` on parallel text: joint subword model, batches of at
-  most ``data.max_tokens`` tokens, label-smoothed cross-entropy per target token, dev loss / perplexity and
-  sacreBLEU BLEU / chrF of greedy or beam decoding.
+* :class:`Seq2SeqTask` — ``model.type: seq2seq`` on line-aligned files, translation or summarization: joint
+  subword model, batches of at most ``data.max_tokens`` tokens, label-smoothed cross-entropy per target token,
+  dev loss / perplexity and sacreBLEU BLEU / chrF or ROUGE of greedy or beam decoding.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, cast
 
@@ -26,23 +27,28 @@ import torch.nn as nn
 
 from ..checkpoint import Checkpoint
 from ..data.batching import IGNORE_INDEX, BucketBatchSampler, collate
-from ..data.parallel import (ParallelText, TokenBatchSampler, collate_pairs, encode_pairs, parallel_paths,
-                             read_parallel)
+from ..data.config import SEQ2SEQ_FORMATS
+from ..data.parallel import ParallelText, TokenBatchSampler, collate_pairs, encode_pairs, read_parallel_prefixes
 from ..data.pipeline import PreparedData, prepare_data, prepare_pretrained_data
 from ..data.pretrained import tokenizer_fingerprint
 from ..data.subword import PAD_ID, SUBWORD_TYPES, SubwordModel
 from ..data.vocab import LabelSet, Vocabulary
 from ..errors import ArgumentError, CheckpointError, ConfigError
-from ..inference import Translator, check_tokenizer, subword_from_checkpoint
+from ..inference import DecodingOptions, Translator, check_tokenizer, fixed_rows_of, subword_from_checkpoint
 from ..device import check_memory
-from ..metrics import corpus_scores, evaluate, input_limit, item_length, pretrained_input_limit, summed_loss
+from ..metrics import (SEQ2SEQ_SCORES, check_references, evaluate, input_limit, item_length, pretrained_input_limit,
+                       summed_loss)
 from ..models.factory import build_model
-from ..models.memory import model_memory_bytes
+from ..models.memory import estimate_before_building, model_memory_bytes
 from ..models.seq2seq import Seq2Seq
 from ..models.pretrained import PretrainedClassifier, encoder_max_tokens, load_pretrained_encoder
 from .config import RunConfig
 
-__all__ = ["Task", "ClassificationTask", "PretrainedClassificationTask", "TranslationTask", "build_task"]
+__all__ = ["Task", "ClassificationTask", "PretrainedClassificationTask", "Seq2SeqTask", "TranslationTask", "build_task",
+           "Progress"]
+
+#: a progress callback: ``(done, total)`` items of a long evaluation (decoding a split)
+Progress = Callable[[int, int], None]
 
 TRANSLATION_LABEL_SMOOTHING = 0.1  # default ε for translation (Vaswani et al. 2017 §5.4)
 
@@ -70,8 +76,8 @@ class Task(Protocol):
     def loss_sum(self, module: nn.Module, indices: list[int]) -> torch.Tensor:
         """Summed training loss of the train items ``indices`` (a scalar on the device)."""
 
-    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
-        """Metrics of ``model`` on ``dev`` or ``test``."""
+    def evaluate(self, model: nn.Module, split: str, progress: Progress | None = None) -> dict[str, float]:
+        """Metrics of ``model`` on ``dev`` or ``test``; a long evaluation reports ``progress(done, total)``."""
 
     def has_split(self, split: str) -> bool:
         """Is there data for ``split``?"""
@@ -100,18 +106,46 @@ def truncation_notices(truncated: dict[str, int], limit: int, source: str) -> li
             f"{limit} tokens (the limit: {source}); set data.max_len to change it"]
 
 
-def check_training_memory(model: nn.Module, items: list[dict], batch_size: int, device: torch.device) -> None:
-    """Refuse (:class:`~maskattn.errors.MemoryLimitError`) a run whose largest training batch — ``batch_size``
-    items as long as the longest train item — is estimated (:func:`~maskattn.models.memory.model_memory_bytes`)
-    above the memory budget, before the first step."""
-    if not items:
-        return
-    length = max(item_length(item) for item in items)
-    estimate = model_memory_bytes(model, min(batch_size, len(items)), length, training=True)
-    check_memory(estimate, device=device,
-                 what=f"a training step on {min(batch_size, len(items))} sentences of {length} tokens "
-                      "(train.batch_size, the longest train sentence)",
-                 advice="lower data.max_len or train.batch_size")
+def coverage_note(coverage: dict) -> str:
+    """One line on what the vectors file covered (:func:`~maskattn.data.vectors.vector_coverage`)."""
+    fixed = coverage["fixed_eval_types"]
+    added = (f"; {fixed} word types of the dev / test splits that training lacks take their vectors, fixed "
+             "(data.vectors_extend)") if fixed else ""
+    return (f"vectors {coverage['file']}: {coverage['types_covered']:,} of {coverage['vocab_types']:,} training vocabulary "
+            f"types ({coverage['types_covered'] / max(1, coverage['vocab_types']):.1%}) and {coverage['token_share']:.1%} "
+            f"of the {coverage['train_tokens']:,} training tokens have a pretrained vector (lookup: "
+            f"{coverage['lookup']}){added}")
+
+
+def check_training_memory(model: nn.Module, batch: int, length: int, device: torch.device, *, what: str,
+                          advice: str) -> None:
+    """Refuse (:class:`~maskattn.errors.MemoryLimitError`) a run whose largest training step — ``batch``
+    sequences of ``length`` (``what`` says where they come from) — is estimated with the model's weights, gradients
+    and optimiser state (:func:`~maskattn.models.memory.model_memory_bytes`) above the memory budget. ``model`` is
+    built on the ``meta`` device (:func:`~maskattn.models.memory.estimate_before_building`): this runs before the
+    real model takes any memory."""
+    estimate = model_memory_bytes(model, batch, length, training=True, parameters=True)
+    check_memory(estimate, device=device, what=f"a training step on {what} with this model (its weights, gradients "
+                 "and optimiser state included)", advice=advice)
+
+
+def _check_classifier_memory(items: list[dict], batch_size: int, device: torch.device) -> Callable[[nn.Module], None]:
+    """:func:`check_training_memory` of ``batch_size`` items as long as the longest train item."""
+    length = max((item_length(item) for item in items), default=1)
+    batch = max(1, min(batch_size, len(items)))
+    return lambda model: check_training_memory(
+        model, batch, length, device, what=f"{batch} sentences of {length} tokens (train.batch_size, the longest "
+        "train sentence)", advice="lower data.max_len, train.batch_size or the model's size (model.d_model, layers)")
+
+
+def _check_translation_memory(items: list[dict], max_tokens: int, device: torch.device
+                              ) -> Callable[[nn.Module], None]:
+    """:func:`check_training_memory` of the batch of the longest train pairs (``data.max_tokens`` padded tokens)."""
+    length = max((max(len(item["src"]), len(item["tgt"])) for item in items), default=1)
+    batch = max(1, max_tokens // length)
+    return lambda model: check_training_memory(
+        model, batch, length, device, what=f"{batch} pairs of {length} subwords (data.max_tokens, the longest train "
+        "pair)", advice="lower data.max_len, data.max_tokens or the model's size (model.d_model, layers)")
 
 
 class ClassificationTask:
@@ -121,9 +155,9 @@ class ClassificationTask:
 
     def __init__(self, cfg: RunConfig, device: torch.device, checkpoint: Checkpoint | None = None):
         self.metrics = ("accuracy", "f1", "loss") if cfg.model.type == "tagger" else ("accuracy", "loss")
-        if cfg.data.format == "parallel":
-            raise ArgumentError(f"data.format 'parallel' is translation data; set model.type=seq2seq (model.type is "
-                             f"{cfg.model.type!r})")
+        if cfg.data.format in SEQ2SEQ_FORMATS:
+            raise ArgumentError(f"data.format {cfg.data.format!r} is data of a seq2seq model; set model.type=seq2seq "
+                                f"(model.type is {cfg.model.type!r})")
         self.cfg, self.device = cfg, device
         self.label_smoothing = _label_smoothing(cfg, 0.0)
         vocab = Vocabulary(checkpoint.vocab) if checkpoint else None
@@ -135,11 +169,15 @@ class ClassificationTask:
         assert self.data.vocab is not None  # prepare_data builds one (only a tokenizer's data has none)
         self.vocab: Vocabulary = self.data.vocab
         self.sampler = BucketBatchSampler(self.data.train, cfg.train.batch_size, seed=cfg.train.seed)
-        self.model = build_model(cfg.model, len(self.vocab), len(self.data.labels), pad_id=Vocabulary.pad_id,
-                                 pretrained=self.data.vectors)
+        self.fixed_rows = fixed_rows_of(checkpoint) if checkpoint else (
+            self.data.vectors.fixed if self.data.vectors else 0)
+        self.model = estimate_before_building(
+            lambda: build_model(cfg.model, len(self.vocab), len(self.data.labels), pad_id=Vocabulary.pad_id,
+                                pretrained=self.data.vectors, fixed_rows=self.fixed_rows),
+            _check_classifier_memory(self.data.train, cfg.train.batch_size, device))
         self.notices = truncation_notices(self.data.truncated, limit,
                                           "data.max_len" if limit == cfg.data.max_len else "model.max_len")
-        check_training_memory(self.model, self.data.train, cfg.train.batch_size, device)
+        self.notes = [coverage_note(self.data.coverage)] if self.data.coverage else []
 
     def loss_terms(self, indices: list[int]) -> int:
         return collate([self.data.train[i] for i in indices]).count
@@ -151,7 +189,7 @@ class ClassificationTask:
         batch = collate([self.data.train[i] for i in indices]).to(self.device)
         return summed_loss(module(**batch.inputs), batch.targets, label_smoothing=self.label_smoothing)
 
-    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+    def evaluate(self, model: nn.Module, split: str, progress: Progress | None = None) -> dict[str, float]:
         return evaluate(model, getattr(self.data, split), self.data.labels, batch_size=self.cfg.train.eval_batch_size,
                         device=self.device)
 
@@ -159,10 +197,12 @@ class ClassificationTask:
         return bool(getattr(self.data, split))
 
     def checkpoint_fields(self) -> dict:
-        return {"vocab": self.vocab.to_list(), "labels": self.data.labels.itos, "extra": {}}
+        return {"vocab": self.vocab.to_list(), "labels": self.data.labels.itos,
+                "extra": {"fixed_rows": self.fixed_rows} if self.fixed_rows else {}}
 
     def data_summary(self) -> dict:
-        return {}
+        """What the vectors file covered (empty without ``data.vectors``)."""
+        return {"vectors": self.data.coverage} if self.data.coverage else {}
 
 
 class PretrainedClassificationTask(ClassificationTask):
@@ -181,6 +221,9 @@ class PretrainedClassificationTask(ClassificationTask):
         if (cfg.data.format == "nli") != (cfg.model.type == "pair"):
             raise ConfigError(f"model.type {cfg.model.type!r} does not match data.format {cfg.data.format!r}: "
                               "sentence pairs (nli) need model.type=pair, single sentences model.type=sentence")
+        if cfg.data.vectors:
+            raise ConfigError(f"data.vectors {cfg.data.vectors!r}: a pretrained encoder (model.pretrained) brings its "
+                              "own embeddings; remove data.vectors")
         self.cfg, self.device = cfg, device
         self.label_smoothing = _label_smoothing(cfg, 0.0)
         encoder, self.tokenizer = load_pretrained_encoder(cfg.model, replay=checkpoint is not None)
@@ -206,18 +249,25 @@ def _fingerprint(paths: list[Path]) -> str:
     return digest.hexdigest()
 
 
-class TranslationTask:
-    """Translation with a :class:`~maskattn.models.seq2seq.Seq2Seq` on line-aligned parallel files."""
+class Seq2SeqTask:
+    """A :class:`~maskattn.models.seq2seq.Seq2Seq` on line-aligned files: translation (``data.format: parallel``,
+    scored by sacreBLEU BLEU and chrF) or summarization (``data.format: summarization``, article → summary,
+    scored by ROUGE-1/2/L F1). Both sides share one subword model (and, with ``model.share_embeddings``, one
+    embedding table); the train split may be several file pairs; the outputs are decoded as the ``train``
+    section's decoding settings say (:meth:`DecodingOptions.from_config`)."""
 
     unit = "tokens"
-    metrics = ("bleu", "chrf", "loss")
 
     def __init__(self, cfg: RunConfig, device: torch.device, checkpoint: Checkpoint | None = None):
         data = cfg.data
-        if data.format != "parallel":
-            raise ArgumentError(f"model.type seq2seq reads parallel text: set data.format=parallel (got {data.format!r})")
+        if data.format not in SEQ2SEQ_FORMATS:
+            raise ArgumentError(f"model.type seq2seq reads line-aligned files: set data.format=parallel (translation) "
+                                f"or data.format=summarization (got {data.format!r})")
+        self.kind = data.format
+        self.score, names = SEQ2SEQ_SCORES[data.format]
+        self.metrics = (*names, "loss")
         if data.source != "files":
-            raise ArgumentError(f"translation reads files (data.source=files), got data.source={data.source!r}")
+            raise ArgumentError(f"seq2seq models read files (data.source=files), got data.source={data.source!r}")
         if data.dir is None:
             raise ArgumentError("data.dir is not set; pass the dataset folder, e.g. --data ../shared/data/multi30k")
         if not Path(data.dir).is_dir():
@@ -225,9 +275,12 @@ class TranslationTask:
         if not data.train:
             raise ArgumentError("data.train (the train file prefix inside data.dir, e.g. 'train') is not set")
         if not data.dev:
-            raise ArgumentError("translation needs a dev split: set data.dev (file prefix, e.g. 'val')")
+            raise ArgumentError("a seq2seq run needs a dev split: set data.dev (file prefix, e.g. 'val')")
         if data.lowercase:
-            raise ArgumentError("data.lowercase is not supported for translation (BLEU is computed on cased text)")
+            raise ArgumentError("data.lowercase is not supported for seq2seq data (outputs are scored against the "
+                                "reference files as they are); lower-case the files themselves if you need it")
+        if data.vectors:
+            raise ArgumentError("data.vectors is not supported for seq2seq models (their embeddings are over subwords)")
         if data.subword not in SUBWORD_TYPES:
             raise ArgumentError(f"unknown data.subword {data.subword!r}; expected one of {', '.join(SUBWORD_TYPES)}")
         self.max_len = data.max_len or cfg.model.max_len
@@ -239,32 +292,57 @@ class TranslationTask:
                              f"{self.max_len}; raise data.max_tokens or lower data.max_len")
         self.cfg, self.device = cfg, device
         self.label_smoothing = _label_smoothing(cfg, TRANSLATION_LABEL_SMOOTHING)
-        if data.src_lang is None or data.tgt_lang is None:
-            raise ConfigError(f"translation needs data.src_lang and data.tgt_lang (the file suffixes), got "
-                              f"{data.src_lang!r} and {data.tgt_lang!r}")
+        src_lang, tgt_lang = data.suffixes
+        if src_lang is None or tgt_lang is None:
+            raise ConfigError(f"data.format parallel needs data.src_lang and data.tgt_lang (the file suffixes), got "
+                              f"{src_lang!r} and {tgt_lang!r}")
+        self.decoding = {split: DecodingOptions.from_config(vars(cfg.train), split) for split in ("dev", "test")}
+        cap = cfg.model.max_len - 1  # the longest output the decoder's positions allow (BOS takes one)
+        if cfg.model.positional != "none" and cfg.train.max_output_len is not None and cfg.train.max_output_len > cap:
+            raise ConfigError(f"train.max_output_len {cfg.train.max_output_len} exceeds what the model can decode: "
+                              f"{cap} tokens (model.max_len {cfg.model.max_len} minus the BOS position)")
         self.text: dict[str, ParallelText] = {}
         for split in ("train", "dev", "test"):
             prefix = getattr(data, split)
             if prefix:
-                self.text[split] = read_parallel(*parallel_paths(data.dir, prefix, data.src_lang, data.tgt_lang))
+                text = read_parallel_prefixes(data.dir, prefix, src_lang, tgt_lang).with_unknown(data.unk_tokens)
+                if self.kind == "summarization" and split != "train":  # refused now, not after training
+                    check_references(text.target, " + ".join(str(tgt) for _, tgt in text.files))
+                self.text[split] = text
         train = self.text["train"]
-        self.fingerprint = _fingerprint([train.src_path, train.tgt_path])
+        self.fingerprint = _fingerprint([path for pair in train.files for path in pair])
         if checkpoint is not None:
             if checkpoint.extra.get("train_sha256") != self.fingerprint:
-                raise CheckpointError(f"the train files {train.src_path} / {train.tgt_path} differ from the ones "
-                                      f"checkpoint {checkpoint.path} was trained on; resume with the same data")
+                raise CheckpointError(f"the train files {train.describe()} differ from the ones checkpoint "
+                                      f"{checkpoint.path} was trained on; resume with the same data")
             self.subword = subword_from_checkpoint(checkpoint)
         else:
             self.subword = SubwordModel.train(train.source + train.target, vocab_size=data.subword_vocab,
-                                              model_type=data.subword, num_threads=max(1, torch.get_num_threads()))
+                                              model_type=data.subword, num_threads=max(1, torch.get_num_threads()),
+                                              user_symbols=data.unk_tokens[:1])
         self.encoded = {split: encode_pairs(text, self.subword, max_len=self.max_len, training=split == "train",
                                             overlong=data.overlong) for split, text in self.text.items()}
         self.train_items = self.encoded["train"].items
         if not self.train_items:
-            raise ArgumentError(f"no training pairs left in {train.src_path} / {train.tgt_path} (empty, or every pair is "
-                             f"longer than data.max_len {self.max_len})")
+            raise ArgumentError(f"no training pairs left in {train.describe()} (empty, or every pair is longer than "
+                                f"data.max_len {self.max_len})")
+        self.notices = self._notices()
         self.sampler = TokenBatchSampler(self.train_items, data.max_tokens, seed=cfg.train.seed)
-        self.model = build_model(cfg.model, len(self.subword), 0, pad_id=PAD_ID)
+        self.model = estimate_before_building(lambda: build_model(cfg.model, len(self.subword), 0, pad_id=PAD_ID),
+                                              _check_translation_memory(self.train_items, data.max_tokens, device))
+
+    def _notices(self) -> list[str]:
+        """Warnings about what encoding did to the train split (empty pairs skipped, long pairs cut or dropped)."""
+        train, limit = self.encoded["train"], self.max_len - 1
+        notices = []
+        if train.skipped_empty:
+            notices.append(f"{train.skipped_empty} training pair(s) with an empty source or target were skipped")
+        if train.truncated:
+            notices += truncation_notices({"train": train.truncated}, limit, "data.max_len, in subwords per side")
+        if train.filtered:
+            notices.append(f"{train.filtered} training pair(s) longer than {limit} subwords on a side were left out "
+                           "(data.overlong=filter); set data.overlong=truncate to keep them cut, or raise data.max_len")
+        return notices
 
     def loss_terms(self, indices: list[int]) -> int:
         return sum(len(self.train_items[i]["tgt"]) - 1 for i in indices)
@@ -290,19 +368,21 @@ class TranslationTask:
             tokens += batch.ntokens
         return total / tokens
 
-    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
-        """``loss`` (per target token) and ``ppl`` always; ``bleu`` and ``chrf`` on the test split and when
-        ``train.metric`` needs them (decoding with ``eval_beam`` on dev, ``test_beam`` on test)."""
-        train_config = self.cfg.train
+    def evaluate(self, model: nn.Module, split: str, progress: Progress | None = None) -> dict[str, float]:
+        """``loss`` (per target token) and ``ppl`` always; the scores of the task (``bleu`` and ``chrf``, or
+        ``rouge1``, ``rouge2``, ``rougeL`` and their mean ``rouge``; on test with 95 % intervals) on the test split
+        and when ``train.metric`` needs them, decoding as ``train`` says for dev (``eval_beam``) or test
+        (``test_beam``). ``progress(done, total)`` follows the decoding."""
         loss = self.dev_loss(model, split)
         result = {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
-        if split == "test" or train_config.metric != "loss":
+        if split == "test" or self.cfg.train.metric != "loss":
             text = self.text[split]
-            translator = Translator(cast(Seq2Seq, model), self.subword, max_len=self.max_len, device=self.device)
-            hyps = translator.translate(text.source, beam=train_config.eval_beam if split == "dev" else train_config.test_beam,
-                                        length_penalty=train_config.length_penalty, batch_size=train_config.eval_batch_size)
-            scores = corpus_scores(hyps, text.target)
-            result.update(bleu=scores["bleu"], chrf=scores["chrf"])
+            translator = Translator(cast(Seq2Seq, model), self.subword, max_len=self.max_len, device=self.device,
+                                    decoding=self.decoding["dev" if split == "dev" else "test"])
+            hyps = translator.translate(text.source, batch_size=self.cfg.train.eval_batch_size, progress=progress)
+            scores = self.score(hyps, text.target, **({"bootstrap": 0} if self.kind == "summarization"
+                                                       and split == "dev" else {}))
+            result.update({key: value for key, value in scores.items() if isinstance(value, float)})
         return result
 
     def has_split(self, split: str) -> bool:
@@ -321,11 +401,15 @@ class TranslationTask:
                 "truncated_overlong": train.truncated}
 
 
+#: the name of :class:`Seq2SeqTask` before it served summarization too
+TranslationTask = Seq2SeqTask
+
+
 def build_task(cfg: RunConfig, device: torch.device, checkpoint: Checkpoint | None = None) -> Task:
-    """The task of ``cfg.model``: translation for ``seq2seq``, classification on a pretrained encoder with
-    ``model.pretrained``, classification otherwise."""
+    """The task of ``cfg.model``: translation or summarization for ``seq2seq``, classification on a pretrained
+    encoder with ``model.pretrained``, classification otherwise."""
     if cfg.model.type == "seq2seq":
-        return TranslationTask(cfg, device, checkpoint)
+        return Seq2SeqTask(cfg, device, checkpoint)
     if cfg.model.pretrained is not None:
         return PretrainedClassificationTask(cfg, device, checkpoint)
     return ClassificationTask(cfg, device, checkpoint)

@@ -44,10 +44,13 @@ from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_dis
 from .logger import MetricsLogger
 from .optim import build_optimizer, build_scheduler
 from .progress import TrainProgress
-from .run_folder import RunFolder
+from .run_folder import RunFolder, refuse_inputs_inside
 from .tasks import Task, build_task
 
-__all__ = ["Trainer", "resolve_device", "seed_everything"]
+__all__ = ["Trainer", "resolve_device", "seed_everything", "parameter_counts"]
+
+#: what a trainer writes into its run folder (recorded there as the run's before any is written)
+RUN_OUTPUTS = ("config.yaml", "metrics.jsonl", "metrics.csv", "best.safetensors", "last.safetensors")
 
 
 def seed_everything(seed: int) -> None:
@@ -90,6 +93,7 @@ class Trainer:
             torch.cuda.set_device(self.device)
         self.console = console or Console()
         self.out_dir = Path(train_config.out_dir)
+        refuse_inputs_inside(self.out_dir, cfg.data.input_paths())
         self.folder = RunFolder(self.out_dir)
         try:
             if self.dist.is_main:
@@ -107,6 +111,8 @@ class Trainer:
         replace = ckpt is None and self.dist.is_main
         if replace and not overwrite:
             self.folder.refuse_existing_run()
+        if self.dist.is_main:
+            self.folder.claim(*RUN_OUTPUTS, record=False)  # refused now, before an overwrite deletes anything
         seed_everything(train_config.seed)
         if ckpt is not None and ckpt.model_type != cfg.model.type:
             raise CheckpointError(f"checkpoint {ckpt.path} holds a {ckpt.model_type!r} model, the config a "
@@ -115,6 +121,8 @@ class Trainer:
         if self.dist.is_main:
             for message in getattr(self.task, "notices", ()):
                 self._warn(message)
+            for message in getattr(self.task, "notes", ()):
+                self.console.print(escape(message), highlight=False, soft_wrap=True)
         if train_config.metric not in self.task.metrics:
             raise ConfigError(f"train.metric {train_config.metric!r} is not computed for model.type {cfg.model.type!r}; "
                              f"expected one of {', '.join(self.task.metrics)}")
@@ -123,9 +131,15 @@ class Trainer:
         self.optimizer = build_optimizer(cfg.optim, self.model)
         self.scheduler = build_scheduler(cfg.optim, self.optimizer, self.total_steps())
         self.step, self.epoch, self.position = 0, 0, 0
+        self._elapsed_before = 0.0  # seconds of the run's earlier sessions (a resumed run)
+        self._start: float | None = None  # when this session's loop began
         self.best_metric: float | None = None
         self.best_step: int | None = None
         self.bad_evals = 0
+        self._bar: TrainProgress | None = None  # the progress bar, while fit() runs
+        # the train loss summed over the steps since the last train row (a checkpoint keeps it: a resumed run's
+        # first row averages the same steps as the uninterrupted run's)
+        self.window_loss, self.window_steps = 0.0, 0
         self.ema = build_ema(self.model, train_config.ema_decay)
         if ckpt is not None:
             self._restore(ckpt)
@@ -142,6 +156,8 @@ class Trainer:
             self.recompiles = acceleration.RecompileMonitor()
         if replace and overwrite:
             self.folder.clear()
+        if self.dist.is_main:
+            self.folder.claim(*RUN_OUTPUTS)
         self.logger = MetricsLogger(self.out_dir, enabled=self.dist.is_main,
                                     resume_step=self.step if ckpt is not None else None, warn=self._warn)
         if self.dist.is_main:
@@ -171,18 +187,36 @@ class Trainer:
             raise CheckpointError(f"{path} holds weights only (a best/exported checkpoint); resume from the run's "
                                   "last.safetensors")
         config = dict(ckpt.config)
-        config["train"] = {**config["train"], **overrides, "out_dir": str(path.parent)}
-        return cls(from_dict(RunConfig, config), console=console, _checkpoint=ckpt)
+        config["train"] = {**config.get("train", {}), **overrides, "out_dir": str(path.parent)}
+        try:
+            cfg = from_dict(RunConfig, config)
+        except ConfigError as exc:
+            raise CheckpointError(f"checkpoint {path} holds a configuration this version of maskattn rejects, with "
+                                  f"the train.* settings given: {exc}") from None
+        return cls(cfg, console=console, _checkpoint=ckpt)
 
     def _restore(self, ckpt: Checkpoint) -> None:
         load_weights(self.model, ckpt)
         state = ckpt.trainer
         assert state is not None  # from_checkpoint refused weights-only checkpoints
-        optimizer_from_flat(self.optimizer, ckpt.extra_tensors, state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        try:  # the checkpoint reader checked the state's outline; what is inside is read here
+            optimizer_from_flat(self.optimizer, ckpt.extra_tensors, state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            restore_rng(ckpt.extra_tensors, state["rng"])
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise CheckpointError(f"checkpoint {ckpt.path}: its trainer state (optimizer, schedule or random "
+                                  f"generators) cannot be restored ({type(exc).__name__}: {exc}); the file was edited "
+                                  "or damaged: resume from another checkpoint") from None
         self.step, self.epoch, self.position = ckpt.step, state["epoch"], state["position"]
+        self._elapsed_before = float(state.get("elapsed_s", 0.0))  # absent in checkpoints before 0.2.1
         self.best_metric, self.best_step, self.bad_evals = state["best_metric"], state["best_step"], state["bad_evals"]
-        restore_rng(ckpt.extra_tensors, state["rng"])
+        window = state.get("window")
+        if window is None:  # written before the window was kept
+            if self.step % self.cfg.train.log_every:
+                self._warn(f"{ckpt.path} was written by an older maskattn without the running train loss: the first "
+                           f"train row after step {self.step} averages only the steps after it")
+        else:
+            self.window_loss, self.window_steps = float(window["loss"]), int(window["steps"])
         if self.ema is not None:
             ema_state = {k[len("ema."):]: v for k, v in ckpt.extra_tensors.items() if k.startswith("ema.")}
             if not ema_state:
@@ -201,7 +235,9 @@ class Trainer:
             optim_tensors, optim_meta = optimizer_to_flat(self.optimizer)
             trainer = {"epoch": self.epoch, "position": self.position, "best_metric": self.best_metric,
                        "best_step": self.best_step, "bad_evals": self.bad_evals, "rng": rng_state,
-                       "optimizer": optim_meta, "scheduler": self.scheduler.state_dict()}
+                       "optimizer": optim_meta, "scheduler": self.scheduler.state_dict(),
+                       "elapsed_s": self._elapsed(),
+                       "window": {"loss": self.window_loss, "steps": self.window_steps}}
             extra = {**rng_tensors, **optim_tensors}
             if self.ema is not None:
                 extra.update({f"ema.{k}": v.detach().cpu().contiguous() for k, v in self.ema.state_dict().items()})
@@ -255,8 +291,10 @@ class Trainer:
         return self.model if self.ema is None else self.ema.module
 
     def evaluate(self, split: str) -> dict[str, float]:
-        """Metrics of :attr:`eval_model` on ``dev`` or ``test`` (every rank computes the same numbers)."""
-        return self.task.evaluate(self.eval_model, split)
+        """Metrics of :attr:`eval_model` on ``dev`` or ``test`` (every rank computes the same numbers); a long
+        evaluation (decoding a split) shows its own row under the progress bar."""
+        return self.task.evaluate(self.eval_model, split,
+                                  progress=self._bar.stage(f"decode {split}") if self._bar is not None else None)
 
     def _evaluate_and_checkpoint(self) -> bool:
         """Dev evaluation, its row in the log, best / last checkpoints, schedule and early stopping; True = stop.
@@ -278,7 +316,10 @@ class Trainer:
         return bool(train_config.patience) and self.bad_evals >= train_config.patience
 
     def _elapsed(self) -> float:
-        return round(time.perf_counter() - self._start, 3)
+        """Seconds of training so far, earlier sessions of a resumed run included (the work between a run's last
+        checkpoint and its interruption is redone, and counted, once)."""
+        now = time.perf_counter() - self._start if self._start is not None else 0.0
+        return round(self._elapsed_before + now, 3)
 
     # --- the loop ---------------------------------------------------------------------------------------
 
@@ -291,20 +332,32 @@ class Trainer:
         """Train until ``max_steps`` / ``max_epochs`` or early stopping; then evaluate the best checkpoint on
         the test split. Ctrl-C / SIGTERM stop the loop; checkpoints already written stay intact. However it
         ends, the run folder is released."""
+        total = self.total_steps()
         try:
-            try:
-                self._train(self.total_steps())
-            except KeyboardInterrupt:
-                if self.dist.is_main:
-                    last = self.out_dir / "last.safetensors"
-                    where = f"; resume with --resume {last}" if last.exists() else ""
-                    self.console.print(f"[yellow]interrupted at step {self.step}[/yellow]: checkpoints in "
-                                       f"{self.out_dir} are intact{where}")
-                raise
-            return self._finish()
+            with TrainProgress(total, console=self.console, enabled=self.cfg.train.progress and self.dist.is_main,
+                               start=self.step, unit="tok" if self.task.unit == "tokens" else "ex") as self._bar:
+                try:
+                    self._train(total)
+                except KeyboardInterrupt:
+                    if self.dist.is_main:
+                        self.console.print(f"[yellow]interrupted at step {self.step}[/yellow]: {self._kept()}")
+                    raise
+                return self._finish()
         finally:
+            self._bar = None
             cleanup(self.dist)
             self.close()
+
+    def _kept(self) -> str:
+        """What an interrupted run leaves to continue from (said once it stops)."""
+        last = self.out_dir / "last.safetensors"
+        if last.exists():
+            return f"checkpoints in {self.out_dir} are intact; resume with --resume {last}"
+        if (self.out_dir / "best.safetensors").exists():
+            return (f"{self.out_dir / 'best.safetensors'} is intact, but there is no last.safetensors to resume from "
+                    "(train.keep_last is off): a new run starts again from step 0")
+        return (f"no checkpoint was written yet (the first comes at the first evaluation), so there is nothing to "
+                f"resume: run the command again with --overwrite to start over in {self.out_dir}")
 
     def _train(self, total: int) -> None:
         """The loop: optimiser steps, train rows every ``log_every`` steps, evaluations and checkpoints, until
@@ -313,42 +366,43 @@ class Trainer:
         self._start = time.perf_counter()
         speed_key = f"{self.task.unit}_per_s"
         self._train_units, self._train_seconds = 0, 0.0  # throughput of the training steps alone
-        window_loss, window_units, window_start, window_steps = 0.0, 0, time.perf_counter(), 0
+        window_units, window_start = 0, time.perf_counter()  # this session's: the speed of the next row
         stop = self.step >= total
-        with TrainProgress(total, console=self.console, enabled=train_config.progress and self.dist.is_main,
-                           start=self.step, unit="tok" if self.task.unit == "tokens" else "ex") as bar:
-            while not stop:
-                batches = self.sampler.batches(self.epoch)
-                while self.position < len(batches) and not stop:
-                    step_start = time.perf_counter()
-                    loss, units = self._train_step(batches[self.position])
-                    self._train_seconds += time.perf_counter() - step_start
-                    self._train_units += units
-                    if not math.isfinite(loss):
-                        raise DivergenceError(f"training loss is {loss} at step {self.step + 1}; lower "
-                                              "optim.lr or set optim.clip_norm")
-                    self.step += 1
-                    self.position += 1
-                    window_loss += loss
-                    window_units += units
-                    window_steps += 1
-                    if self.step % train_config.log_every == 0 or self.step == total:
-                        speed = window_units / max(1e-9, time.perf_counter() - window_start)
-                        self.logger.log(step=self.step, epoch=self.epoch, split="train",
-                                        loss=window_loss / window_steps, lr=self.optimizer.param_groups[0]["lr"],
-                                        **{speed_key: round(speed, 1)}, elapsed_s=self._elapsed())
-                        bar.update(self.step, loss=window_loss / window_steps, speed=speed)
-                        window_loss, window_units, window_steps = 0.0, 0, 0
-                        window_start = time.perf_counter()
-                    if self.position == len(batches):
-                        self.epoch, self.position = self.epoch + 1, 0
-                    stop = self.step >= total
-                    end_of_epoch = self.position == 0
-                    if (train_config.eval_every and self.step % train_config.eval_every == 0) or \
-                            (not train_config.eval_every and end_of_epoch) or stop:
-                        stop = self._evaluate_and_checkpoint() or stop
-                    if end_of_epoch:
-                        break
+        bar = self._bar
+        assert bar is not None  # fit() holds it
+        while not stop:
+            batches = self.sampler.batches(self.epoch)
+            while self.position < len(batches) and not stop:
+                step_start = time.perf_counter()
+                loss, units = self._train_step(batches[self.position])
+                self._train_seconds += time.perf_counter() - step_start
+                self._train_units += units
+                if not math.isfinite(loss):
+                    raise DivergenceError(f"training loss is {loss} at step {self.step + 1}; lower "
+                                          "optim.lr or set optim.clip_norm")
+                self.step += 1
+                self.position += 1
+                self.window_loss += loss
+                self.window_steps += 1
+                window_units += units
+                if self.step % train_config.log_every == 0 or self.step == total:
+                    speed = window_units / max(1e-9, time.perf_counter() - window_start)
+                    mean = self.window_loss / self.window_steps
+                    self.logger.log(step=self.step, epoch=self.epoch, split="train", loss=mean,
+                                    lr=self.optimizer.param_groups[0]["lr"], **{speed_key: round(speed, 1)},
+                                    elapsed_s=self._elapsed())
+                    bar.update(self.step, loss=mean, speed=speed)
+                    self.window_loss, self.window_steps, window_units = 0.0, 0, 0
+                    window_start = time.perf_counter()
+                if self.position == len(batches):
+                    self.epoch, self.position = self.epoch + 1, 0
+                stop = self.step >= total
+                end_of_epoch = self.position == 0
+                if (train_config.eval_every and self.step % train_config.eval_every == 0) or \
+                        (not train_config.eval_every and end_of_epoch) or stop:
+                    stop = self._evaluate_and_checkpoint() or stop
+                if end_of_epoch:
+                    break
 
     def _finish(self) -> dict:
         """Reload the best checkpoint's weights and evaluate them on the test split."""
@@ -356,7 +410,9 @@ class Trainer:
         if best.exists():
             load_weights(self.eval_model, load_checkpoint(best))
         summary: dict[str, object] = {"best_dev": self.best_metric, "best_step": self.best_step, "steps": self.step,
-                   "metric": self.cfg.train.metric, "out_dir": str(self.out_dir)}
+                   "epochs": round(self.epoch + self.position / max(1, len(self.sampler)), 3),
+                   "metric": self.cfg.train.metric, "out_dir": str(self.out_dir),
+                   "parameters": parameter_counts(self.model)}
         if self._train_seconds > 0:  # this session's training steps (evaluation time excluded)
             summary[f"{self.task.unit}_per_s"] = round(self._train_units / self._train_seconds, 1)
         if self.task.data_summary():
@@ -366,7 +422,18 @@ class Trainer:
             summary["test"] = test
             self.logger.log(step=self.best_step or self.step, epoch=self.epoch, split="test", **test,
                             elapsed_s=self._elapsed())
+        summary["wall_s"] = self._elapsed()
         return summary
+
+
+def parameter_counts(model: nn.Module) -> dict[str, int]:
+    """Parameters of ``model``: ``total``, ``trainable``, and ``without_embeddings`` — everything but the word
+    embedding tables (what MTSA Table 1's |θ| counts)."""
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    params = list(model.parameters())
+    return {"total": sum(p.numel() for p in params),
+            "trainable": sum(p.numel() for p in params if p.requires_grad),
+            "without_embeddings": sum(p.numel() for p in params if id(p) not in embeddings)}
 
 
 def build_ema(model: nn.Module, decay: float) -> AveragedModel | None:

@@ -173,10 +173,10 @@ class ClassifierSource(MapSource):
         self.loaded, self.encoder, self.vocab = loaded, encoder, loaded.vocab
 
     def encode(self, sentence: str) -> EncodedSentence:
-        """Whitespace tokens, lowercased with ``data.lowercase``; longer than ``data.max_len`` (training
+        """Tokens as in training (``data.tokenizer``, ``data.lowercase``); longer than ``data.max_len`` (training
         truncated there) or than the positional table's ``model.max_len`` is an error."""
         cfg = self.loaded.config
-        tokens = tokenize(_check_sentence_text(sentence), lowercase=cfg.data.lowercase)
+        tokens = tokenize(_check_sentence_text(sentence), **cfg.data.token_options)
         check_length(len(tokens), self.max_length, "the sentence")
         limits = []
         if cfg.data.max_len:
@@ -198,11 +198,11 @@ class ClassifierSource(MapSource):
         fmt = format or cfg.data.format
         if fmt not in CLASSIFIER_FORMATS:
             raise ArgumentError(f"unknown format {fmt!r}; expected one of {', '.join(CLASSIFIER_FORMATS)}")
-        lowercase = cfg.data.lowercase
+        options = cfg.data.token_options
         if fmt == "lines":
-            sentences = read_sentences(path, lowercase=lowercase)
+            sentences = read_sentences(path, **options)
         else:
-            sentences = sentences_of(READERS[fmt](path, lowercase=lowercase))
+            sentences = sentences_of(READERS[fmt](path, **options))
         max_len = cfg.data.max_len
         kept = [tuple(self.vocab.encode(s[:max_len] if max_len else s)) for s in sentences if s]
         if not kept:

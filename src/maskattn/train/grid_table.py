@@ -1,0 +1,229 @@
+"""The Markdown table of finished runs (``maskattn grid table``): one row per cell — runs whose configurations
+differ only in their replicate keys (``train.seed``, ``data.fold``) and in how they were run (folder, threads,
+device) — with the test metric of every run, its mean ± sample standard deviation, the mean best dev metric, the
+epochs trained, the training throughput, the wall time per run and the parameters without the word embeddings
+(MTSA Table 1's |θ|); with the efficiency figures of ``maskattn grid cost`` (``cost.json`` in a grid folder) beside
+them.
+
+A run is a folder holding ``config.yaml`` and ``summary.json`` (what a grid run or a cross-validation fold writes);
+the folders given are searched for them. Runs of different presets or data sets (``data.source``, ``dir``,
+``format``, ``train`` / ``dev`` / ``test``, ``cv_folds``, and the preset a grid was made from) make no table:
+refused, naming them.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ..errors import ArgumentError
+from .grid import MANIFEST, REPLICATE_KEYS, load_grid
+from .resumable import FREE_SETTINGS, SUMMARY
+
+__all__ = ["RunRecord", "collect_runs", "table_rows", "markdown_table", "COST_FILE"]
+
+COST_FILE = "cost.json"
+#: keys that say how a run was run, not what it computed
+_HOW = {f"{section}.{key}" for section, key in FREE_SETTINGS} | {"train.out_dir"}
+_DATA_KEYS = ("data.source", "data.dir", "data.format", "data.train", "data.dev", "data.test", "data.cv_folds",
+              "data.hf_name")
+_PERCENT = ("accuracy", "f1")
+
+
+@dataclass
+class RunRecord:
+    """A finished run: its folder, its flattened configuration (``section.key`` → value), its summary, the preset
+    its grid was made from, its grid cell's name and that cell's measured costs (both ``None`` outside a grid)."""
+
+    folder: Path
+    config: dict
+    summary: dict
+    preset: str | None = None
+    cell: str | None = None
+    cost: dict | None = None
+    order: tuple = ()  # (folder given, grid, run): its place in the grid manifests (the rows' order); () outside
+
+    @property
+    def identity(self) -> dict:
+        """What must be equal for runs to share a table: the preset and the data."""
+        return {"preset": self.preset, **{key: self.config.get(key) for key in _DATA_KEYS}}
+
+    @property
+    def signature(self) -> str:
+        """The cell: every setting but the replicate keys and how the run was run."""
+        return json.dumps({k: v for k, v in self.config.items() if k not in _HOW and k not in REPLICATE_KEYS},
+                          sort_keys=True, default=str)
+
+
+def _flatten(config: dict) -> dict:
+    return {f"{section}.{key}": value for section, values in config.items() if isinstance(values, dict)
+            for key, value in values.items()}
+
+
+def collect_runs(paths: Sequence[str | Path]) -> tuple[list[RunRecord], list[Path]]:
+    """The finished runs under ``paths`` (folders), and the run folders that have not finished."""
+    records, unfinished, seen = [], [], set()
+    for root_number, root in enumerate(map(Path, paths)):
+        if not root.is_dir():
+            raise ArgumentError(f"{root} is not a folder of runs")
+        above = [folder / MANIFEST for folder in [root.resolve(), *root.resolve().parents][:4]]
+        grids = {p.parent.resolve(): load_grid(p.parent) for p in [*above, *root.rglob(MANIFEST)] if p.is_file()}
+        for config_path in sorted(root.rglob("config.yaml")):
+            folder = config_path.parent.resolve()
+            if folder in seen:
+                continue
+            seen.add(folder)
+            summary_path = folder / SUMMARY
+            if not summary_path.is_file():
+                unfinished.append(folder)
+                continue
+            config = _flatten(yaml.safe_load(config_path.read_text(encoding="utf-8")) or {})
+            record = RunRecord(folder, config, json.loads(summary_path.read_text(encoding="utf-8")))
+            for number, (grid_folder, grid) in enumerate(grids.items()):
+                index = next((i for i, r in enumerate(grid.runs) if grid_folder / r.name == folder), None)
+                if index is not None:
+                    run = grid.runs[index]
+                    record.preset, record.cell, record.order = grid.base.get("preset"), run.cell, (root_number, number, index)
+                    if isinstance(config.get("data.dir"), str) and not Path(config["data.dir"]).is_absolute():
+                        config["data.dir"] = str((Path(grid.cwd) / config["data.dir"]).resolve())
+                    record.cost = _cost(grid_folder, run.cell)
+            records.append(record)
+    records.sort(key=lambda r: (r.order or (len(paths), 0, 0), str(r.folder)))
+    if not records:
+        raise ArgumentError(f"no finished runs (folders with config.yaml and {SUMMARY}) under {', '.join(map(str, paths))}"
+                            + (f"; {len(unfinished)} unfinished" if unfinished else ""))
+    _check_one_task(records)
+    return records, unfinished
+
+
+def _cost(grid_folder: Path, cell: str) -> dict | None:
+    path = grid_folder / COST_FILE
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8")).get("cells", {}).get(cell)
+
+
+def _check_one_task(records: list[RunRecord]) -> None:
+    identities: dict[str, RunRecord] = {}
+    for record in records:
+        identities.setdefault(json.dumps(record.identity, sort_keys=True, default=str), record)
+    if len(identities) > 1:
+        described = "; ".join(f"{r.folder}: preset {r.preset or '(none recorded)'}, " + ", ".join(
+            f"{key}={r.identity[key]}" for key in _DATA_KEYS if r.identity[key] not in (None, 0)) for r in identities.values())
+        raise ArgumentError(f"the runs are of {len(identities)} different presets or data sets, which make no table "
+                            f"together: {described}")
+
+
+@dataclass
+class Row:
+    """One cell of a table: its label and its runs, in replicate order."""
+
+    label: str
+    runs: list[RunRecord] = field(default_factory=list)
+
+
+def table_rows(records: list[RunRecord]) -> tuple[list[str], list[Row]]:
+    """The label columns and the rows (cells) of ``records``, in the order their first run was found. A row is
+    labelled by its grid cell's name when every run has one and the names tell the cells apart, else by the settings
+    that differ between the cells."""
+    cells: dict[str, Row] = {}
+    for record in records:
+        cells.setdefault(record.signature, Row("")).runs.append(record)
+    rows = list(cells.values())
+    for row in rows:
+        row.runs.sort(key=lambda r: tuple(_number(r.config.get(k)) for k in REPLICATE_KEYS))
+    names = [row.runs[0].cell for row in rows]
+    if all(name is not None for name in names) and len(set(names)) == len(names):
+        for row, name in zip(rows, names):
+            row.label = name or "(base)"
+        return ["cell"], rows
+    differing = sorted({key for key in records[0].config.keys() | {k for r in records for k in r.config}
+                        if key not in _HOW and key not in REPLICATE_KEYS
+                        and len({json.dumps(row.runs[0].config.get(key), default=str) for row in rows}) > 1})
+    for row in rows:
+        row.label = ", ".join(f"{key}={_text(row.runs[0].config.get(key))}" for key in differing) or "(one cell)"
+    return ["settings"], rows
+
+
+def _number(value) -> float:
+    return value if isinstance(value, (int, float)) else -1
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _mean_std(values: list[float], digits: int) -> str:
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def _span(fractions: list[float]) -> str:
+    low, high = min(fractions), max(fractions)
+    return f"{low:.1%}" if f"{low:.1%}" == f"{high:.1%}" else f"{low:.1%}–{high:.1%}"
+
+
+def _scaled(metric: str, value: float) -> float:
+    return 100 * value if metric in _PERCENT else value
+
+
+def _replicate(record: RunRecord) -> str:
+    return " ".join(f"{key.split('.')[-1]} {record.config[key]}" for key in REPLICATE_KEYS
+                    if key in record.config and (key != "data.fold" or record.config.get("data.cv_folds")))
+
+
+def markdown_table(records: list[RunRecord], *, metric: str | None = None) -> str:
+    """The Markdown table of ``records`` (module docstring); ``metric``: the test metric shown (default: the runs'
+    ``train.metric``). Accuracy and F1 are in %."""
+    metric = metric or records[0].summary.get("metric", "accuracy")
+    _, rows = table_rows(records)
+    with_cost = any(r.cost for r in records)
+    unit = "%" if metric in _PERCENT else ""
+    header = ["cell", "runs", f"test {metric}{f' ({unit})' if unit else ''}, per run", f"test {metric}",
+              f"best dev {records[0].summary.get('metric', metric)}", "epochs", "train examples/s", "wall time / run",
+              "parameters (without embeddings)"]
+    if with_cost:
+        header += ["time / epoch", "inference (test set)", "peak memory (training step)"]
+    lines = ["| " + " | ".join(header) + " |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"
+             + ("---:|---:|---:|" if with_cost else "")]
+    for row in rows:
+        runs = row.runs
+        tests = [_scaled(metric, r.summary["test"][metric]) for r in runs if metric in r.summary.get("test", {})]
+        devs = [_scaled(r.summary["metric"], r.summary["best_dev"]) for r in runs
+                if isinstance(r.summary.get("best_dev"), (int, float))]
+        per_run = " / ".join(f"{v:.1f}" if unit else f"{v:.2f}" for v in tests) or "–"
+        speeds = [r.summary[key] for r in runs for key in ("examples_per_s", "tokens_per_s") if key in r.summary]
+        walls = [r.summary["wall_s"] for r in runs if "wall_s" in r.summary]
+        epochs = [r.summary["epochs"] for r in runs if "epochs" in r.summary]
+        params = runs[0].summary.get("parameters", {}).get("without_embeddings")
+        cells = [row.label.replace("|", "\\|"), str(len(runs)), per_run, _mean_std(tests, 1 if unit else 2),
+                 _mean_std(devs, 1 if unit else 2), f"{statistics.mean(epochs):.1f}" if epochs else "–",
+                 f"{statistics.median(speeds):,.0f}" if speeds else "–",
+                 f"{statistics.mean(walls):,.0f} s" if walls else "–",
+                 f"{params / 1e6:.2f} M" if isinstance(params, int) else "–"]
+        if with_cost:
+            cost = runs[0].cost or {}
+            cells += [f"{cost['epoch_s']:,.0f} s" if "epoch_s" in cost else "–",
+                      f"{cost['inference_s']:,.1f} s" if "inference_s" in cost else "–",
+                      f"{cost['peak_memory_bytes'] / 2**20:,.0f} MB" if "peak_memory_bytes" in cost else "–"]
+        lines.append("| " + " | ".join(cells) + " |")
+    coverage = [r.summary["data"]["vectors"] for r in records if "vectors" in r.summary.get("data", {})]
+    if coverage:
+        shares = [c["token_share"] for c in coverage]
+        types = [c["types_covered"] / max(1, c["vocab_types"]) for c in coverage]
+        lines += ["", f"Pretrained vectors ({len(coverage)} of {len(records)} runs, {coverage[0]['file']}): "
+                      f"{_span(types)} of the training vocabulary types, {_span(shares)} of the training tokens."]
+    replicates = sorted({_replicate(r) for r in records} - {""})
+    lines.append("")
+    lines.append(f"Per run: {', '.join(replicates[:12])}{', …' if len(replicates) > 12 else ''} (in that order); mean ± "
+                 "sample standard deviation over the runs of a row." if replicates else
+                 "Mean ± sample standard deviation over the runs of a row.")
+    return "\n".join(lines)

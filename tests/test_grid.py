@@ -1,0 +1,214 @@
+"""``maskattn grid``: Hydra-style sweeps × seeds as one job — every run in its own folder, checked before any
+starts, several at a time, resumable; the Markdown table of the run folders; the efficiency of the cells."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from _train_helpers import fit_killed_before_step, write_sentiment
+from maskattn.cli import app
+from maskattn.errors import ConfigError
+from maskattn.train import Trainer
+from maskattn.train.grid import define_grid, parse_seeds, run_grid, run_one, split_values
+from maskattn.train.grid_table import collect_runs, markdown_table
+
+TINY = ["model.d_model=16", "model.num_heads=2", "model.ffn=false", "train.batch_size=16", "train.max_steps=6",
+        "train.eval_every=3", "train.log_every=1", "data.dev_fraction=0.25", "optim.name=adam", "optim.lr=0.01",
+        "train.num_threads=1"]
+
+
+def test_values_split_as_hydra_multirun():
+    assert split_values("mtsa") == ["mtsa"]
+    assert split_values("mtsa,mha, bilstm") == ["mtsa", "mha", "bilstm"]
+    assert split_values("'csan2d x3, mha x3',mtsa") == ["'csan2d x3, mha x3'", "mtsa"]
+    assert split_values("[0.9, 0.98],[0.9, 0.999]") == ["[0.9, 0.98]", "[0.9, 0.999]"]
+    assert split_values("mtsa(window=5, heads=[a, b]),mha") == ["mtsa(window=5, heads=[a, b])", "mha"]
+    assert split_values("range(0,3)") == ["0", "1", "2"]
+    assert split_values("range(0.5, 1.1, 0.25)") == ["0.5", "0.75", "1.0"]
+    for bad, message in (("a,,b", "empty value"), ("[1, 2", "unbalanced brackets"), ("'a,b", "unbalanced quote"),
+                         ("range(3,0)", "range is empty"), ("range(a,b)", "expected range")):
+        with pytest.raises(ConfigError, match=message):
+            split_values(bad)
+    assert parse_seeds("0-2,7,1") == [0, 1, 2, 7] and parse_seeds("range(3,5)") == [3, 4]
+    with pytest.raises(ConfigError, match="expected seeds such as 0-4"):
+        parse_seeds("2-0")
+
+
+def test_runs_are_variants_times_values_times_seeds(tmp_path):
+    data = write_sentiment(tmp_path)
+    grid = define_grid(tmp_path / "grid", overrides=[f"data.dir={data}", *TINY, "optim.lr=0.01,0.001"],
+                       variants=["mtsa={model.encoder: mtsa}", "mha={model.encoder: mha, model.positional: sinusoidal}"],
+                       seeds="0-1")
+    names = [run.name for run in grid.runs]
+    assert names == ["mtsa,lr=0.01/seed0", "mtsa,lr=0.001/seed0", "mha,lr=0.01/seed0", "mha,lr=0.001/seed0",
+                     "mtsa,lr=0.01/seed1", "mtsa,lr=0.001/seed1", "mha,lr=0.01/seed1", "mha,lr=0.001/seed1"]
+    mha = grid.config(grid.runs[3])
+    assert (mha.model.encoder, mha.model.positional, mha.optim.lr, mha.train.seed) == ("mha", "sinusoidal", 0.001, 0)
+    assert mha.train.out_dir == str(tmp_path / "grid" / "mha,lr=0.001" / "seed0")
+    assert not (tmp_path / "grid").exists()  # defining writes nothing
+
+
+def test_variants_come_from_a_file_too(tmp_path):
+    data = write_sentiment(tmp_path)
+    path = tmp_path / "models.yaml"
+    path.write_text("mtsa: {model.encoder: mtsa}\nbilstm: {model.encoder: bilstm, model.encoder_options: {hidden: 8}}\n")
+    every = define_grid(tmp_path / "g", overrides=[f"data.dir={data}", *TINY], variants_file=path)
+    assert [r.name for r in every.runs] == ["mtsa/run", "bilstm/run"]
+    assert every.config(every.runs[1]).model.encoder_options == {"hidden": 8}
+    picked = define_grid(tmp_path / "g", overrides=[f"data.dir={data}", *TINY], variants_file=path,
+                         variants=["bilstm", "mha={model.encoder: mha}"])
+    assert [r.cell for r in picked.runs] == ["bilstm", "mha"]
+    with pytest.raises(ConfigError, match=r"variant 'gru'.*or one of the variants of .*models.yaml: mtsa, bilstm"):
+        define_grid(tmp_path / "g", overrides=[f"data.dir={data}"], variants_file=path, variants=["gru"])
+    shipped = define_grid(tmp_path / "g", preset="trec", overrides=[f"data.dir={data}"],
+                          variants_file=Path(__file__).resolve().parents[1] / "benchmarks" / "grids"
+                          / "sentence_models.yaml")
+    assert {r.cell for r in shipped.runs} >= {"mtsa", "mha", "cnn_rand", "cnn_static", "cnn_nonstatic"}
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.encoderr=mtsa,mha", r"grid run encoderr=mtsa/run .*unknown config key\(s\) model.encoderr"),
+    ("model.d_model=16,abc", r"grid run d_model=abc/run .*model.d_model must be int, got 'abc'"),
+    ("model.dropout=0.1,1.5", r"model.dropout must be in \[0, 1\), got 1.5"),
+    ("model.encoder=mtsa,nosuch", r"grid run encoder=nosuch/run .*unknown sublayer 'nosuch'"),
+    ("data.vectors=missing.txt", r"data.vectors missing.txt is not a file"),
+    ("train.out_dir=x", r"each run of a grid has its own folder"),
+])
+def test_a_bad_setting_refuses_the_grid_before_any_run(tmp_path, override, message):
+    data = write_sentiment(tmp_path)
+    with pytest.raises(ConfigError, match=message):
+        define_grid(tmp_path / "grid", overrides=[f"data.dir={data}", *TINY, override], cwd=tmp_path)
+    assert not (tmp_path / "grid").exists()
+
+
+def run_cli(*args):
+    return CliRunner().invoke(app, ["grid", *map(str, args)], catch_exceptions=False)
+
+
+def test_an_interrupted_run_resumes_exactly_and_a_finished_one_is_kept(tmp_path, monkeypatch):
+    data = write_sentiment(tmp_path)
+    grid = define_grid(tmp_path / "grid", overrides=[f"data.dir={data}", *TINY], seeds="0")
+    grid.folder.mkdir()
+    grid.save()
+    fit_killed_before_step(monkeypatch, grid.config(grid.runs[0]), 5)
+    assert run_one(grid.folder, "seed0", 1) == 0  # what a grid process runs for the run, here in-process
+    metrics = [json.loads(line) for line in (grid.folder / "seed0" / "metrics.jsonl").open()]
+    assert [r["step"] for r in metrics if r["split"] == "train"] == [1, 2, 3, 4, 5, 6]  # continued, not restarted
+    reference = Trainer(grid.config(grid.runs[0], [f"train.out_dir={tmp_path / 'reference'}"])).fit()
+    summary = json.loads((grid.folder / "seed0" / "summary.json").read_text())
+    assert summary["test"] == reference["test"] and summary["steps"] == 6
+    assert yaml.safe_load((grid.folder / "seed0" / "config.yaml").read_text())["train"]["num_threads"] == 1
+    best = (grid.folder / "seed0" / "best.safetensors").stat().st_mtime_ns
+    assert run_one(grid.folder, "seed0", 1) == 0  # finished: not trained again
+    assert (grid.folder / "seed0" / "best.safetensors").stat().st_mtime_ns == best
+
+
+@pytest.mark.slow
+def test_a_grid_runs_resumes_grows_and_makes_its_table(tmp_path, monkeypatch):
+    data = write_sentiment(tmp_path)
+    out = tmp_path / "grid"
+    sets = [a for item in TINY for a in ("--set", item)]
+    common = ["--out", out, "--data", data, *sets, "--set", "model.encoder=mtsa,mha", "--seeds", "0-1"]
+    grid = define_grid(out, overrides=[f"data.dir={data}", *TINY, "model.encoder=mtsa,mha"], seeds="0-1")
+    fit_killed_before_step(monkeypatch, grid.config(grid.runs[1]), 5)  # encoder=mha/seed0, before the grid starts
+    result = run_cli("run", *common, "--jobs", "2", "--threads", "1")
+    assert result.exit_code == 0, result.output
+    assert "4 runs, 0 finished earlier, 4 to run, 2 at a time with 1 thread(s) each" in result.output
+    resumed = [json.loads(line) for line in (out / "encoder=mha" / "seed0" / "metrics.jsonl").open()]
+    assert [r["step"] for r in resumed if r["split"] == "train"] == [1, 2, 3, 4, 5, 6]
+    again = run_cli("run", "--out", out)  # the grid alone: everything finished
+    assert "4 finished earlier, 0 to run" in again.output
+    grown = run_cli("run", *common[:-1], "0-2")
+    assert "6 runs, 4 finished earlier, 2 to run" in grown.output and (out / "encoder=mtsa" / "seed2").is_dir()
+
+    table = run_cli("table", out)
+    assert table.exit_code == 0, table.output
+    lines = [line for line in table.output.splitlines() if line.startswith("| encoder=")]
+    assert [line.split(" | ")[0] for line in lines] == ["| encoder=mtsa", "| encoder=mha"]  # the grid's order
+    mtsa = [100 * json.loads((out / "encoder=mtsa" / f"seed{s}" / "summary.json").read_text())["test"]["accuracy"]
+            for s in range(3)]
+    cells = lines[0].split(" | ")
+    assert cells[1] == "3" and cells[2] == " / ".join(f"{v:.1f}" for v in mtsa)
+    assert cells[3] == f"{statistics.mean(mtsa):.1f} ± {statistics.stdev(mtsa):.1f}"
+
+
+def test_a_run_held_by_another_process_is_left_to_it(tmp_path):
+    data = write_sentiment(tmp_path)
+    grid = define_grid(tmp_path / "grid", overrides=[f"data.dir={data}", *TINY], seeds="0")
+    folder = tmp_path / "grid" / "seed0"
+    folder.mkdir(parents=True)
+    with open(folder / ".grid-worker", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        outcome = run_grid(grid, say=lambda line: None)
+    assert outcome["busy"] == ["seed0"] and not (folder / "summary.json").exists()
+
+
+def test_a_failed_run_is_reported_and_the_others_go_on(tmp_path):
+    data = write_sentiment(tmp_path)
+    (data / "broken").mkdir()
+    (data / "broken" / "train.tsv").write_text("no tab here\n")
+    grid = define_grid(tmp_path / "grid", overrides=[*TINY, f"data.dir={data / 'broken'},{data}"], seeds="0")
+    lines = []
+    outcome = run_grid(grid, jobs=2, threads=1, say=lines.append)
+    assert outcome["failed"] == [grid.runs[0].name] and outcome["finished"] == [grid.runs[1].name]
+    assert any("failed (exit status 2): error:" in line and "train.tsv:1: expected 'label<TAB>text'" in line
+               for line in lines)
+
+
+def test_a_table_of_different_presets_is_refused(tmp_path):
+    data = write_sentiment(tmp_path)
+    for preset in ("sst5", "trec"):
+        grid = define_grid(tmp_path / preset, preset=preset, seeds="0",
+                           overrides=[f"data.dir={data}", "data.format=tsv", "data.train=train.tsv",
+                                      "data.test=test.tsv", "data.dev=null", *TINY])
+        Trainer(grid.config(grid.runs[0])).fit()
+        (tmp_path / preset / "seed0" / "summary.json").write_text(json.dumps({"metric": "accuracy", "best_dev": 0.5,
+                                                                               "test": {"accuracy": 0.5}}))
+        grid.folder.mkdir(exist_ok=True)
+        grid.save()
+    records, _ = collect_runs([tmp_path / "sst5"])
+    assert "| (base) | 1 | 50.0 |" in markdown_table(records)
+    with pytest.raises(ValueError, match=r"2 different presets or data sets.*sst5.*preset sst5.*trec.*preset trec"):
+        collect_runs([tmp_path / "sst5", tmp_path / "trec"])
+
+
+def test_cost_measures_every_cell(tmp_path):
+    data = write_sentiment(tmp_path)
+    out = tmp_path / "grid"
+    result = run_cli("cost", "--out", out, "--data", data, *[a for item in TINY for a in ("--set", item)],
+                     "--set", "model.encoder=mtsa,bilstm", "--steps", "2", "--rounds", "2", "--warmup", "1",
+                     "--memory-batch", "4", "--memory-length", "8")
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "cost.json").read_text())
+    assert sorted(report["cells"]) == ["encoder=bilstm", "encoder=mtsa"]
+    for cell in report["cells"].values():
+        assert len(cell["step_s"]) == 2 and cell["epoch_s"] == pytest.approx(
+            statistics.median(cell["step_s"]) * cell["batches_per_epoch"])
+        assert cell["peak_memory_bytes"] > 0 and cell["inference_s"] > 0
+        assert cell["parameters"]["without_embeddings"] < cell["parameters"]["total"]
+    assert "| encoder=mtsa |" in result.output and "peak memory" in result.output
+
+
+def test_the_table_says_what_the_vectors_covered(tmp_path):
+    from maskattn.train.resumable import run_to_end
+
+    data = write_sentiment(tmp_path)
+    (tmp_path / "glove.txt").write_text("the 1 2 3 4\ngood 5 6 7 8\n")
+    grid = define_grid(tmp_path / "grid", overrides=[f"data.dir={data}", *TINY, f"data.vectors={tmp_path / 'glove.txt'}",
+                                                     "model.embed_dim=4"], seeds="0")
+    grid.folder.mkdir()
+    grid.save()
+    summary, trained = run_to_end(grid.config(grid.runs[0]))
+    assert trained and run_to_end(grid.config(grid.runs[0]))[1] is False  # finished: read, not trained again
+    records, _ = collect_runs([grid.folder])
+    coverage = summary["data"]["vectors"]
+    assert (f"Pretrained vectors (1 of 1 runs, {tmp_path / 'glove.txt'}): "
+            f"{coverage['types_covered'] / coverage['vocab_types']:.1%} of the training vocabulary types, "
+            f"{coverage['token_share']:.1%} of the training tokens.") in markdown_table(records)
