@@ -23,7 +23,7 @@ while True:
     i += 1
     with torch.no_grad():
         model.weight.fill_(float(i))
-    save_checkpoint(sys.argv[1], model=model, config={"i": i}, vocab=["<pad>", "<unk>"], labels=["a"],
+    save_checkpoint(sys.argv[1], model=model, config={"train": {"i": i}}, vocab=["<pad>", "<unk>"], labels=["a"],
                     model_type="sentence", step=i)
     print(i, flush=True)
 """
@@ -33,7 +33,7 @@ def save_small(path, value: float, step: int):
     model = torch.nn.Linear(4, 4)
     with torch.no_grad():
         model.weight.fill_(value)
-    return save_checkpoint(path, model=model, config={"v": value}, vocab=["<pad>", "<unk>"], labels=["a", "b"],
+    return save_checkpoint(path, model=model, config={"train": {"v": value}}, vocab=["<pad>", "<unk>"], labels=["a", "b"],
                            model_type="sentence", step=step)
 
 
@@ -64,4 +64,4 @@ def test_sigkill_while_saving_never_leaves_a_corrupt_checkpoint(tmp_path):
             proc.send_signal(signal.SIGKILL)
             proc.wait()
         ckpt = load_checkpoint(path)
-        assert torch.all(ckpt.model_state["weight"] == float(ckpt.config["i"]))  # complete and consistent
+        assert torch.all(ckpt.model_state["weight"] == float(ckpt.config["train"]["i"]))  # complete and consistent

@@ -212,10 +212,12 @@ def _flex(q, k, v, left, right, index, valid, kpm, scale, score_mod):
 def _dispatch(q, k, v, left, right, index, valid, kpm, *, scale, score_mod, dropout_p, training, backend):
     if is_empty(q, k):
         return empty_output(q, v, k)
-    n = q.shape[2]
-    if isinstance(n, int):  # a static length (not a symbol of a dynamic-shape compile)
+    if not torch.compiler.is_compiling():
         # a band wider than the sequence covers it all: clipped to n − 1 on each side, it costs what full attention
-        # costs at this length, whatever the window or radius (the band kernels size their work by the band)
+        # costs at this length, whatever the window or radius (the band kernels size their work by the band). Not
+        # under torch.compile: there the length is a symbol, and a band that depends on it would make the tiling
+        # (and so the graph) specialise on every length (docs/design.md §3)
+        n = q.shape[2]
         left, right = min(left, n - 1), min(right, n - 1)
     drop = dropout_p if training else 0.0
     kind = None if score_mod is None else "logsigmoid" if score_mod is F.logsigmoid else "other"

@@ -35,7 +35,7 @@ from ..metrics import summed_loss
 from .grid import Grid, GridRun
 from .grid_table import COST_FILE
 from .acceleration import autocast_dtype
-from .optim import build_optimizer
+from .optim import build_optimizer, optimizer_step
 from .resumable import write_json
 from .tasks import Task, build_task
 from .trainer import parameter_counts, seed_everything
@@ -65,17 +65,7 @@ class _Cell:
         for indices in batches:
             with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
                 loss = self.task.loss_sum(self.model, indices) / self.task.loss_terms(indices)
-            self.optimizer.zero_grad(set_to_none=True)
-            (self.scaler.scale(loss) if self.scaler else loss).backward()
-            if self.scaler:
-                self.scaler.unscale_(self.optimizer)
-            if self.cfg.optim.clip_norm > 0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.clip_norm)
-            if self.scaler:
-                self.scaler.step(self.optimizer)
-                self.scaler.update()
-            else:
-                self.optimizer.step()
+            optimizer_step(loss, self.optimizer, self.model, clip_norm=self.cfg.optim.clip_norm, scaler=self.scaler)
             units += self.task.throughput_units(indices)
         synchronize(self.device)
         return units

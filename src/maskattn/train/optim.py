@@ -13,7 +13,8 @@ from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau
 
 from ..errors import ArgumentError, ConfigError
 
-__all__ = ["build_optimizer", "build_scheduler", "Schedule", "parameter_groups", "OPTIMIZERS", "SCHEDULES", "DECAY_TARGETS"]
+__all__ = ["build_optimizer", "build_scheduler", "Schedule", "parameter_groups", "optimizer_step", "OPTIMIZERS", "SCHEDULES",
+           "DECAY_TARGETS"]
 
 OPTIMIZERS = ("adam", "adamw", "adadelta", "sgd")
 SCHEDULES = ("constant", "warmup", "linear", "inverse_sqrt", "plateau")
@@ -61,6 +62,24 @@ def parameter_groups(cfg, model: nn.Module) -> list[dict]:
             if part:
                 groups.append({"params": part, "lr": lr, "weight_decay": decay})
     return groups
+
+
+def optimizer_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, model: nn.Module, *, clip_norm: float,
+                   scaler: torch.amp.GradScaler | None = None) -> None:
+    """One optimiser step on ``loss``: gradients cleared, backward (scaled by ``scaler`` under float16 autocast),
+    gradients unscaled and clipped to ``clip_norm`` (0: not clipped), the step — the trainer's and the cost
+    measurement's (:mod:`maskattn.train.cost`) alike."""
+    optimizer.zero_grad(set_to_none=True)
+    (scaler.scale(loss) if scaler else loss).backward()
+    if scaler:
+        scaler.unscale_(optimizer)
+    if clip_norm > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    if scaler:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
 
 
 def build_optimizer(cfg, model: nn.Module) -> torch.optim.Optimizer:

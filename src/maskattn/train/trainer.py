@@ -42,7 +42,7 @@ from .config import RunConfig, from_dict
 from .files import atomic_write
 from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_distributed
 from .logger import MetricsLogger
-from .optim import build_optimizer, build_scheduler
+from .optim import build_optimizer, build_scheduler, optimizer_step
 from .progress import TrainProgress
 from .run_folder import RunFolder, refuse_inputs_inside
 from .tasks import Task, build_task
@@ -263,17 +263,7 @@ class Trainer:
             else:  # an empty shard still joins DDP's gradient all-reduce
                 loss_sum = sum((p.sum() for p in module.parameters()), torch.zeros((), device=self.device)) * 0.0
         loss = loss_sum * (world / global_count)
-        self.optimizer.zero_grad(set_to_none=True)
-        (self.scaler.scale(loss) if self.scaler else loss).backward()
-        if self.scaler:
-            self.scaler.unscale_(self.optimizer)
-        if self.cfg.optim.clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.clip_norm)
-        if self.scaler:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
+        optimizer_step(loss, self.optimizer, self.model, clip_norm=self.cfg.optim.clip_norm, scaler=self.scaler)
         self.scheduler.after_step()
         if self.ema is not None:
             self.ema.update_parameters(self.model)
