@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["notes"].append("--smoke: toy sizes on the CPU; these figures test the command, they measure nothing")
     if "tests" not in skip:
         # failures are written to failures.log as they happen (tests/conftest.py): kept if the time limit stops pytest
-        code, seconds = _run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider"],
+        code, seconds = _run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-n", "0", "-p", "no:cacheprovider"],
                              args.out / "tests.log", 600, cwd=ROOT,
                              env={"MASKATTN_FAILURE_LOG": str((args.out / "failures.log").resolve())})
         summary["tests"] = {"exit_code": code, "wall_s": seconds, **_pytest_summary(args.out / "tests.log")}

@@ -51,7 +51,9 @@ def run(module, x, kpm, grad):
 
 
 @pytest.mark.parametrize("compiler", BACKENDS)
-@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+# evaluation mode in the slow run: every mechanism's inference graph also compiles, fullgraph under bf16 autocast,
+# in test_every_mechanism_compiles_in_one_process_without_recompiling_a_shared_wrapper
+@pytest.mark.parametrize("training", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["train", "eval"])
 @pytest.mark.parametrize("name", maskattn.list_attentions())
 def test_every_mechanism_compiles_fullgraph_and_matches_eager(name, training, compiler):
     module = build(name).train(training)
@@ -99,6 +101,20 @@ def test_flex_inference_compiles_on_cpu(name):
 LENGTHS = (1, 2, 3, 5, 7, 9, 16, 17, 20, 31, 33, 44, 64, 65, 72, 80)
 
 
+def test_a_compiled_band_serves_every_length():
+    """A window wider than some of the lengths (clipped to the sequence in eager mode only): one static graph for
+    the first length, one length-generic graph for every later one — a band clipped to a symbolic length made the
+    banded kernel's tiling, and so the graph, specialise on each length."""
+    torch.manual_seed(0)
+    module = build("csan1d", window=11)
+    compiled = torch.compile(module, fullgraph=True, backend="aot_eager")
+    for i, n in enumerate((1, 2, 3, 5, 9, 17, 33)):
+        x, kpm = batch(n, seed=i)
+        compiled(x, kpm).sum().backward()
+    assert counters["stats"]["unique_graphs"] <= 2
+
+
+@pytest.mark.slow  # 90 s; test_a_compiled_band_serves_every_length is its fast part
 @pytest.mark.parametrize("compiler", BACKENDS)
 def test_compiled_encoder_sixteen_lengths_at_most_two_graphs(compiler):
     """Variable-length batches from length 1 up: the first length compiles a static graph, the second a

@@ -1,4 +1,5 @@
-"""Every ```python block of the README and docs/*.md runs as written (one namespace per file)."""
+"""Every ```python block of the README and docs/*.md runs as written: one namespace per file of docs/, one per block of
+the README (its blocks are self-contained snippets, which a reader copies one at a time)."""
 
 import re
 from pathlib import Path
@@ -10,14 +11,26 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
 
-@pytest.mark.parametrize("path", [p for p in DOCS if BLOCK.search(p.read_text())], ids=lambda p: p.name)
-def test_python_blocks_run(path):
+README = ROOT / "README.md"
+
+
+def _run_blocks(path: Path, blocks: list[tuple[int, str]]) -> None:
     namespace = {"__name__": f"doc_{path.stem}"}
-    for i, block in enumerate(BLOCK.findall(path.read_text())):
+    for i, block in blocks:
         try:
             exec(compile(block, f"{path.name}[block {i}]", "exec"), namespace)
         except Exception as exc:  # pragma: no cover - the message is the point
             raise AssertionError(f"{path.name} block {i} failed: {exc!r}\n{block}") from exc
+
+
+@pytest.mark.parametrize("path", [p for p in DOCS if p != README and BLOCK.search(p.read_text())], ids=lambda p: p.name)
+def test_python_blocks_run(path):
+    _run_blocks(path, list(enumerate(BLOCK.findall(path.read_text()))))
+
+
+@pytest.mark.parametrize("index", range(len(BLOCK.findall(README.read_text()))), ids=lambda i: f"block{i}")
+def test_readme_block_runs_on_its_own(index):
+    _run_blocks(README, [(index, BLOCK.findall(README.read_text())[index])])
 
 
 def test_readme_commands_match_ci():

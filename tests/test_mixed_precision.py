@@ -103,8 +103,8 @@ def test_attention_functions_take_half_precision_inputs_x100(dtype, call):
     assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
 
 
-@pytest.mark.parametrize("preset", ["multi30k-transformer-gpu", "multi30k-man-gpu", "multi30k-csan-gpu",
-                                    "multi30k-mtsa-encoder-gpu"])
+@pytest.mark.parametrize("preset", ["multi30k-man-gpu"] + [pytest.param(p, marks=pytest.mark.slow) for p in (
+    "multi30k-transformer-gpu", "multi30k-csan-gpu", "multi30k-mtsa-encoder-gpu")])  # 20 s each
 def test_gpu_presets_train_under_cpu_bf16_autocast(tmp_path, preset):
     """The preset's own model (6 + 6 layers, d_model 512) takes 2 training steps with ``amp: true`` on the CPU —
     the code path ``amp`` uses on a GPU, in bfloat16 — with finite losses and float32 parameters."""

@@ -69,6 +69,7 @@ def test_the_check_catches_a_keyword_the_kernel_does_not_declare(tmp_path):
     assert done.returncode == 0 and done.stdout.strip() == "refused", done.stderr[-3000:]
 
 
+@pytest.mark.slow  # 30 s; .ci/run compiles the ci matrix, a superset
 def test_every_kernel_compiles_within_shared_memory_without_spilling(tmp_path):
     """The smoke matrix: every kernel with every option on, float16, head dim 128, on sm_86 (99 KB of shared memory
     per block, the least) and sm_90 (wgmma): compiled, within shared memory and registers, spills within budget, no
