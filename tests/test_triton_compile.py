@@ -3,9 +3,9 @@ launchers choose on CUDA, bound as ``JITFunction.run`` binds it and compiled for
 ptxas that the triton wheel bundles — no GPU. Each check runs in a subprocess: Triton's interpreter, which the rest
 of the suite uses, must be off when the kernels are decorated.
 
-Default run: every launch of the ``ci`` matrix bound (refused keywords, specialisation) and the ``smoke`` matrix
-compiled (every kernel at its widest half-precision configuration on the smallest and the largest shared memory).
-.ci/run compiles the ``ci`` matrix; the slow tests compile ``half`` and ``full`` (docs/gpu.md)."""
+Default run: every launch of the ``ci`` matrix bound (refused keywords, specialisation). .ci/run compiles the ``ci``
+matrix; the slow tests compile ``smoke`` (every kernel at its widest half-precision configuration on the smallest and
+the largest shared memory), ``half`` and ``full`` (docs/gpu.md)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ keywords, shared-memory limits and registers. This check sees what a GPU would:
 Run it in its own process (Triton reads ``TRITON_INTERPRET`` when the kernels are first decorated):
 ``python -m maskattn.kernels.triton.compile_check --matrix ci --jobs 2``. It relies on Triton's binding
 internals as of Triton 3.x (``create_function_from_signature``, ``_pack_args``); a Triton without them is
-reported, not guessed at. ``--matrix`` (:data:`MATRICES`): ``smoke`` (the default test suite's few
+reported, not guessed at. ``--matrix`` (:data:`MATRICES`): ``smoke`` (a slow test's few
 compilations), ``ci`` (float16 and bfloat16, head widths 64 / 128 / 256, options off and on: .ci/run), ``half``
 (every head width and option set) and ``full`` (also float32, IEEE and TF32): slow tests.
 """
@@ -128,7 +128,7 @@ def option_sets(family: str, which: str) -> list[dict[str, Any]]:
     return list(unique.values())
 
 
-#: the matrices: (dtypes, head dims, option sets, architectures). ``smoke``: the default test suite's compilations
+#: the matrices: (dtypes, head dims, option sets, architectures). ``smoke``: a slow test's compilations
 #: (every kernel once, at the widest half-precision configuration, on the smallest and the largest shared memory);
 #: ``ci``: .ci/run's (half precision, head widths 64 / 128 / 256 — 16 and 32 take the 64 entries with narrower
 #: features —, options off and on); ``half`` and ``full``: every head width and option set (slow tests).
