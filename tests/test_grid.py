@@ -196,6 +196,20 @@ def test_cost_measures_every_cell(tmp_path):
     assert "| encoder=mtsa |" in result.output and "peak memory" in result.output
 
 
+def test_the_table_names_the_throughput_unit_of_the_task(tmp_path):
+    """A seq2seq run reports target tokens/s, a classifier examples/s: the column says which it shows."""
+    from maskattn.train.grid_table import RunRecord
+
+    def record(seed, **speed):
+        summary = {"metric": "rouge", "best_dev": 20.0, "test": {"rouge": 16.0 + seed}, "epochs": 4.8, **speed}
+        return RunRecord(tmp_path / f"seed{seed}", {"train.seed": seed}, summary)
+
+    table = markdown_table([record(0, tokens_per_s=600.0), record(1, tokens_per_s=620.0)])
+    assert "| train tokens/s |" in table and "| 610 |" in table and "examples/s" not in table
+    table = markdown_table([record(0, examples_per_s=300.0)])
+    assert "| train examples/s |" in table and "| 300 |" in table
+
+
 def test_the_table_says_what_the_vectors_covered(tmp_path):
     from maskattn.train.resumable import run_to_end
 

@@ -119,8 +119,9 @@ def table(
 ):
     """Print the Markdown table of the finished runs under FOLDERS: one row per cell (runs that differ only in
     train.seed / data.fold), the test metric of each run, mean ± sample std, best dev metric, epochs, training
-    examples/s, wall time per run and parameters without embeddings (and, after `maskattn grid cost`, time per
-    epoch, inference time and peak memory). Runs of different presets or data are refused."""
+    examples/s (target tokens/s for seq2seq), wall time per run and parameters without embeddings (and, after
+    `maskattn grid cost`, time per epoch, inference time and peak memory). Runs of different presets or data are
+    refused."""
     from ..train.grid_table import collect_runs, markdown_table
 
     with user_errors():

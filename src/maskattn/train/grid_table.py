@@ -187,8 +187,11 @@ def markdown_table(records: list[RunRecord], *, metric: str | None = None) -> st
     _, rows = table_rows(records)
     with_cost = any(r.cost for r in records)
     unit = "%" if metric in _PERCENT else ""
+    # training throughput in the task's unit: examples (classifiers) or target tokens (seq2seq); one task per table
+    speed_key = next((key for key in ("examples_per_s", "tokens_per_s") if key in records[0].summary), "examples_per_s")
     header = ["cell", "runs", f"test {metric}{f' ({unit})' if unit else ''}, per run", f"test {metric}",
-              f"best dev {records[0].summary.get('metric', metric)}", "epochs", "train examples/s", "wall time / run",
+              f"best dev {records[0].summary.get('metric', metric)}", "epochs",
+              f"train {speed_key.removesuffix('_per_s')}/s", "wall time / run",
               "parameters (without embeddings)"]
     if with_cost:
         header += ["time / epoch", "inference (test set)", "peak memory (training step)"]
@@ -200,7 +203,7 @@ def markdown_table(records: list[RunRecord], *, metric: str | None = None) -> st
         devs = [_scaled(r.summary["metric"], r.summary["best_dev"]) for r in runs
                 if isinstance(r.summary.get("best_dev"), (int, float))]
         per_run = " / ".join(f"{v:.1f}" if unit else f"{v:.2f}" for v in tests) or "–"
-        speeds = [r.summary[key] for r in runs for key in ("examples_per_s", "tokens_per_s") if key in r.summary]
+        speeds = [r.summary[speed_key] for r in runs if speed_key in r.summary]
         walls = [r.summary["wall_s"] for r in runs if "wall_s" in r.summary]
         epochs = [r.summary["epochs"] for r in runs if "epochs" in r.summary]
         params = runs[0].summary.get("parameters", {}).get("without_embeddings")
