@@ -6,7 +6,7 @@ trigram blocking), in turn over ``--rounds`` rounds so that a change of machine 
 of each setting is the median over rounds of (sentences / wall time of the round), and the ratio of the medians is
 the slowdown of blocking. The outputs of the two settings are compared too (how many lines blocking changed).
 
-    python benchmarks/bench_decoding.py -k /work/runs/issue33/gigaword-man/seed0/best.safetensors \\
+    python benchmarks/bench_decoding.py -k runs/gigaword/architecture=man/seed0/best.safetensors \\
         --src ../shared/data/gigaword/test.src --threads 1 --out benchmarks/results/gigaword/bench_decoding_cpu.json
 """
 
@@ -58,11 +58,15 @@ def main() -> None:
               "decoding": {**dataclasses.asdict(translator.decoding.replace(beam=args.beam)), "no_repeat_ngram_size": "varied"},
               "threads": args.threads, "batch_size": args.batch_size, "rounds": args.rounds,
               "sentences_per_s": speeds, "median_sentences_per_s": medians, "slowdown": plain / blocked,
-              "outputs_changed_by_blocking": changed, "machine": machine_info(torch.device("cpu"))}
+              "outputs_changed_by_blocking": changed,
+              "mean_output_words": {name: statistics.mean(len(o.split()) for o in out) for name, out in outputs.items()},
+              "machine": machine_info(torch.device("cpu"))}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"{len(lines)} sentences, {args.threads} thread(s): {plain:.1f} sentences/s without blocking, {blocked:.1f} "
-          f"with {args.ngram}-gram blocking (slowdown ×{plain / blocked:.3f}); blocking changed {changed} outputs")
+          f"with {args.ngram}-gram blocking (slowdown ×{plain / blocked:.3f}); blocking changed {changed} outputs; mean "
+          f"output length {result['mean_output_words']['none']:.2f} / "
+          f"{result['mean_output_words'][f'{args.ngram}-gram blocking']:.2f} words")
 
 
 if __name__ == "__main__":

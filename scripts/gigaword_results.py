@@ -3,12 +3,17 @@
     # LEAD-k baselines and length statistics of the 1,951 test pairs (no model needed)
     python scripts/gigaword_results.py baselines --data ../shared/data/gigaword
 
-    # test ROUGE of the runs: <runs>/gigaword-<model>/seed<k>/ (run folders of `maskattn train`, each with the
-    # summary.json its train command printed and, when run by the queue, segments.jsonl of its wall-clock segments)
-    python scripts/gigaword_results.py table --runs /work/runs/issue33 --data ../shared/data/gigaword
+    # the runs: one grid, each model's seeds in <grid>/architecture=<model>/seed<k>/
+    maskattn grid run --preset gigaword-transformer --data ../shared/data/gigaword --out runs/gigaword \
+        --set model.architecture=transformer,man --seeds 0-2 --jobs 2 --threads 1
 
-    # sample outputs: the first N test articles (or --lines), their reference and each model's summary (seed 0)
-    python scripts/gigaword_results.py samples --runs /work/runs/issue33 --data ../shared/data/gigaword --n 5
+    # test ROUGE of the finished runs (a run folder needs its summary.json only: the archived copies in
+    # benchmarks/results/gigaword/runs/ serve as well as the grid folder)
+    python scripts/gigaword_results.py table --runs runs/gigaword --data ../shared/data/gigaword
+
+    # sample outputs: the first N test articles (or --lines), their reference and each model's summary (the lowest
+    # seed whose folder still holds best.safetensors)
+    python scripts/gigaword_results.py samples --runs runs/gigaword --data ../shared/data/gigaword --n 5
 
 Each prints Markdown on stdout and, with --out, writes the numbers as JSON. Every number comes from the files:
 ROUGE by maskattn.metrics.rouge_scores (rouge-score, no stemming), the same code that scores the models.
@@ -57,15 +62,9 @@ def baselines(args) -> dict:
 
 
 def _run_folders(runs: Path, model: str) -> list[Path]:
-    return sorted(p for p in (runs / f"gigaword-{model}").glob("seed*") if (p / "summary.json").is_file())
-
-
-def _wall_seconds(folder: Path) -> float | None:
-    segments = folder / "segments.jsonl"
-    if not segments.is_file():
-        return None
-    rows = [json.loads(line) for line in segments.read_text().splitlines() if line.strip()]
-    return sum(r["end"] - r["start"] for r in rows if "end" in r)
+    """The finished runs of ``model`` in the grid folder ``runs``, by seed."""
+    return sorted((p for p in (runs / f"architecture={model}").glob("seed*") if (p / "summary.json").is_file()),
+                  key=lambda p: int(p.name.removeprefix("seed")))
 
 
 def _mean_std(values: list[float]) -> str:
@@ -81,15 +80,15 @@ def table(args) -> dict:
     for model in args.models:
         folders = _run_folders(args.runs, model)
         if not folders:
-            print(f"| `gigaword-{model}` | (no finished run in {args.runs / f'gigaword-{model}'}) |||||||")
+            print(f"| `gigaword-{model}` | (no finished run in {args.runs / f'architecture={model}'}) |||||||")
             continue
         summaries = [json.loads((f / "summary.json").read_text()) for f in folders]
         tests = [s["test"] for s in summaries]
-        walls = [w for w in map(_wall_seconds, folders) if w is not None]
+        walls = [s["wall_s"] for s in summaries]
         per_seed = "; ".join(f"{f.name}: " + " / ".join(f"{t[k]:.2f}" for k in ("rouge1", "rouge2", "rougeL"))
                              for f, t in zip(folders, tests))
         speed = statistics.mean(s.get("tokens_per_s", float("nan")) for s in summaries)
-        wall = f"{statistics.mean(walls) / 3600:.2f} h" if walls else "–"
+        wall = f"{statistics.mean(walls) / 3600:.2f} h"
         print(f"| `gigaword-{model}` | {len(folders)} | " + " | ".join(_mean_std([t[k] for t in tests]) for k in
                                                                        ("rouge1", "rouge2", "rougeL"))
               + f" | {per_seed} | {', '.join(str(s['best_step']) for s in summaries)} | {speed:,.0f} | {wall} |")
@@ -107,12 +106,13 @@ def samples(args) -> dict:
 
     text = test_pairs(args.data)
     lines = args.lines or list(range(1, args.n + 1))
-    outputs = {}
+    outputs, checkpoints = {}, {}
     for model in args.models:
-        folders = _run_folders(args.runs, model)
-        if folders:
-            translator = load_translator(folders[0] / "best.safetensors")
-            outputs[model] = translator.translate([text.source[i - 1] for i in lines])
+        with_weights = [f / "best.safetensors" for f in _run_folders(args.runs, model)
+                        if (f / "best.safetensors").is_file()]
+        if with_weights:
+            checkpoints[model] = with_weights[0]
+            outputs[model] = load_translator(with_weights[0]).translate([text.source[i - 1] for i in lines])
     result = []
     for j, line in enumerate(lines):
         row = {"line": line, "article": text.source[line - 1], "reference": text.target[line - 1],
@@ -123,7 +123,7 @@ def samples(args) -> dict:
         for model in outputs:
             print(f"* {model}: {row[model]}")
         print()
-    return {"models": {m: str(_run_folders(args.runs, m)[0]) for m in outputs}, "samples": result}
+    return {"models": {m: str(c.parent) for m, c in checkpoints.items()}, "samples": result}
 
 
 def main() -> None:
