@@ -8,8 +8,12 @@ words) with tiny models and a few steps."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
+import statistics
+from argparse import Namespace
+from pathlib import Path
 
 import pytest
 import torch
@@ -281,3 +285,37 @@ def test_gigaword_gpu_presets_train_under_cpu_bf16_autocast(tmp_path, name):
     trainer = Trainer(gpu_preset(name, data, tmp_path / "run"))
     assert trainer.amp_dtype == torch.bfloat16 and trainer.fit()["steps"] == 2
     assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in trainer.model.parameters())
+
+
+def test_the_gigaword_results_table_reads_a_grids_run_folders(tmp_path, capsys):
+    """scripts/gigaword_results.py, which makes docs/results.md's Gigaword table: the finished runs of each
+    architecture in a grid folder (``architecture=<model>/seed<k>/summary.json``), in seed order, mean ± sample std,
+    and LEAD-8 scored on the data's test files; an unfinished run (no summary) is left out."""
+    spec = importlib.util.spec_from_file_location(
+        "gigaword_results", Path(__file__).resolve().parents[1] / "scripts" / "gigaword_results.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "test.src").write_text("police arrest five protesters on monday\nchina and japan cut tariffs today\n")
+    (data / "test.tgt").write_text("police arrest protesters\nchina japan cut tariffs\n")
+    runs = tmp_path / "grid"
+    scores = {"man": [(30.0, 10.0, 28.0), (32.0, 11.0, 29.0), (31.0, 12.0, 27.0)], "transformer": [(29.0, 9.0, 27.0)]}
+    for model, per_seed in scores.items():
+        for seed in (10, 2, 0)[:len(per_seed)]:  # seed 10 sorts after seed 2
+            folder = runs / f"architecture={model}" / f"seed{seed}"
+            folder.mkdir(parents=True)
+            r1, r2, rl = per_seed[(10, 2, 0).index(seed)]
+            (folder / "summary.json").write_text(json.dumps({
+                "test": {"rouge1": r1, "rouge2": r2, "rougeL": rl}, "best_step": 2000, "tokens_per_s": 600.0,
+                "wall_s": 3600.0}))
+    (runs / "architecture=man" / "seed3").mkdir()  # unfinished
+    result = script.table(Namespace(runs=runs, data=data, models=["transformer", "man"]))
+    out = capsys.readouterr().out
+    assert result["man"]["seeds"] == ["seed0", "seed2", "seed10"]
+    assert result["man"]["test"][0]["rouge1"] == 31.0
+    man_r1 = [31.0, 32.0, 30.0]
+    assert f"| `gigaword-man` | 3 | {statistics.mean(man_r1):.2f} ± {statistics.stdev(man_r1):.2f} |" in out
+    assert "| `gigaword-transformer` | 1 | 29.00 | 9.00 | 27.00 |" in out and "1.00 h" in out
+    assert result["LEAD-8"] == rouge_scores(lead((data / "test.src").read_text().splitlines(), 8),
+                                            (data / "test.tgt").read_text().splitlines())
