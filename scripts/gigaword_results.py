@@ -8,7 +8,7 @@
         --set model.architecture=transformer,man --seeds 0-2 --jobs 2 --threads 1
 
     # test ROUGE of the finished runs (a run folder needs its summary.json only: the archived copies in
-    # benchmarks/results/gigaword/runs/ serve as well as the grid folder)
+    # benchmarks/results/gigaword/grid/ serve as well as the grid folder)
     python scripts/gigaword_results.py table --runs runs/gigaword --data ../shared/data/gigaword
 
     # sample outputs: the first N test articles (or --lines), their reference and each model's summary (the lowest
