@@ -203,3 +203,17 @@ def test_every_classifier_preset_takes_vectors(tmp_path, preset):
     model = build_model(cfg.model, len(vocab), 3, pretrained=vectors)
     assert model.encoder.embed.embedding.weight[vocab.stoi["the"]].tolist() == vector("the", 4)
     assert model.encoder.embed.proj.in_features == 4 and model.encoder.embed.proj.out_features == cfg.model.d_model
+
+
+@pytest.mark.parametrize("given, vectors, expected", [(None, True, 1.0), (None, False, 16 ** 0.5), (3.0, True, 3.0)])
+def test_pretrained_vectors_keep_their_scale_before_sinusoidal_positions(tmp_path, given, vectors, expected):
+    # √d_model lifts the model's own ±0.05 vectors to the sinusoids' amplitude; on GloVe (std ~0.7) it multiplied
+    # the word signal ×17 at d_model 300 and took multi-head attention on TREC from 88.6 to 79.4 % (docs/results.md)
+    data = write_sentiment(tmp_path)
+    cfg = tiny_config(data, tmp_path / "run",
+                      data={"vectors": str(glove_file(tmp_path, WORDS, dim=4))} if vectors else {},
+                      model={"encoder": "mha", "positional": "sinusoidal", "embed_dim": 4, "embed_scale": given})
+    Trainer(cfg).fit()
+    for name in ("best", "last"):  # the scale trained with is the one the run's checkpoints rebuild with
+        assert load_model(tmp_path / "run" / f"{name}.safetensors").model.encoder.embed.scale == expected
+    assert Trainer.resume(tmp_path / "run" / "last.safetensors").model.encoder.embed.scale == expected
