@@ -47,8 +47,8 @@ class ModelConfig:
     (``"mtsa"``, ``"mha x2"``, ``"dman>san>ffn x6"``; :func:`maskattn.layers.parse_recipe`) with ``ffn``,
     ``ffn_dim``, ``norm``, ``positional``, ``num_heads``, ``attention_dropout`` and ``backend`` applying to
     recipes and ``encoder_options`` to baselines. ``embed_scale``: factor on the word vectors (default: ``√d_model``
-    with sinusoidal positions, as in Vaswani et al. 2017, else 1; a training run with pretrained vectors,
-    ``data.vectors``, records 1: the vectors keep their own scale).
+    with sinusoidal positions, as in Vaswani et al. 2017, else 1; a run configuration with pretrained vectors,
+    ``data.vectors``, sets 1: the vectors keep their own scale).
 
     ``seq2seq`` takes its layer recipes from ``architecture`` (``transformer``, ``man``, ``csan``,
     ``mtsa-encoder``; :attr:`Seq2Seq.ARCHITECTURES`) with ``encoder_layers`` / ``decoder_layers`` changing the

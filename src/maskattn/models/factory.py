@@ -37,8 +37,8 @@ def stack_options(cfg: ModelConfig) -> dict:
 
 
 def embedding_scale(cfg: ModelConfig) -> float:
-    """``cfg.embed_scale``, or by default ``√d_model`` before sinusoidal positions and 1 otherwise (a training run
-    over pretrained vectors sets ``embed_scale`` 1 in its config: ``ClassificationTask``)."""
+    """``cfg.embed_scale``, or by default ``√d_model`` before sinusoidal positions and 1 otherwise (a run configuration
+    with pretrained vectors, ``data.vectors``, sets ``embed_scale`` 1: :class:`~maskattn.train.RunConfig`)."""
     if cfg.embed_scale is not None:
         return float(cfg.embed_scale)
     return math.sqrt(cfg.d_model) if cfg.positional == "sinusoidal" else 1.0

@@ -170,6 +170,14 @@ class RunConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
+    def __post_init__(self):
+        if self.data.vectors and self.model.embed_scale is None:
+            # pretrained vectors keep the scale they were trained to (GloVe: components of std ~0.4-0.7, as the
+            # sinusoids' ~0.7); the default √d_model lifts the model's own ±0.05 vectors to the positions'
+            # amplitude and would multiply GloVe's ×17 at d_model 300. Written into the run's config, so its
+            # checkpoints rebuild with it.
+            self.model.embed_scale = 1.0
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 

@@ -171,11 +171,6 @@ class ClassificationTask:
         self.sampler = BucketBatchSampler(self.data.train, cfg.train.batch_size, seed=cfg.train.seed)
         self.fixed_rows = fixed_rows_of(checkpoint) if checkpoint else (
             self.data.vectors.fixed if self.data.vectors else 0)
-        if checkpoint is None and self.data.vectors is not None and cfg.model.embed_scale is None:
-            # pretrained vectors keep the scale they were trained to (GloVe: components of std ~0.4-0.7, the
-            # sinusoids' ~0.7); the default √d_model is for the model's own ±0.05 vectors. Recorded in the run's
-            # config, so its checkpoints rebuild with it.
-            cfg.model.embed_scale = 1.0
         self.model = estimate_before_building(
             lambda: build_model(cfg.model, len(self.vocab), len(self.data.labels), pad_id=Vocabulary.pad_id,
                                 pretrained=self.data.vectors, fixed_rows=self.fixed_rows),
