@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from _train_helpers import fit_killed_before_step, write_sentiment
 from maskattn.cli import app
-from maskattn.errors import ConfigError
+from maskattn.errors import ArgumentError, ConfigError
 from maskattn.train import Trainer
 from maskattn.train.grid import define_grid, parse_seeds, run_grid, run_one, split_values
 from maskattn.train.grid_table import collect_runs, markdown_table
@@ -208,6 +208,27 @@ def test_the_table_names_the_throughput_unit_of_the_task(tmp_path):
     assert "| train tokens/s |" in table and "| 610 |" in table and "examples/s" not in table
     table = markdown_table([record(0, examples_per_s=300.0)])
     assert "| train examples/s |" in table and "| 300 |" in table
+
+
+def test_the_table_shows_several_test_metrics_and_refuses_one_no_run_has(tmp_path):
+    """ROUGE-1/2/L of a summarization grid side by side: each metric its per-run and mean ± std columns."""
+    from maskattn.train.grid_table import RunRecord
+
+    def record(seed, r1, r2):
+        summary = {"metric": "rouge", "best_dev": 20.0, "test": {"rouge1": r1, "rouge2": r2}, "epochs": 2.0}
+        return RunRecord(tmp_path / f"seed{seed}", {"train.seed": seed}, summary)
+
+    records = [record(0, 22.5, 7.0), record(1, 23.5, 7.5)]
+    table = markdown_table(records, metric="rouge1, rouge2")
+    header, rule, row = table.splitlines()[:3]
+    assert "| test rouge1, per run | test rouge1 | test rouge2, per run | test rouge2 | best dev rouge |" in header
+    assert rule.count("|") == header.count("|")
+    assert "| 22.50 / 23.50 | 23.00 ± 0.71 | 7.00 / 7.50 | 7.25 ± 0.35 | 20.00 ± 0.00 |" in row
+    assert markdown_table(records, metric=["rouge2"]).splitlines()[2] == row.replace(
+        "| 22.50 / 23.50 | 23.00 ± 0.71 ", "")
+    with pytest.raises(ArgumentError, match="--metric rougeL: no run was tested on it; the runs' test metrics "
+                                            "are rouge1, rouge2"):
+        markdown_table(records, metric="rouge1,rougeL")
 
 
 def test_the_table_says_what_the_vectors_covered(tmp_path):

@@ -180,38 +180,51 @@ def _replicate(record: RunRecord) -> str:
                     if key in record.config and (key != "data.fold" or record.config.get("data.cv_folds")))
 
 
-def markdown_table(records: list[RunRecord], *, metric: str | None = None) -> str:
-    """The Markdown table of ``records`` (module docstring); ``metric``: the test metric shown (default: the runs'
-    ``train.metric``). Accuracy and F1 are in %."""
-    metric = metric or records[0].summary.get("metric", "accuracy")
+def markdown_table(records: list[RunRecord], *, metric: str | Sequence[str] | None = None) -> str:
+    """The Markdown table of ``records`` (module docstring); ``metric``: the test metric shown, or several (a list,
+    or names separated by commas: ``rouge1,rouge2,rougeL``), each with its per-run and mean ± std columns (default:
+    the runs' ``train.metric``). Accuracy and F1 are in %. A metric no run was tested on raises
+    :class:`ArgumentError` naming those they were."""
+    names = metric.split(",") if isinstance(metric, str) else list(metric or [])
+    metrics = [name.strip() for name in names if name.strip()] or [records[0].summary.get("metric", "accuracy")]
+    tested = sorted({key for r in records for key in r.summary.get("test", {})})
+    unknown = [name for name in metrics if name not in tested]
+    if unknown and tested:
+        raise ArgumentError(f"--metric {', '.join(unknown)}: no run was tested on it; the runs' test metrics are "
+                            f"{', '.join(tested)}")
     _, rows = table_rows(records)
     with_cost = any(r.cost for r in records)
-    unit = "%" if metric in _PERCENT else ""
     # training throughput in the task's unit: examples (classifiers) or target tokens (seq2seq); one task per table
     speed_key = next((key for key in ("examples_per_s", "tokens_per_s") if key in records[0].summary), "examples_per_s")
-    header = ["cell", "runs", f"test {metric}{f' ({unit})' if unit else ''}, per run", f"test {metric}",
-              f"best dev {records[0].summary.get('metric', metric)}", "epochs",
-              f"train {speed_key.removesuffix('_per_s')}/s", "wall time / run",
-              "parameters (without embeddings)"]
+    header = ["cell", "runs"]
+    for name in metrics:
+        unit = " (%)" if name in _PERCENT else ""
+        header += [f"test {name}{unit}, per run", f"test {name}"]
+    header += [f"best dev {records[0].summary.get('metric', metrics[0])}", "epochs",
+               f"train {speed_key.removesuffix('_per_s')}/s", "wall time / run", "parameters (without embeddings)"]
     if with_cost:
         header += ["time / epoch", "inference (test set)", "peak memory (training step)"]
-    lines = ["| " + " | ".join(header) + " |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"
+    lines = ["| " + " | ".join(header) + " |", "|---|---:|" + "---|---:|" * len(metrics) + "---:|" * 5
              + ("---:|---:|---:|" if with_cost else "")]
     for row in rows:
         runs = row.runs
-        tests = [_scaled(metric, r.summary["test"][metric]) for r in runs if metric in r.summary.get("test", {})]
+        cells = [row.label.replace("|", "\\|"), str(len(runs))]
+        for name in metrics:
+            digits = 1 if name in _PERCENT else 2
+            tests = [_scaled(name, r.summary["test"][name]) for r in runs if name in r.summary.get("test", {})]
+            cells += [" / ".join(f"{v:.{digits}f}" for v in tests) or "–", _mean_std(tests, digits)]
+        dev_metric = runs[0].summary.get("metric", metrics[0])
         devs = [_scaled(r.summary["metric"], r.summary["best_dev"]) for r in runs
                 if isinstance(r.summary.get("best_dev"), (int, float))]
-        per_run = " / ".join(f"{v:.1f}" if unit else f"{v:.2f}" for v in tests) or "–"
         speeds = [r.summary[speed_key] for r in runs if speed_key in r.summary]
         walls = [r.summary["wall_s"] for r in runs if "wall_s" in r.summary]
         epochs = [r.summary["epochs"] for r in runs if "epochs" in r.summary]
         params = runs[0].summary.get("parameters", {}).get("without_embeddings")
-        cells = [row.label.replace("|", "\\|"), str(len(runs)), per_run, _mean_std(tests, 1 if unit else 2),
-                 _mean_std(devs, 1 if unit else 2), f"{statistics.mean(epochs):.1f}" if epochs else "–",
-                 f"{statistics.median(speeds):,.0f}" if speeds else "–",
-                 f"{statistics.mean(walls):,.0f} s" if walls else "–",
-                 f"{params / 1e6:.2f} M" if isinstance(params, int) else "–"]
+        cells += [_mean_std(devs, 1 if dev_metric in _PERCENT else 2),
+                  f"{statistics.mean(epochs):.1f}" if epochs else "–",
+                  f"{statistics.median(speeds):,.0f}" if speeds else "–",
+                  f"{statistics.mean(walls):,.0f} s" if walls else "–",
+                  f"{params / 1e6:.2f} M" if isinstance(params, int) else "–"]
         if with_cost:
             cost = runs[0].cost or {}
             cells += [f"{cost['epoch_s']:,.0f} s" if "epoch_s" in cost else "–",
