@@ -1,4 +1,4 @@
-"""The Gigaword tables of docs/results.md from the data and from finished run folders.
+"""The Gigaword baselines and sample outputs of docs/results.md, from the data and from finished run folders.
 
     # LEAD-k baselines and length statistics of the 1,951 test pairs (no model needed)
     python scripts/gigaword_results.py baselines --data ../shared/data/gigaword
@@ -7,9 +7,9 @@
     maskattn grid run --preset gigaword-transformer --data ../shared/data/gigaword --out runs/gigaword \
         --set model.architecture=transformer,man --seeds 0-2 --jobs 2 --threads 1
 
-    # test ROUGE of the finished runs (a run folder needs its summary.json only: the archived copies in
+    # test ROUGE-1/2/L of the finished runs, mean ± sample std per model (the archived records in
     # benchmarks/results/gigaword/grid/ serve as well as the grid folder)
-    python scripts/gigaword_results.py table --runs runs/gigaword --data ../shared/data/gigaword
+    maskattn grid table runs/gigaword --metric rouge1,rouge2,rougeL
 
     # sample outputs: the first N test articles (or --lines), their reference and each model's summary (the lowest
     # seed whose folder still holds best.safetensors)
@@ -67,40 +67,6 @@ def _run_folders(runs: Path, model: str) -> list[Path]:
                   key=lambda p: int(p.name.removeprefix("seed")))
 
 
-def _mean_std(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
-
-
-def table(args) -> dict:
-    result: dict = {}
-    print("| model (preset) | seeds | ROUGE-1 | ROUGE-2 | ROUGE-L | per seed R-1 / R-2 / R-L | best step | "
-          "train tokens/s | wall time per run |\n|---|---|---:|---:|---:|---|---|---:|---:|")
-    for model in args.models:
-        folders = _run_folders(args.runs, model)
-        if not folders:
-            print(f"| `gigaword-{model}` | (no finished run in {args.runs / f'architecture={model}'}) |||||||")
-            continue
-        summaries = [json.loads((f / "summary.json").read_text()) for f in folders]
-        tests = [s["test"] for s in summaries]
-        walls = [s["wall_s"] for s in summaries]
-        per_seed = "; ".join(f"{f.name}: " + " / ".join(f"{t[k]:.2f}" for k in ("rouge1", "rouge2", "rougeL"))
-                             for f, t in zip(folders, tests))
-        speed = statistics.mean(s.get("tokens_per_s", float("nan")) for s in summaries)
-        wall = f"{statistics.mean(walls) / 3600:.2f} h"
-        print(f"| `gigaword-{model}` | {len(folders)} | " + " | ".join(_mean_std([t[k] for t in tests]) for k in
-                                                                       ("rouge1", "rouge2", "rougeL"))
-              + f" | {per_seed} | {', '.join(str(s['best_step']) for s in summaries)} | {speed:,.0f} | {wall} |")
-        result[model] = {"seeds": [f.name for f in folders], "test": tests, "best_step": [s["best_step"] for s in summaries],
-                         "tokens_per_s": [s.get("tokens_per_s") for s in summaries], "wall_s": walls}
-    text = test_pairs(args.data)
-    result["LEAD-8"] = lead8 = rouge_scores(lead(text.source, 8), text.target)
-    print("| LEAD-8 (no model) | – | " + " | ".join(f"{lead8[k]:.2f}" for k in ("rouge1", "rouge2", "rougeL"))
-          + " | | | | |")
-    return result
-
-
 def samples(args) -> dict:
     from maskattn.inference import load_translator
 
@@ -128,9 +94,9 @@ def samples(args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=("baselines", "table", "samples"))
+    parser.add_argument("what", choices=("baselines", "samples"))
     parser.add_argument("--data", type=Path, required=True, help="the Gigaword folder (test.src / test.tgt)")
-    parser.add_argument("--runs", type=Path, help="the folder holding gigaword-<model>/seed<k>/ run folders")
+    parser.add_argument("--runs", type=Path, help="the grid folder holding architecture=<model>/seed<k>/ run folders")
     parser.add_argument("--models", nargs="+", default=["transformer", "man"])
     parser.add_argument("--n", type=int, default=5, help="samples: the first N test lines")
     parser.add_argument("--lines", type=int, nargs="*", help="samples: these 1-based test lines instead")
@@ -138,7 +104,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.what != "baselines" and args.runs is None:
         parser.error(f"{args.what} needs --runs")
-    result = {"baselines": baselines, "table": table, "samples": samples}[args.what](args)
+    result = {"baselines": baselines, "samples": samples}[args.what](args)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
-import statistics
 from argparse import Namespace
 from pathlib import Path
 
@@ -287,35 +286,22 @@ def test_gigaword_gpu_presets_train_under_cpu_bf16_autocast(tmp_path, name):
     assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in trainer.model.parameters())
 
 
-def test_the_gigaword_results_table_reads_a_grids_run_folders(tmp_path, capsys):
-    """scripts/gigaword_results.py, which makes docs/results.md's Gigaword table: the finished runs of each
-    architecture in a grid folder (``architecture=<model>/seed<k>/summary.json``), in seed order, mean ± sample std,
-    and LEAD-8 scored on the data's test files; an unfinished run (no summary) is left out."""
+def test_the_gigaword_baselines_score_lead_k_on_the_test_files(tmp_path, capsys):
+    """scripts/gigaword_results.py baselines, which makes docs/results.md's LEAD-k rows: LEAD-8 and LEAD-k at 75 %
+    of the mean reference length, scored by the ROUGE code that scores the models, with the length statistics."""
     spec = importlib.util.spec_from_file_location(
         "gigaword_results", Path(__file__).resolve().parents[1] / "scripts" / "gigaword_results.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     data = tmp_path / "data"
     data.mkdir()
-    (data / "test.src").write_text("police arrest five protesters on monday\nchina and japan cut tariffs today\n")
-    (data / "test.tgt").write_text("police arrest protesters\nchina japan cut tariffs\n")
-    runs = tmp_path / "grid"
-    scores = {"man": [(30.0, 10.0, 28.0), (32.0, 11.0, 29.0), (31.0, 12.0, 27.0)], "transformer": [(29.0, 9.0, 27.0)]}
-    for model, per_seed in scores.items():
-        for seed in (10, 2, 0)[:len(per_seed)]:  # seed 10 sorts after seed 2
-            folder = runs / f"architecture={model}" / f"seed{seed}"
-            folder.mkdir(parents=True)
-            r1, r2, rl = per_seed[(10, 2, 0).index(seed)]
-            (folder / "summary.json").write_text(json.dumps({
-                "test": {"rouge1": r1, "rouge2": r2, "rougeL": rl}, "best_step": 2000, "tokens_per_s": 600.0,
-                "wall_s": 3600.0}))
-    (runs / "architecture=man" / "seed3").mkdir()  # unfinished
-    result = script.table(Namespace(runs=runs, data=data, models=["transformer", "man"]))
-    out = capsys.readouterr().out
-    assert result["man"]["seeds"] == ["seed0", "seed2", "seed10"]
-    assert result["man"]["test"][0]["rouge1"] == 31.0
-    man_r1 = [31.0, 32.0, 30.0]
-    assert f"| `gigaword-man` | 3 | {statistics.mean(man_r1):.2f} ± {statistics.stdev(man_r1):.2f} |" in out
-    assert "| `gigaword-transformer` | 1 | 29.00 | 9.00 | 27.00 |" in out and "1.00 h" in out
-    assert result["LEAD-8"] == rouge_scores(lead((data / "test.src").read_text().splitlines(), 8),
-                                            (data / "test.tgt").read_text().splitlines())
+    articles = ["police arrest five protesters on monday after two days of rain", "china and japan cut tariffs today"]
+    references = ["police arrest protesters on monday", "china japan cut tariffs today"]
+    (data / "test.src").write_text("\n".join(articles) + "\n")
+    (data / "test.tgt").write_text("\n".join(references) + "\n")
+    result = script.baselines(Namespace(data=data))
+    assert result["pairs"] == 2 and result["reference_words"]["mean"] == 5.0
+    assert result["baselines"]["LEAD-8"] == rouge_scores(lead(articles, 8), references)
+    assert result["baselines"]["LEAD-4 (75 % of the mean reference length)"] == rouge_scores(lead(articles, 4),
+                                                                                             references)
+    assert "| LEAD-8 |" in capsys.readouterr().out
