@@ -115,8 +115,8 @@ def cost(out: Path = OUT, config: Path = CONFIG, preset: str = PRESET, data: Pat
 @grid_app.command("table")
 def table(
     folders: list[Path] = typer.Argument(..., help="grid folders, or any folders holding run folders"),
-    metric: str = typer.Option(None, "--metric", help="the test metric shown, or several separated by commas (rouge1,rouge2,rougeL); "
-                              "default: the runs' train.metric"),
+    metric: str = typer.Option(None, "--metric", help="the test metric shown, or several separated by commas "
+                               "(rouge1,rouge2,rougeL); default: the runs' train.metric"),
 ):
     """Print the Markdown table of the finished runs under FOLDERS: one row per cell (runs that differ only in
     train.seed / data.fold), the test metric of each run, mean ± sample std, best dev metric, epochs, training

@@ -3,8 +3,8 @@
 where it has none, all fine-tuned — or all fixed with ``freeze``, Kim 2014's "static" vectors), optional fixed
 rows after the trained ones (words of the evaluation data that only the vectors file knows), padding row fixed at
 zero, an optional scale (``√d_model`` before sinusoidal positions, as in Vaswani et al. 2017 §3.4 — otherwise the
-unit-amplitude positions drown the ±0.05 word vectors; pretrained vectors keep their own scale), dropout, and a projection when the embedding width differs
-from the model's."""
+unit-amplitude positions drown the ±0.05 word vectors; pretrained vectors keep their own scale), dropout, and a
+projection when the embedding width differs from the model's."""
 
 from __future__ import annotations
 
