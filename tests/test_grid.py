@@ -231,6 +231,34 @@ def test_the_table_shows_several_test_metrics_and_refuses_one_no_run_has(tmp_pat
         markdown_table(records, metric="rouge1,rougeL")
 
 
+def test_the_per_run_legend_follows_the_order_of_the_values(tmp_path):
+    """Seeds 0-11 are listed 0, 1, 2, ..., 11 (not 0, 1, 10, 11, 2 as text sorts), the legend says so in a range,
+    a fold is named only in cross-validation, and a row with fewer runs says which it has."""
+    from maskattn.train.grid_table import RunRecord
+
+    def record(encoder, seed, fold=None):
+        config = {"model.encoder": encoder, "train.seed": seed}
+        if fold is not None:
+            config.update({"data.fold": fold, "data.cv_folds": 10})
+        summary = {"metric": "accuracy", "best_dev": 0.5, "test": {"accuracy": (seed + (fold or 0)) / 100},
+                   "epochs": 1.0}
+        return RunRecord(tmp_path / f"{encoder}{seed}-{fold}", config, summary)
+
+    records = [record("mtsa", seed) for seed in (11, 2, 0, 10, 1, *range(3, 10))] + [record("mha", 0),
+                                                                                     record("mha", 2)]
+    lines = markdown_table(records).splitlines()
+    assert lines[2].startswith("| model.encoder=mtsa | 12 | " + " / ".join(f"{s:.1f}" for s in range(12)) + " |")
+    assert lines[3].startswith("| model.encoder=mha | 2 | 0.0 / 2.0 |")
+    assert lines[-1] == ("Per run: seeds 0–11 (model.encoder=mha: seeds 0, 2), in that order; mean ± sample "
+                         "standard deviation over the runs of a row.")
+    folds = markdown_table([record("mtsa", 0, fold) for fold in (9, 0, 3, 1, 2, 4, 5, 6, 7, 8)])
+    assert folds.splitlines()[2].startswith("| (one cell) | 10 | 0.0 / 1.0 / 2.0 / 3.0 /")
+    assert folds.splitlines()[-1].startswith("Per run: folds 0–9 (seed 0), in that order;")
+    both = markdown_table([record("mtsa", seed, fold) for seed in (1, 0) for fold in (1, 0)]).splitlines()[-1]
+    assert both.startswith("Per run: seed 0 fold 0, seed 0 fold 1, seed 1 fold 0, seed 1 fold 1, in that order;")
+    assert markdown_table([record("mtsa", 3)]).splitlines()[-1].startswith("Per run: seed 3, in that order;")
+
+
 def test_the_table_says_what_the_vectors_covered(tmp_path):
     from maskattn.train.resumable import run_to_end
 

@@ -175,9 +175,36 @@ def _scaled(metric: str, value: float) -> float:
     return 100 * value if metric in _PERCENT else value
 
 
-def _replicate(record: RunRecord) -> str:
-    return " ".join(f"{key.split('.')[-1]} {record.config[key]}" for key in REPLICATE_KEYS
-                    if key in record.config and (key != "data.fold" or record.config.get("data.cv_folds")))
+def _replicate_keys(record: RunRecord) -> list[str]:
+    """The replicate keys that tell ``record`` from its cell's other runs (a fold only in cross-validation)."""
+    return [key for key in REPLICATE_KEYS
+            if key in record.config and (key != "data.fold" or record.config.get("data.cv_folds"))]
+
+
+def _values(values: list) -> str:
+    """``0–9`` for three or more consecutive integers, else the values separated by commas."""
+    consecutive = all(isinstance(v, int) for v in values) and values == list(range(values[0], values[-1] + 1))
+    return f"{values[0]}–{values[-1]}" if consecutive and len(values) >= 3 else ", ".join(map(str, values))
+
+
+def _replicate_legend(records: list[RunRecord]) -> str:
+    """What the per-run values of a row are, in the order the row lists them (numeric, as :func:`table_rows` sorts
+    them): ``folds 0–9 (seed 0)`` when one replicate key varies, else every combination in that order."""
+    keys = [key for key in REPLICATE_KEYS if any(key in _replicate_keys(r) for r in records)]
+    if not keys:
+        return ""
+    combos = sorted({tuple(r.config.get(key) for key in keys) for r in records},
+                    key=lambda combo: tuple(_number(v) for v in combo))
+    names = [key.split(".")[-1] for key in keys]
+    varying = [i for i in range(len(keys)) if len({combo[i] for combo in combos}) > 1]
+    fixed = ", ".join(f"{names[i]} {combos[0][i]}" for i in range(len(keys)) if i not in varying)
+    if not varying:
+        return fixed
+    if len(varying) == 1:
+        told = f"{names[varying[0]]}s {_values([combo[varying[0]] for combo in combos])}"
+        return f"{told} ({fixed})" if fixed else told
+    every = [" ".join(f"{name} {value}" for name, value in zip(names, combo)) for combo in combos]
+    return ", ".join(every[:12]) + (", …" if len(every) > 12 else "")
 
 
 def markdown_table(records: list[RunRecord], *, metric: str | Sequence[str] | None = None) -> str:
@@ -237,9 +264,12 @@ def markdown_table(records: list[RunRecord], *, metric: str | Sequence[str] | No
         types = [c["types_covered"] / max(1, c["vocab_types"]) for c in coverage]
         lines += ["", f"Pretrained vectors ({len(coverage)} of {len(records)} runs, {coverage[0]['file']}): "
                       f"{_span(types)} of the training vocabulary types, {_span(shares)} of the training tokens."]
-    replicates = sorted({_replicate(r) for r in records} - {""})
+    legend = _replicate_legend(records)
+    # a row without some of the replicates (runs not finished, or not defined for its cell) says which it has
+    partial = [f"{row.label}: {_replicate_legend(row.runs)}" for row in rows
+               if legend and _replicate_legend(row.runs) != legend]
     lines.append("")
-    lines.append(f"Per run: {', '.join(replicates[:12])}{', …' if len(replicates) > 12 else ''} (in that order); mean ± "
-                 "sample standard deviation over the runs of a row." if replicates else
-                 "Mean ± sample standard deviation over the runs of a row.")
+    lines.append(f"Per run: {legend}{' (' + '; '.join(partial) + ')' if partial else ''}, in that order; mean ± "
+                 "sample standard deviation over the runs of a row."
+                 if legend else "Mean ± sample standard deviation over the runs of a row.")
     return "\n".join(lines)
