@@ -266,8 +266,7 @@ def markdown_table(records: list[RunRecord], *, metric: str | Sequence[str] | No
                       f"{_span(types)} of the training vocabulary types, {_span(shares)} of the training tokens."]
     legend = _replicate_legend(records)
     # a row without some of the replicates (runs not finished, or not defined for its cell) says which it has
-    partial = [f"{row.label}: {_replicate_legend(row.runs)}" for row in rows
-               if legend and _replicate_legend(row.runs) != legend]
+    partial = [f"{row.label}: {own}" for row in rows if legend and (own := _replicate_legend(row.runs)) != legend]
     lines.append("")
     lines.append(f"Per run: {legend}{' (' + '; '.join(partial) + ')' if partial else ''}, in that order; mean ± "
                  "sample standard deviation over the runs of a row."
