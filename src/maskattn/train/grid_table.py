@@ -175,10 +175,9 @@ def _scaled(metric: str, value: float) -> float:
     return 100 * value if metric in _PERCENT else value
 
 
-def _replicate_keys(record: RunRecord) -> list[str]:
-    """The replicate keys that tell ``record`` from its cell's other runs (a fold only in cross-validation)."""
-    return [key for key in REPLICATE_KEYS
-            if key in record.config and (key != "data.fold" or record.config.get("data.cv_folds"))]
+def _tells_apart(record: RunRecord, key: str) -> bool:
+    """Whether replicate ``key`` tells ``record`` from its cell's other runs (a fold only in cross-validation)."""
+    return key in record.config and (key != "data.fold" or bool(record.config.get("data.cv_folds")))
 
 
 def _values(values: list) -> str:
@@ -190,7 +189,7 @@ def _values(values: list) -> str:
 def _replicate_legend(records: list[RunRecord]) -> str:
     """What the per-run values of a row are, in the order the row lists them (numeric, as :func:`table_rows` sorts
     them): ``folds 0–9 (seed 0)`` when one replicate key varies, else every combination in that order."""
-    keys = [key for key in REPLICATE_KEYS if any(key in _replicate_keys(r) for r in records)]
+    keys = [key for key in REPLICATE_KEYS if any(_tells_apart(r, key) for r in records)]
     if not keys:
         return ""
     combos = sorted({tuple(r.config.get(key) for key in keys) for r in records},
