@@ -265,3 +265,32 @@ def test_the_old_names_work_with_a_warning_until_0_3(tmp_path):
     lines = result.output.splitlines()
     assert lines[0] == ("warning: config key model.preset is now model.architecture; the old name will be removed "
                         "in 0.3") and lines[1].startswith("error: data.dir is not set")
+
+
+def test_issue_42_small_refusals_are_messages(tmp_path, monkeypatch):
+    """--config given a folder, a thread count far above the CPUs, `generate -i f -o f`: one line each."""
+    assert "config file" in one_line_error(runner.invoke(app, ["train", "-c", str(tmp_path)])) and \
+        "is a folder, not a file" in one_line_error(runner.invoke(app, ["train", "-c", str(tmp_path)]))
+    data = write_sentiment(tmp_path)
+    result = runner.invoke(app, ["train", "--data", str(data), "--out", str(tmp_path / "run"),
+                                 "--set", "train.num_threads=100000"])
+    assert "train.num_threads must be an int from 0 (PyTorch's default) to " in one_line_error(result)
+    source = tmp_path / "src.txt"
+    source.write_text("ein satz\n")
+    result = runner.invoke(app, ["generate", "-k", str(tmp_path / "x.safetensors"), "-i", str(source), "-o",
+                                 str(source)])
+    assert "--output" in one_line_error(result) and "is the input file" in result.output
+    assert source.read_text() == "ein satz\n"  # before: replaced by the outputs
+
+
+def test_eval_prints_json_even_for_non_finite_metrics(tmp_path, monkeypatch):
+    """A checkpoint with NaN weights gave `"loss": NaN` (not JSON) and no warning: null, and a warning naming it."""
+    monkeypatch.setattr(maskattn.inference, "evaluate_file",
+                        lambda *a, **k: {"loss": float("nan"), "accuracy": 0.5, "per_label": {"pos": float("inf")}})
+    (tmp_path / "x.safetensors").write_bytes(b"")
+    result = runner.invoke(app, ["eval", "-k", str(tmp_path / "x.safetensors"), "--data", str(tmp_path / "d.tsv")])
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2 and "loss is nan" in warnings[0] and "per_label.pos is inf" in warnings[1]
+    body = result.output[result.output.index("{"):]
+    assert json.loads(body) == {"loss": None, "accuracy": 0.5, "per_label": {"pos": None}}

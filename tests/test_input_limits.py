@@ -15,7 +15,7 @@ from maskattn.cli import app
 from maskattn.data.config import DataConfig
 from maskattn.device import (MEMORY_LIMIT_ENV, attention_memory_bytes, check_memory, format_bytes,
                              memory_budget)
-from maskattn.errors import CheckpointError, ConfigError, InputError, MemoryLimitError
+from maskattn.errors import CheckpointError, ConfigError, DataError, InputError, MemoryLimitError
 from maskattn.inference import evaluate_file, load_model, predict
 from maskattn.metrics import input_limit
 from maskattn.models.config import ModelConfig
@@ -291,3 +291,113 @@ def test_a_model_no_machine_holds_is_refused_by_the_estimate_before_it_is_built(
 
 def test_a_small_budget_is_written_in_the_unit_that_shows_it():
     assert format_bytes(1024) == "1 KiB" and format_bytes(600) == "600 bytes"  # was "0 MiB"
+
+
+# --- issue 42 item 4: no reader holds an over-long line ------------------------------------------------------------
+
+def sparse(path, size: int, head: bytes = b"the") -> object:
+    """A file of ``size`` bytes without a line break: ``head`` then zeros, sparse (no disk used)."""
+    with open(path, "wb") as f:
+        f.write(head)
+        f.truncate(size)
+    return path
+
+
+def peak_while(call) -> tuple[int, BaseException | None]:
+    """The peak of Python's allocations while ``call()`` runs, and what it raised."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        call()
+        raised = None
+    except BaseException as exc:  # noqa: BLE001 - returned to the test
+        raised = exc
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak, raised
+
+
+def test_an_over_long_vectors_line_is_refused_without_reading_it_whole(tmp_path):
+    from maskattn.data.text import MAX_LINE_BYTES
+    from maskattn.data.vectors import read_vectors
+
+    path = sparse(tmp_path / "glove.txt", 4 * MAX_LINE_BYTES)  # 64 MiB with no line break: before, read whole
+    peak, raised = peak_while(lambda: read_vectors(path, 50, ["the"]))
+    assert isinstance(raised, DataError), raised
+    assert str(raised).startswith(f"{path}:1: a line longer than 16 MiB (no line break in its first 16,777,216 bytes)")
+    assert "MASKATTN_MAX_LINE_BYTES" in str(raised)
+    assert peak < 2.5 * MAX_LINE_BYTES  # before: the whole line twice (its bytes and its text), 128 MiB
+
+
+@pytest.mark.parametrize("reader", ["tsv", "conll", "parallel", "references", "stdin", "predict"])
+def test_every_text_reader_bounds_the_line_it_holds(tmp_path, monkeypatch, reader):
+    import io
+
+    from maskattn.data.parallel import read_parallel
+    from maskattn.data.readers import read_conll, read_tsv
+    from maskattn.data.text import read_lines, read_stream_lines
+
+    monkeypatch.setenv("MASKATTN_MAX_LINE_BYTES", "4K")
+    good = tmp_path / "good.txt"
+    good.write_text("pos\tfine " * 400 + "\n")  # 3.6 KB: under the limit, read as before
+    assert read_lines(good)[0].startswith("pos\tfine")
+    path = tmp_path / "long.txt"
+    path.write_text("pos\tshort\n" + "pos\t" + "word " * 1000 + "\n")  # line 2: 5 KB
+    calls = {"tsv": lambda: read_tsv(path), "conll": lambda: read_conll(path),
+             "parallel": lambda: read_parallel(good, path), "references": lambda: read_lines(path),
+             "stdin": lambda: read_stream_lines(io.BytesIO(path.read_bytes())),
+             "predict": lambda: runner.invoke(app, ["predict", "-k", "x.safetensors", "-i", str(path)])}
+    if reader == "predict":
+        result = calls[reader]()
+        assert result.exit_code == 2 and "long.txt:2: a line longer than 4 KiB" in flat(result.output)
+        return
+    with pytest.raises(DataError, match=r"(long\.txt|<stdin>):2: a line longer than 4 KiB \(no line break in its first "
+                                        r"4,096 bytes\)"):
+        calls[reader]()
+
+
+def test_a_whole_file_reader_refuses_a_file_larger_than_it_reads(tmp_path):
+    from maskattn.data.text import read_text
+
+    path = sparse(tmp_path / "run.yaml", 40 * 2**20, b"data: {}\n# ")
+    peak, raised = peak_while(lambda: read_text(path, "config file"))
+    assert isinstance(raised, DataError) and "config file" in str(raised) and "larger than 16 MiB" in str(raised)
+    assert peak < 20 * 2**20
+    with pytest.raises(DataError, match=r"config file .* is a folder, not a file"):
+        read_text(tmp_path, "config file")
+
+
+# --- issue 42 item 6: beam search has the memory budget batches have ------------------------------------------------
+
+def test_a_huge_beam_is_refused_with_the_estimate_before_it_is_built(monkeypatch):
+    import torch
+
+    from maskattn.inference import beam_search, greedy_decode
+    from maskattn.inference.decoding import decoding_memory_bytes
+    from maskattn.models.seq2seq import Seq2Seq
+
+    torch.manual_seed(0)
+    model = Seq2Seq.from_architecture("transformer", 20, 30, d_model=16, num_heads=4, encoder_layers=1,
+                                      decoder_layers=2, dropout=0.0, max_len=32).eval()
+    src = torch.tensor([[3, 4, 5, 6, 2], [7, 8, 2, 0, 0]])
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, "64M")
+    assert decoding_memory_bytes(model, 2, 5, 17, beam=5) < 2**20
+    assert len(beam_search(model, src, beam_size=5, bos_id=1, eos_id=2)) == 2  # a beam that fits: decoded as before
+    with pytest.raises(MemoryLimitError, match=r"decoding 2 source\(s\) of 5 tokens with beam 100000 \(200,000 "
+                                               r"hypotheses of up to 17 tokens\) would need about .* GiB, more than "
+                                               r"the "
+                                               r"64 MiB budget \(MASKATTN_MEMORY_LIMIT\); lower the beam \(--beam\)"):
+        beam_search(model, src, beam_size=100_000, bos_id=1, eos_id=2)
+    with pytest.raises(MemoryLimitError, match=r"decoding 20000 source\(s\) of 5 tokens with beam 1 "):  # greedy
+        greedy_decode(model, src[:1].repeat(20_000, 1), bos_id=1, eos_id=2)
+
+
+def test_a_note_naming_a_long_path_stays_on_one_line(trained, tmp_path):
+    """Issue 42: notes were wrapped at 80 columns, so their paths could not be pasted."""
+    _, run = trained
+    link = tmp_path / ("a-run-folder-with-a-long-name-" * 4)
+    link.symlink_to(run)
+    result = runner.invoke(app, ["predict", "-k", str(link), "good"])
+    assert result.exit_code == 0, result.output
+    assert f"note: {link} is a folder; using {link / 'best.safetensors'}\n" in result.stderr

@@ -217,3 +217,16 @@ def test_pretrained_vectors_keep_their_scale_before_sinusoidal_positions(tmp_pat
     for name in ("best", "last"):  # the scale trained with is the one the run's checkpoints rebuild with
         assert load_model(tmp_path / "run" / f"{name}.safetensors").model.encoder.embed.scale == expected
     assert Trainer.resume(tmp_path / "run" / "last.safetensors").model.encoder.embed.scale == expected
+
+
+def test_the_width_is_the_numbers_that_end_the_first_line(tmp_path):
+    """Issue 42: a word followed by a tab, or a word with spaces on the first line, counted the wrong width (and
+    advised model.embed_dim=2 or 4 for a file of width 3)."""
+    vocab = Vocabulary.build([["the", ". . ."]])
+    _, vectors = load_vectors(write(tmp_path, "tab.txt", "the\t1 2 3\n. . .\t4 5 6\n"), vocab, 3)
+    assert vectors.weight[vocab.stoi["the"]].tolist() == [1, 2, 3]
+    _, vectors = load_vectors(write(tmp_path, "first.txt", ". . . 4 5 6\nthe 1 2 3\n"), vocab, 3)
+    assert vectors.weight[vocab.stoi[". . ."]].tolist() == [4, 5, 6]
+    with pytest.raises(DataError, match=r"first\.txt:1: its first line has 3 numbers per word, .* 4 wide .*"
+                                        r"set model.embed_dim=3"):
+        load_vectors(tmp_path / "first.txt", vocab, 4)

@@ -7,15 +7,19 @@ outside its range, whether it comes from a file, a ``--set`` flag or Python. :fu
 the keys and the types (an unknown key fails with the list of valid keys). Every failure is a
 :class:`~maskattn.errors.ConfigError` naming ``section.key``, the allowed values and the value received.
 
-Every YAML text maskattn reads — config files, ``--set`` values, recipe options — goes through
-:func:`parse_yaml`: a syntax error, nesting deeper than Python's recursion, a number it cannot convert and
+Every YAML text maskattn reads — config files, ``--set`` values, recipe options, grid variants (``--variants``
+files and ``--variant`` settings), ``range(...)`` sweeps, the ``config.yaml`` of run folders — goes through
+:func:`parse_yaml` (a file: :func:`maskattn.data.text.read_yaml`); nothing else in maskattn calls ``yaml.safe_load``. A syntax error,
+nesting deeper than Python's recursion, a number it cannot convert, a text longer than :data:`MAX_YAML_BYTES` and
 aliases that expand past :data:`MAX_YAML_NODES` values (a "billion laughs" text of a few hundred bytes) are one
-error naming where the text came from, never a traceback or a machine's memory.
+error naming where the text came from, raised within a fraction of a second — never a traceback or a machine's
+memory.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -30,10 +34,12 @@ import yaml
 from .errors import ConfigError, warn_renamed
 
 __all__ = ["Rule", "at_least", "positive", "in_range", "one_of", "optional", "pair", "check_section", "from_dict",
-           "parse_yaml", "shown", "is_sections", "MAX_YAML_NODES"]
+           "parse_yaml", "shown", "is_sections", "MAX_YAML_NODES", "MAX_YAML_BYTES"]
 
 #: the most values (scalars, lists, mappings, counted as expanded by aliases) one YAML text may hold
 MAX_YAML_NODES = 100_000
+#: the longest YAML text read (characters; a run configuration is a few KiB)
+MAX_YAML_BYTES = 2**20
 
 _SHOWN = reprlib.Repr()
 _SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxlevel = 80, 80, 8, 8, 3
@@ -52,6 +58,9 @@ def shown(value: object) -> str:
 def parse_yaml(text: str, where: str, error: type[Exception] = ConfigError) -> object:
     """The value of the YAML ``text`` (``yaml.safe_load``: plain data, no Python objects), or ``error`` naming
     ``where`` (and the line, for a text of several lines) and what is wrong (module docstring)."""
+    if len(text) > MAX_YAML_BYTES:
+        raise error(f"{where}: YAML of {len(text):,} characters, more than the {MAX_YAML_BYTES:,} maskattn reads "
+                    "(a configuration is a few KiB); is it the right file?")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -177,6 +186,13 @@ def _type_name(tp) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
+@functools.cache
+def _type_hints(cls) -> dict:
+    """``typing.get_type_hints`` of a section class, evaluated once (it was most of the time a grid of 10,000 runs
+    took to check)."""
+    return typing.get_type_hints(cls)
+
+
 def from_dict(cls, data: dict | None, where: str = ""):
     """Build dataclass ``cls`` from a dict; unknown keys, wrongly typed values and values outside the section's
     rules raise :class:`ConfigError` naming the key (and, for unknown keys, listing the valid ones). A key of
@@ -184,7 +200,7 @@ def from_dict(cls, data: dict | None, where: str = ""):
     data = {} if data is None else data
     if not isinstance(data, dict):
         raise ConfigError(f"config section {where or cls.__name__!r} must be a mapping, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     valid = [f.name for f in fields(cls)]
     for old, new in getattr(cls, "RENAMED", {}).items():  # old spellings, accepted (with a warning) for a release
         if old in data:

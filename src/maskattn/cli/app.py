@@ -94,11 +94,15 @@ def user_errors() -> Iterator[None]:
 
 
 @contextmanager
-def interrupt_exits() -> Iterator[None]:
-    """Ctrl-C / SIGTERM end the command with exit code 130 (the trainer has said what it kept)."""
+def interrupt_exits(message: str | None = None) -> Iterator[None]:
+    """Ctrl-C / SIGTERM end the command with exit code 130, after ``message`` on stderr (``interrupted: …``, what
+    was kept; None: the code inside has said it, as the trainer does)."""
     try:
         yield
     except KeyboardInterrupt:
+        if message is not None:
+            Console(stderr=True).print(f"[yellow]interrupted:[/yellow] {escape(message)}", markup=True,
+                                       highlight=False, soft_wrap=True)
         raise typer.Exit(code=130) from None
 
 

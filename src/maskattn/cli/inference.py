@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..errors import ArgumentError
-from .app import DEVICE_HELP, app, user_errors
+from .app import DEVICE_HELP, app, user_errors, warn
 
 # the decoding flags of `generate` and `eval` (fairseq-generate's names); unset, the checkpoint's own settings hold
 _FROM_RUN = "(default: the checkpoint's run setting)"
@@ -83,7 +84,20 @@ def eval_(
         else:
             metrics = evaluate_file(checkpoint, data, format=data_format, device=device,
                                     on_truncate=_warn_truncated("tokens"))
-    Console().print_json(json.dumps(metrics))
+    Console().print_json(json.dumps(_finite_json(metrics, checkpoint), allow_nan=False))
+
+
+def _finite_json(value, checkpoint: Path, key: str = ""):
+    """``value`` with every non-finite number replaced by null (JSON has no NaN: ``"loss": NaN`` is not JSON), each
+    with a warning naming it — a checkpoint whose weights are not finite gives such metrics."""
+    if isinstance(value, dict):
+        return {k: _finite_json(v, checkpoint, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_json(v, checkpoint, f"{key}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, float) and not math.isfinite(value):
+        warn(f"{key} is {value} (are the weights of {checkpoint} finite?); printed as null")
+        return None
+    return value
 
 
 def _warn_truncated(unit: str, where: Callable[[list[int]], list[str]] | None = None
@@ -94,7 +108,7 @@ def _warn_truncated(unit: str, where: Callable[[list[int]], list[str]] | None = 
         shown = "; ".join(where(lines) if where is not None else [f"line(s) {_numbers(lines)}"])
         Console(stderr=True).print(f"[yellow]warning:[/yellow] {len(lines)} input line(s) longer than the model's "
                                    f"max_len were truncated to fit (the first {limit} {unit}): {shown}",
-                                   markup=True, highlight=False)
+                                   markup=True, highlight=False, soft_wrap=True)
     return warn
 
 
@@ -122,7 +136,8 @@ def _checkpoint_file(path: Path) -> Path:
     if not path.is_dir():
         return path
     chosen = checkpoint_in_folder(path)
-    Console(stderr=True).print(f"note: {path} is a folder; using {chosen}", highlight=False)
+    Console(stderr=True).print(f"note: {path} is a folder; using {chosen}", highlight=False, markup=False,
+                               soft_wrap=True)  # one line: a long path can be pasted
     return chosen
 
 
@@ -153,6 +168,10 @@ def generate(
     from ..inference import load_translator
 
     with user_errors():
+        if output is not None and input_file is not None and str(input_file) != "-" and output.exists() \
+                and input_file.exists() and output.samefile(input_file):
+            raise ArgumentError(f"--output {output} is the input file (--input {input_file}): writing the outputs "
+                                "would replace the sentences; give another --output")
         lines = _input_lines(input_file)
         translator = load_translator(_checkpoint_file(checkpoint), device=device)
         with _decoding_progress() as progress:

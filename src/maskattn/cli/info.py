@@ -52,5 +52,6 @@ def list_mechanisms(
         table.add_row(name, escape(description))
     console.print(table)
     console.print("context-fusion baselines (model.encoder): " + ", ".join(list_fusions())
-                  + "; anything else is a layer recipe, e.g. 'mtsa', 'csan2d x3, mha x3', 'dman>san>ffn x6'")
-    console.print(f"presets ({PRESETS_DIR}): " + (", ".join(list_presets()) or "(none found)"))
+                  + "; anything else is a layer recipe, e.g. 'mtsa', 'csan2d x3, mha x3', 'dman>san>ffn x6'",
+                  soft_wrap=True)
+    console.print(f"presets ({PRESETS_DIR}): " + (", ".join(list_presets()) or "(none found)"), soft_wrap=True)

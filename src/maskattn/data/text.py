@@ -10,19 +10,59 @@
 * Bytes that are not UTF-8 raise :class:`~maskattn.errors.DataError` naming the file (or ``<stdin>``), the
   1-based line number and the position of the first bad byte.
 
-Files are streamed line by line (:func:`iter_lines`), so a multi-gigabyte vectors file is never held whole.
+Files are streamed line by line (:func:`iter_lines`), so a multi-gigabyte vectors file is never held whole, and
+no line is held past :func:`max_line_bytes` (16 MiB, or ``MASKATTN_MAX_LINE_BYTES``): a longer line — a file with
+no line breaks, a sparse or binary file — is a :class:`~maskattn.errors.DataError` naming the file and line,
+raised after reading at most that many bytes of it. :func:`read_text` (a whole small file: a configuration, a
+summary) reads at most ``max_bytes`` (16 MiB by default) and refuses a longer file the same way.
 """
 
 from __future__ import annotations
 
 import codecs
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import DataError
+from ..errors import ConfigError, DataError
+from ..sections import MAX_YAML_BYTES, parse_yaml
 
-__all__ = ["iter_lines", "read_lines", "read_stream_lines", "read_text"]
+__all__ = ["read_yaml", "iter_lines", "read_lines", "read_stream_lines", "read_text", "max_line_bytes", "MAX_LINE_BYTES",
+           "MAX_LINE_ENV", "MAX_TEXT_BYTES"]
+
+#: the longest line any reader holds, in bytes, unless :data:`MAX_LINE_ENV` says otherwise
+MAX_LINE_BYTES = 16 * 2**20
+#: the environment variable that changes :data:`MAX_LINE_BYTES` (bytes, or with a unit: ``64M``, ``1G``)
+MAX_LINE_ENV = "MASKATTN_MAX_LINE_BYTES"
+#: the largest file :func:`read_text` reads whole by default
+MAX_TEXT_BYTES = 16 * 2**20
+_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
+          "g": 2**30, "gb": 2**30, "gib": 2**30}
+
+
+def _size(count: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:g} {unit}"
+    return f"{count} bytes"
+
+
+def max_line_bytes() -> int:
+    """The longest line a reader holds: ``MASKATTN_MAX_LINE_BYTES`` when set (bytes, or ``64M``, ``1G``, …), else
+    :data:`MAX_LINE_BYTES`; a value that is not a size is a :class:`DataError`."""
+    text = os.environ.get(MAX_LINE_ENV, "").strip().lower()
+    if not text:
+        return MAX_LINE_BYTES
+    number, unit = text.rstrip("abcdefghijklmnopqrstuvwxyz").strip(), text.lstrip("0123456789. ").strip()
+    try:
+        value = int(float(number) * _UNITS[unit])
+    except (ValueError, KeyError):
+        value = 0
+    if value < 1:
+        raise DataError(f"{MAX_LINE_ENV}={os.environ[MAX_LINE_ENV]!r} is not a size; expected bytes with an optional "
+                        "unit, e.g. 64M or 1G")
+    return value
 
 
 def _decode(raw: bytes, where: str, number: int) -> str:
@@ -34,11 +74,19 @@ def _decode(raw: bytes, where: str, number: int) -> str:
 
 
 def _lines_of(stream: BinaryIO, where: str) -> Iterator[tuple[int, str]]:
-    for number, raw in enumerate(stream, start=1):  # binary line iteration splits on b"\n" only
+    limit = max_line_bytes()
+    number = 0
+    while raw := stream.readline(limit + 3):  # splits on b"\n" only; never more than the limit (+ BOM, \r\n) held
+        number += 1
+        cut = len(raw) == limit + 3 and not raw.endswith(b"\n")  # the line goes on past what was read
         if number == 1 and raw.startswith(codecs.BOM_UTF8):
             raw = raw[len(codecs.BOM_UTF8):]
         if raw.endswith(b"\n"):
             raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
+        if cut or len(raw) > limit:
+            raise DataError(f"{where}:{number}: a line longer than {_size(limit)} (no line break in its first "
+                            f"{limit:,} bytes); maskattn reads text one line at a time: is this a text file with one "
+                            f"item per line? (to hold longer lines, set {MAX_LINE_ENV}, e.g. {MAX_LINE_ENV}=256M)")
         yield number, _decode(raw, where, number)
 
 
@@ -63,13 +111,21 @@ def read_stream_lines(stream: BinaryIO, name: str = "<stdin>") -> list[str]:
     return [line for _, line in _lines_of(stream, name)]
 
 
-def read_text(path: str | Path, what: str = "file") -> str:
+def read_text(path: str | Path, what: str = "file", *, max_bytes: int | None = None) -> str:
     """The whole UTF-8 text of ``path`` (byte-order mark dropped, line endings untouched); ``what`` names the
-    file in errors (``"config file"``)."""
+    file in errors (``"config file"``). At most ``max_bytes`` (default :data:`MAX_TEXT_BYTES`) are read: a longer
+    file is a :class:`DataError` (a configuration or a summary is a few KiB; a larger file is the wrong one)."""
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir():
+        raise DataError(f"{what} {path} is a folder, not a file")
+    if not path.exists():
         raise DataError(f"{what} {path} does not exist")
-    data = path.read_bytes()
+    limit = MAX_TEXT_BYTES if max_bytes is None else max_bytes
+    with path.open("rb") as stream:
+        data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise DataError(f"{what} {path} is larger than {_size(limit)}, more than such a file holds; is it the right "
+                        "file?")
     if data.startswith(codecs.BOM_UTF8):
         data = data[len(codecs.BOM_UTF8):]
     try:
@@ -79,3 +135,16 @@ def read_text(path: str | Path, what: str = "file") -> str:
         offset = exc.start - data.rfind(b"\n", 0, exc.start)  # 1-based, within the line
         raise DataError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at byte {offset} of the line); "
                         "save the file as UTF-8") from None
+
+
+def read_yaml(path, what: str = "file", error: type[Exception] = ConfigError) -> object:
+    """The value of the YAML file ``path`` (:func:`maskattn.sections.parse_yaml`: size, aliases and nesting bounded;
+    ``what`` names the file in errors: ``"variants file"``), read with :func:`read_text` (UTF-8, at most
+    :data:`~maskattn.sections.MAX_YAML_BYTES`); a missing, unreadable or oversized file raises ``error`` too."""
+    try:
+        text = read_text(path, what, max_bytes=MAX_YAML_BYTES)
+    except DataError as exc:
+        if error is DataError:
+            raise
+        raise error(str(exc)) from None
+    return parse_yaml(text, f"{what} {path}", error)

@@ -10,7 +10,10 @@ The file is checked before training starts, each mistake a :class:`~maskattn.err
 file and line: a line whose width differs from the first vector line, a width other than the model's embedding
 width, a duplicated word, numbers that do not parse or are not finite (checked for the words the vocabulary
 uses; every line is checked for its word and width), a file that covers none of the vocabulary. A word may
-contain spaces (GloVe 840B has a few, e.g. ``. . .``): the last ``width`` fields of a line are its numbers.
+contain spaces (GloVe 840B has a few, e.g. ``. . .``): the last ``width`` fields of a line are its numbers; the
+width is the count of numbers that end the first vector line (a tab after the word separates like a space). No
+line is held past :func:`maskattn.data.text.max_line_bytes` (16 MiB): a file without line breaks is refused after
+reading that much of it.
 """
 
 from __future__ import annotations
@@ -69,9 +72,10 @@ def read_vectors(path: str | Path, dim: int, words: Iterable[str]) -> dict[str, 
             width, first = header, number
             _check_width(path, number, width, dim, "the header line gives")
             continue
-        parts = line.rstrip().split(" ")
-        if width is None:
-            width, first = len(parts) - 1, number
+        parts = line.rstrip().replace("\t", " ").split(" ")
+        if width is None:  # the numbers that end the line (the word before them may hold spaces, or be a number)
+            width, first = next((len(parts) - 1 - j for j in range(len(parts) - 1, -1, -1)
+                                 if not _is_number(parts[j])), len(parts) - 1), number
             if width < 1:
                 raise DataError(f"{path}:{number}: expected a word and its numbers separated by spaces, got "
                                 f"{line[:60]!r}")

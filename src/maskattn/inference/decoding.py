@@ -30,6 +30,12 @@ leave the batch. Finished hypotheses are ranked by ``log P(Y|X) / lp(Y)``, ``|Y|
 
 ``α = length_penalty``: 0 ranks by log-probability, larger values favour longer outputs.
 
+Memory: before the first step, both searches estimate what decoding the batch holds (:func:`decoding_memory_bytes`:
+the encoder's output and every decoder layer's keys and values for ``batch × beam`` hypotheses of the longest output
+allowed, and the scores over the vocabulary of each step) and refuse an estimate over the budget
+(:func:`maskattn.device.check_memory`) with the :class:`~maskattn.errors.MemoryLimitError` a batch gets — never
+an allocation that fails half-way (``generate --beam 100000``).
+
 :class:`DecodingOptions` holds one choice of all these options (and runs the search it describes).
 """
 
@@ -49,7 +55,7 @@ from ..validation import check_int_at_least, describe
 from ..models.seq2seq import Seq2Seq
 
 __all__ = ["greedy_decode", "beam_search", "Hypothesis", "length_penalty_factor", "DecodingOptions",
-           "LENGTH_PENALTIES"]
+           "LENGTH_PENALTIES", "decoding_memory_bytes"]
 
 #: the kinds of length penalty (module docstring)
 LENGTH_PENALTIES = ("gnmt", "fairseq")
@@ -191,13 +197,38 @@ def _limits(model, src_ids: torch.Tensor, max_len, max_len_a, max_len_b) -> torc
     return limits.long()
 
 
-def _start(model, src_ids, bos_id, eos_id, max_len, max_len_a, max_len_b):
+def decoding_memory_bytes(model: Seq2Seq, batch: int, source_length: int, output_length: int, *, beam: int = 1,
+                          element_size: int = 4) -> int:
+    """An upper estimate of the bytes a search holds for ``batch`` sources of ``source_length`` tokens, ``beam``
+    hypotheses each, of up to ``output_length`` tokens: the encoder's output and, in every decoder attention
+    sublayer, keys and values over the source and over the output so far (``rows × (S + T) × d`` each, rows =
+    batch × beam), the hypotheses' tokens, and per step the next-token scores over the vocabulary (a few float32
+    ``rows × V`` tensors; beam search's candidates ``batch × beam·V``)."""
+    from ..attention import SelfAttention
+
+    rows = batch * beam
+    sublayers = sum(isinstance(m, SelfAttention) for m in model.decoder.modules()) or 1
+    states = rows * (source_length + output_length) * model.d_model * element_size * 2 * sublayers
+    memory = rows * source_length * model.d_model * element_size
+    scores = 5 * rows * model.tgt_vocab_size * 4
+    return states + memory + scores + rows * output_length * 8
+
+
+def _start(model, src_ids, bos_id, eos_id, max_len, max_len_a, max_len_b, beam: int = 1):
+    from ..device import check_memory
+
     if not isinstance(model, Seq2Seq):
         raise ArgumentTypeError(f"model must be a maskattn Seq2Seq, got {describe(model)}")
     bos_id = _check_token(bos_id, "bos_id", model)
     eos_id = _check_token(eos_id, "eos_id", model)
     memory, padding = model.encode(src_ids)  # validates src_ids
     limits = _limits(model, src_ids, max_len, max_len_a, max_len_b)
+    batch, length = src_ids.shape
+    longest = int(limits.max()) + 1 if limits.numel() else 1
+    check_memory(decoding_memory_bytes(model, batch, length, longest, beam=beam, element_size=memory.element_size()),
+                 what=f"decoding {batch} source(s) of {length} tokens with beam {beam} ({batch * beam:,} hypotheses of "
+                      f"up to {longest} tokens)", device=memory.device,
+                 advice="lower the beam (--beam) or the sources per batch (--batch-size)")
     return bos_id, eos_id, model.init_state(memory, padding), limits
 
 
@@ -291,7 +322,7 @@ def beam_search(model: Seq2Seq, src_ids: torch.Tensor, *, beam_size: int = 5, le
         raise ArgumentTypeError(f"return_nbest must be a bool, got {describe(return_nbest)}")
     K = beam_size
     with _inference(model):
-        bos_id, eos_id, state, limits = _start(model, src_ids, bos_id, eos_id, max_len, max_len_a, max_len_b)
+        bos_id, eos_id, state, limits = _start(model, src_ids, bos_id, eos_id, max_len, max_len_a, max_len_b, K)
         device, B, V = src_ids.device, state.batch_size, model.tgt_vocab_size
         state = state.reorder(torch.arange(B, device=device).repeat_interleave(K))  # row s·K + k: beam k of s
         sentences = torch.arange(B)  # source row of each live sentence

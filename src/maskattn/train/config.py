@@ -6,6 +6,7 @@ and saved in full inside every checkpoint."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,10 @@ from ..inference.decoding import LENGTH_PENALTIES, DecodingOptions
 from ..metrics import SEQ2SEQ_SCORES
 from ..models.config import ModelConfig
 from .optim import DECAY_TARGETS, OPTIMIZERS, SCHEDULES
+
+_CPUS = os.cpu_count() or 1
+#: the most intra-op threads train.num_threads may ask for
+_MAX_THREADS = max(256, 8 * _CPUS)
 
 __all__ = ["OptimConfig", "TrainConfig", "RunConfig", "from_dict", "load_config", "apply_overrides",
            "PRESETS_DIR", "list_presets", "preset_path", "METRICS"]
@@ -102,7 +107,9 @@ class TrainConfig:
     checkpoints' ``maskattn generate`` / ``eval``): ``eval_beam`` / ``test_beam`` (beam sizes for dev and for the
     final test scores; 1 = greedy), ``length_penalty`` α and ``length_penalty_kind`` (``gnmt``: ``((5 + |Y|) / 6)^α``,
     ``fairseq``: ``|Y|^α``), ``min_output_len`` / ``max_output_len`` (output tokens before EOS; null: ``1.2 ·
-    source + 10``) and ``no_repeat_ngram_size`` (3: no repeated trigram in a hypothesis; 0 = off)."""
+    source + 10``) and ``no_repeat_ngram_size`` (3: no repeated trigram in a hypothesis; 0 = off).
+    ``tensorboard``: a folder for TensorBoard event files (loss, learning rate, gradient norm, dev and test
+    metrics, throughput; needs the ``tensorboard`` extra); null = none. It does not change what the run computes."""
 
     seed: int = 0
     batch_size: int = 64
@@ -128,6 +135,7 @@ class TrainConfig:
     min_output_len: int = DecodingOptions.min_len
     max_output_len: int | None = DecodingOptions.max_len
     no_repeat_ngram_size: int = DecodingOptions.no_repeat_ngram_size
+    tensorboard: str | None = None
 
     RULES: ClassVar[dict[str, Rule]] = {
         "seed": at_least(0),
@@ -141,7 +149,10 @@ class TrainConfig:
         "device": Rule(lambda v: isinstance(v, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", v) is not None,
                        "auto, cpu, cuda or cuda:N"),
         "amp": Rule(lambda v: isinstance(v, bool) or v in ("bf16", "fp16"), "true, false, bf16 or fp16"),
-        "num_threads": at_least(0),
+        # a thread count far above the CPUs (num_threads=100000) makes PyTorch start that many threads: refused
+        "num_threads": Rule(lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _MAX_THREADS,
+                            f"an int from 0 (PyTorch's default) to {_MAX_THREADS} (8 × the {_CPUS} CPUs here, at "
+                            "least 256)"),
         "out_dir": Rule(lambda v: isinstance(v, str) and bool(v.strip()), "a folder name"),
         "log_every": at_least(1),
         "ema_decay": in_range(0, 1),
@@ -152,6 +163,7 @@ class TrainConfig:
         "min_output_len": at_least(0),
         "max_output_len": optional(at_least(0)),
         "no_repeat_ngram_size": at_least(0),
+        "tensorboard": optional(Rule(lambda v: isinstance(v, str) and bool(v.strip()), "a folder name")),
     }
 
     def __post_init__(self):

@@ -33,7 +33,7 @@ from ..device import resolve_device
 from ..errors import ArgumentError
 from ..metrics import summed_loss
 from .grid import Grid, GridRun
-from .grid_table import COST_FILE
+from .grid_table import COST_FILE, bytes_text, count_text, seconds_text
 from .acceleration import autocast_dtype
 from .optim import build_optimizer, optimizer_step
 from .resumable import write_json
@@ -176,10 +176,10 @@ def cost_table(report: dict) -> str:
              "inference (test set) | peak memory (training step) |", "|---|---:|---:|---:|---:|---:|"]
     for cell, result in cells.items():
         speed, unit = speeds[cell]
-        lines.append(f"| {cell or '(base)'} | {result['parameters']['without_embeddings'] / 1e6:.2f} M | "
-                     f"{result['epoch_s']:,.0f} s | {speed:,.0f} {unit}/s ({speed / first:.2f}) | "
-                     + (f"{result['inference_s']:,.1f} s" if "inference_s" in result else "–")
-                     + f" | {result['peak_memory_bytes'] / 2**20:,.0f} MB |")
+        lines.append(f"| {cell or '(base)'} | {count_text(result['parameters']['without_embeddings'])} | "
+                     f"{seconds_text(result['epoch_s'])} | {speed:,.0f} {unit}/s ({speed / first:.2f}) | "
+                     + (seconds_text(result["inference_s"]) if "inference_s" in result else "–")
+                     + f" | {bytes_text(result['peak_memory_bytes'])} |")
     lines += ["", f"Training: {settings['batch']}, the median of {settings['rounds']} rounds of "
                   f"{settings['steps']} steps (after {settings['warmup']} untimed) × the batches of an epoch; inference: "
                   f"one pass over the test split, batch {settings['eval_batch_size']}; memory: one training step on "
