@@ -20,5 +20,6 @@ from __future__ import annotations
 
 from .app import app
 from . import training, grid, inference, viz, bench, info  # noqa: F401  (registers the commands, in this order)
+from . import grid_analysis  # noqa: F401,E402  (grid compare, grid plot)
 
 __all__ = ["app"]

@@ -25,6 +25,9 @@ def train(
     overrides: list[str] = typer.Option(None, "--set", "-s", metavar="SECTION.KEY=VALUE",
                                         help="override a config value (repeatable)"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="show the progress bar"),
+    tensorboard: Path = typer.Option(None, "--tensorboard", help="write TensorBoard event files (loss, lr, gradient "
+                                     "norm, dev / test metrics, throughput) into this folder (train.tensorboard; "
+                                     "needs the tensorboard extra)"),
     all_folds: bool = typer.Option(False, "--all-folds", help="train every fold of data.cv_folds into "
                                    "<out>/fold<i> and report the mean ± std test metric (<out>/cv.json)"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace the run already in the run folder (what "
@@ -38,7 +41,8 @@ def train(
     from ..train.config import apply_overrides, load_config, preset_path
 
     flags = [f"{key}={value}" for key, value in (("data.dir", data), ("train.out_dir", out), ("train.seed", seed),
-                                                  ("train.max_steps", max_steps), ("train.device", device))
+                                                  ("train.max_steps", max_steps), ("train.device", device),
+                                                  ("train.tensorboard", tensorboard))
              if value is not None] + list(overrides or [])
     sigterm_as_interrupt()
     with user_errors(), interrupt_exits():

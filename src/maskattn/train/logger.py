@@ -10,6 +10,12 @@ a warning naming the file. Any other unreadable line means the file was damaged 
 atomically. A log that was emptied or shortened between runs (it lacks the dev row of the checkpoint's step,
 which is always written before the checkpoint) is continued with a warning saying so: the lost rows are not
 recomputed.
+
+With ``tensorboard`` (``train.tensorboard``) every row is also written as TensorBoard scalars
+(``torch.utils.tensorboard``; the ``tensorboard`` package, ``pip install 'maskattn[tensorboard]'``): the tag
+``<split>/<key>`` for every number of the row (``train/loss``, ``train/lr``, ``train/grad_norm``,
+``train/examples_per_s`` or ``train/tokens_per_s``, ``dev/accuracy``, ``test/rouge``, …) at the row's step. A
+resumed run discards the events after its checkpoint's step (``purge_step``), as the files above.
 """
 
 from __future__ import annotations
@@ -21,10 +27,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from .files import atomic_write
 
-__all__ = ["MetricsLogger", "COLUMNS", "read_metrics"]
+__all__ = ["MetricsLogger", "TensorBoardWriter", "COLUMNS", "read_metrics"]
 
 COLUMNS = ("step", "epoch", "split", "loss", "accuracy", "f1", "lr", "examples_per_s", "elapsed_s", "ppl", "bleu",
            "chrf", "tokens_per_s", "rouge", "rouge1", "rouge2", "rougeL")
@@ -82,12 +88,15 @@ class MetricsLogger:
     ``warn`` receives the message about a dropped cut-short last line."""
 
     def __init__(self, out_dir: str | Path, *, enabled: bool = True, resume_step: int | None = None,
-                 warn: Callable[[str], None] | None = None):
+                 warn: Callable[[str], None] | None = None, tensorboard: str | Path | None = None):
         self.enabled = enabled
         self.jsonl = Path(out_dir) / "metrics.jsonl"
         self.csv = Path(out_dir) / "metrics.csv"
+        self.board: TensorBoardWriter | None = None
         if not enabled:
             return
+        if tensorboard:
+            self.board = TensorBoardWriter(tensorboard, resume_step=resume_step)
         rows: list[dict] = []
         if resume_step is not None:
             rows, torn = _read_rows(self.jsonl)
@@ -115,3 +124,35 @@ class MetricsLogger:
                 os.fsync(f.fileno())
         with self.csv.open("a", newline="", encoding="utf-8") as f:
             csv.DictWriter(f, COLUMNS, extrasaction="ignore").writerow(row)
+        if self.board is not None:
+            self.board.log(row)
+
+    def close(self) -> None:
+        """Flush and close the TensorBoard writer (the metrics files are closed after every row)."""
+        if self.board is not None:
+            self.board.close()
+            self.board = None
+
+
+class TensorBoardWriter:
+    """A row of the metrics log as TensorBoard scalars ``<split>/<key>`` at the row's step (module docstring)."""
+
+    def __init__(self, folder: str | Path, *, resume_step: int | None = None):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise ConfigError(f"train.tensorboard {folder}: TensorBoard event files need the tensorboard package "
+                              "(pip install 'maskattn[tensorboard]'), which is not installed") from None
+        self.folder = Path(folder)
+        self.writer = SummaryWriter(log_dir=str(folder), purge_step=None if resume_step is None else resume_step + 1)
+
+    def log(self, row: dict) -> None:
+        split, step = row.get("split", "train"), int(row["step"])
+        for key, value in row.items():
+            if key not in ("step", "epoch", "split") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.writer.add_scalar(f"{split}/{key}", value, step)
+        if split in ("dev", "test"):
+            self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()

@@ -3,7 +3,10 @@
 :func:`run_to_end` trains the configuration in its ``train.out_dir`` and writes the summary of :meth:`Trainer.fit`
 to ``summary.json`` there: a run that has its ``summary.json`` is finished and is not trained again; one stopped
 half-way continues from its ``last.safetensors`` (exactly, as ``--resume``; with ``train.keep_last`` off it starts
-again); a folder that holds a run of another configuration is refused (:func:`check_same_run`).
+again); a folder that holds a run of another configuration is refused (:func:`check_same_run`): configurations are
+compared after resolving their defaults (:func:`resolved_config`: ``model.embed_scale: null`` and the scale it
+means are one run), without the settings that do not change what a run computes (:data:`FREE_SETTINGS`) and
+without ``train.out_dir`` (the folder is the run's wherever it lies: a copied or moved grid continues).
 """
 
 from __future__ import annotations
@@ -14,18 +17,19 @@ from pathlib import Path
 from rich.console import Console
 
 from ..data.text import read_text
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, MaskattnError
 from ..sections import is_sections, parse_yaml
-from .config import RunConfig
+from .config import RunConfig, from_dict
 from .files import atomic_write
 from .run_folder import RunFolder
 from .trainer import Trainer
 
-__all__ = ["run_to_end", "check_same_run", "read_summary", "write_json", "SUMMARY", "FREE_SETTINGS"]
+__all__ = ["run_to_end", "check_same_run", "resolved_config", "read_summary", "write_json", "SUMMARY",
+           "FREE_SETTINGS"]
 
 SUMMARY = "summary.json"
 #: settings that do not change what a run computes: a run may be continued with other values
-FREE_SETTINGS = {("train", "progress"), ("train", "num_threads"), ("train", "device")}
+FREE_SETTINGS = {("train", "progress"), ("train", "num_threads"), ("train", "device"), ("train", "tensorboard")}
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -52,8 +56,28 @@ def read_summary(folder: Path, metric: str | None = None, *, what: str = "run") 
     return summary
 
 
+def resolved_config(config: dict) -> dict | None:
+    """A run configuration (sections) as the run means it: validated into a :class:`RunConfig` (absent keys take
+    their defaults, and a run with pretrained vectors its ``embed_scale`` 1), with the values that stand for
+    another resolved — ``model.embed_scale: null`` to the scale the model uses, ``optim.label_smoothing: null`` to
+    the task's ε. ``None`` when this version of maskattn cannot read it (an unknown key or value)."""
+    from ..models.factory import embedding_scale
+    from .tasks import TRANSLATION_LABEL_SMOOTHING
+
+    try:
+        cfg = from_dict(RunConfig, json.loads(json.dumps(config)))
+    except (MaskattnError, ValueError, TypeError):
+        return None
+    resolved = cfg.to_dict()
+    resolved["model"]["embed_scale"] = embedding_scale(cfg.model)
+    if cfg.optim.label_smoothing is None:
+        resolved["optim"]["label_smoothing"] = TRANSLATION_LABEL_SMOOTHING if cfg.model.type == "seq2seq" else 0.0
+    return resolved
+
+
 def check_same_run(cfg: RunConfig, folder: Path) -> None:
-    """A folder already holding a run of another configuration is an error, not something to reuse."""
+    """A folder already holding a run of another configuration is an error, not something to reuse (module
+    docstring: compared after resolving defaults, without :data:`FREE_SETTINGS` and ``train.out_dir``)."""
     saved_path = Path(folder) / "config.yaml"
     if not saved_path.exists():
         return
@@ -61,8 +85,12 @@ def check_same_run(cfg: RunConfig, folder: Path) -> None:
     if not isinstance(saved, dict) or not is_sections(saved):
         raise ConfigError(f"{saved_path} is not a run configuration (a mapping of sections); give this run a new "
                           "folder (--out)")
+    saved_resolved, wanted_resolved = resolved_config(saved), resolved_config(wanted)
+    if saved_resolved is not None and wanted_resolved is not None:
+        saved, wanted = saved_resolved, wanted_resolved
+    ignored = FREE_SETTINGS | {("train", "out_dir")}
     changed = sorted(f"{section}.{key}" for section in wanted for key in wanted[section]
-                     if (section, key) not in FREE_SETTINGS and saved.get(section, {}).get(key) != wanted[section][key])
+                     if (section, key) not in ignored and saved.get(section, {}).get(key) != wanted[section][key])
     if changed:
         raise ConfigError(f"{folder} holds a run of another configuration (differs in {', '.join(changed[:5])}); "
                           "give this run a new folder (--out)")

@@ -45,9 +45,10 @@ __all__ = ["RunFolder", "LOCK_NAME", "MANIFEST_NAME", "RUN_FILES", "refuse_input
 
 LOCK_NAME = ".lock"
 MANIFEST_NAME = ".run-files.json"
-#: What a run leaves in its folder (a plain run; the last two: cross-validation).
+#: What a run leaves in its folder (a plain run; `summary.json` and `cv.json`: cross-validation; the last: a seq2seq
+#: run's test hypotheses).
 RUN_FILES = ("config.yaml", "metrics.jsonl", "metrics.csv", "best.safetensors", "last.safetensors", "summary.json",
-             "cv.json")
+             "cv.json", "test.hyp.txt")
 #: The files only a run writes: a folder without a manifest holds a run (of an older maskattn) when it has one.
 _LEGACY_MARKERS = ("metrics.jsonl", "cv.json")
 _FOLD = re.compile(r"^fold\d+$")

@@ -302,6 +302,7 @@ class Seq2SeqTask:
             raise ConfigError(f"train.max_output_len {cfg.train.max_output_len} exceeds what the model can decode: "
                               f"{cap} tokens (model.max_len {cfg.model.max_len} minus the BOS position)")
         self.text: dict[str, ParallelText] = {}
+        self.hypotheses: dict[str, list[str]] = {}  # the last decoding of each split (the trainer keeps test's)
         for split in ("train", "dev", "test"):
             prefix = getattr(data, split)
             if prefix:
@@ -380,6 +381,7 @@ class Seq2SeqTask:
             translator = Translator(cast(Seq2Seq, model), self.subword, max_len=self.max_len, device=self.device,
                                     decoding=self.decoding["dev" if split == "dev" else "test"])
             hyps = translator.translate(text.source, batch_size=self.cfg.train.eval_batch_size, progress=progress)
+            self.hypotheses[split] = list(hyps)
             scores = self.score(hyps, text.target, **({"bootstrap": 0} if self.kind == "summarization"
                                                        and split == "dev" else {}))
             result.update({key: value for key, value in scores.items() if isinstance(value, float)})

@@ -50,7 +50,10 @@ from .tasks import Task, build_task
 __all__ = ["Trainer", "resolve_device", "seed_everything", "parameter_counts"]
 
 #: what a trainer writes into its run folder (recorded there as the run's before any is written)
-RUN_OUTPUTS = ("config.yaml", "metrics.jsonl", "metrics.csv", "best.safetensors", "last.safetensors")
+RUN_OUTPUTS = ("config.yaml", "metrics.jsonl", "metrics.csv", "best.safetensors", "last.safetensors", "test.hyp.txt")
+#: the test hypotheses of a seq2seq run, one per line in test order, as they were scored (``grid compare``'s paired
+#: bootstrap reads them)
+HYPOTHESES = "test.hyp.txt"
 
 
 def seed_everything(seed: int) -> None:
@@ -159,7 +162,8 @@ class Trainer:
         if self.dist.is_main:
             self.folder.claim(*RUN_OUTPUTS)
         self.logger = MetricsLogger(self.out_dir, enabled=self.dist.is_main,
-                                    resume_step=self.step if ckpt is not None else None, warn=self._warn)
+                                    resume_step=self.step if ckpt is not None else None, warn=self._warn,
+                                    tensorboard=train_config.tensorboard)
         if self.dist.is_main:
             atomic_write(self.out_dir / "config.yaml", [yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode()])
 
@@ -168,6 +172,8 @@ class Trainer:
 
     def close(self) -> None:
         """Release the run folder (:meth:`fit` does it when it returns or raises)."""
+        if getattr(self, "logger", None) is not None:
+            self.logger.close()
         self.folder.unlock()
 
     # --- construction from checkpoints ------------------------------------------------------------------
@@ -378,9 +384,10 @@ class Trainer:
                 if self.step % train_config.log_every == 0 or self.step == total:
                     speed = window_units / max(1e-9, time.perf_counter() - window_start)
                     mean = self.window_loss / self.window_steps
+                    norm = {"grad_norm": self._grad_norm()} if self.logger.board is not None else {}
                     self.logger.log(step=self.step, epoch=self.epoch, split="train", loss=mean,
                                     lr=self.optimizer.param_groups[0]["lr"], **{speed_key: round(speed, 1)},
-                                    elapsed_s=self._elapsed())
+                                    elapsed_s=self._elapsed(), **norm)
                     bar.update(self.step, loss=mean, speed=speed)
                     self.window_loss, self.window_steps, window_units = 0.0, 0, 0
                     window_start = time.perf_counter()
@@ -393,6 +400,11 @@ class Trainer:
                     stop = self._evaluate_and_checkpoint() or stop
                 if end_of_epoch:
                     break
+
+    def _grad_norm(self) -> float:
+        """The L2 norm of the last step's gradients as applied (after clipping; TensorBoard's ``train/grad_norm``)."""
+        norms = [p.grad.detach().float().norm() for p in self.model.parameters() if p.grad is not None]
+        return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
 
     def _finish(self) -> dict:
         """Reload the best checkpoint's weights and evaluate them on the test split."""
@@ -410,6 +422,10 @@ class Trainer:
         if self.task.has_split("test"):
             test = self.evaluate("test")
             summary["test"] = test
+            hypotheses = getattr(self.task, "hypotheses", {}).get("test")
+            if hypotheses is not None and self.dist.is_main:  # a seq2seq run keeps what it was scored on
+                atomic_write(self.out_dir / HYPOTHESES,
+                             ["".join(" ".join(h.splitlines()) + "\n" for h in hypotheses).encode("utf-8")])
             self.logger.log(step=self.best_step or self.step, epoch=self.epoch, split="test", **test,
                             elapsed_s=self._elapsed())
         summary["wall_s"] = self._elapsed()

@@ -1,0 +1,213 @@
+"""``maskattn grid compare``: Welch's t against scipy and its formula, the Nadeau–Bengio corrected paired t against
+its formula, the paired bootstrap against sacreBLEU's, ROUGE per item against the run's score, the cells' spelling
+and every refusal (other data, an unknown metric, one run in a cell, unpaired folds), and a seq2seq run keeping
+the test hypotheses it was scored on."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from maskattn.cli import app
+from maskattn.errors import ArgumentError, DataError
+from maskattn.metrics import rouge_scores
+from maskattn.train import grid_compare as gc
+from maskattn.train.grid_compare import compare, item_statistics, nadeau_bengio, paired_bootstrap, resolve_cells, welch
+
+stats = pytest.importorskip("scipy.stats")
+runner = CliRunner()
+
+
+def write_grid(folder, cells: dict[str, dict], *, preset="trec", data="data/trec", cv_folds=0, metric="accuracy",
+               hypotheses: dict | None = None, root=None):
+    """A grid folder of finished runs without training: ``cells`` maps a cell to ``{replicate: test value}`` where a
+    replicate is a seed, or ``(fold, seed)`` with ``cv_folds``; ``root``: the grid's working directory (default: the
+    folder above it), what its relative ``data`` means."""
+    runs = []
+    for cell, values in cells.items():
+        for replicate, value in values.items():
+            fold, seed = replicate if isinstance(replicate, tuple) else (0, replicate)
+            name = f"{cell}/fold{fold}-seed{seed}" if cv_folds else f"{cell}/seed{seed}"
+            run = folder / name
+            run.mkdir(parents=True)
+            config = {"data": {"dir": data, "format": "tsv", "cv_folds": cv_folds, "fold": fold, "dev_fraction": 0.1},
+                      "model": {"encoder": cell}, "train": {"seed": seed, "out_dir": str(run), "metric": metric}}
+            (run / "config.yaml").write_text(yaml.safe_dump(config))
+            (run / "summary.json").write_text(json.dumps({"metric": metric, "best_dev": value, "test": {metric: value}}))
+            if hypotheses and (cell, seed) in hypotheses:
+                (run / gc.HYPOTHESES).write_text("".join(h + "\n" for h in hypotheses[cell, seed]))
+            runs.append({"name": name, "cell": cell, "settings": {"variant": cell},
+                         "replicate": {"train.seed": str(seed)}, "overrides": []})
+    (folder / "grid.json").write_text(json.dumps({"format": "maskattn-grid/1", "base": {"preset": preset},
+                                                  "fixed": [], "cwd": os.path.relpath(root or folder.parent, folder),
+                                                  "runs": runs}))
+    return folder
+
+
+# --- the tests themselves -------------------------------------------------------------------------------------
+
+def test_welch_matches_scipy_and_its_formula():
+    a, b = [91.2, 92.4, 89.6, 90.8, 92.0], [92.4, 92.0, 92.6, 92.2, 92.6]
+    result = welch(a, b)
+    reference = stats.ttest_ind(a, b, equal_var=False)
+    assert result.statistic == pytest.approx(reference.statistic) and result.p == pytest.approx(reference.pvalue)
+    va, vb = np.var(a, ddof=1) / 5, np.var(b, ddof=1) / 5
+    df = (va + vb) ** 2 / (va ** 2 / 4 + vb ** 2 / 4)  # Welch–Satterthwaite
+    assert result.df == pytest.approx(df)
+    half = stats.t.ppf(0.975, df) * math.sqrt(va + vb)
+    assert (result.low, result.high) == pytest.approx((np.mean(a) - np.mean(b) - half, np.mean(a) - np.mean(b) + half))
+    assert result.established is (result.p < 0.05)
+
+
+def test_nadeau_bengio_is_the_corrected_formula_and_wider_than_the_plain_paired_t():
+    d = [1.0, -0.5, 2.0, 0.5, 1.5, 0.0, 1.0, 2.5, -1.0, 1.0]  # mean 0.8, sample variance 1.1222…
+    ratio = 0.1 / (0.9 * 0.9)
+    result = nadeau_bengio(d, ratio)
+    variance = (1 / 10 + ratio) * np.var(d, ddof=1)
+    t = 0.8 / math.sqrt(variance)
+    assert result.difference == pytest.approx(0.8) and result.statistic == pytest.approx(t)
+    assert result.p == pytest.approx(2 * stats.t.sf(abs(t), 9)) and result.df == 9
+    assert result.high - 0.8 == pytest.approx(stats.t.ppf(0.975, 9) * math.sqrt(variance))
+    plain = stats.ttest_rel(np.array(d), np.zeros(10))
+    assert plain.pvalue < 0.05 < result.p  # the plain paired t would call it established; the corrected one does not
+
+
+def test_paired_bootstrap_of_bleu_is_sacrebleus(monkeypatch):
+    import sacrebleu
+    from sacrebleu.significance import PairedTest
+
+    refs = [f"the cat number {i} sat on the mat today" for i in range(40)]
+    hyps_a = [r if i % 3 else r.replace("mat", "rug") for i, r in enumerate(refs)]
+    hyps_b = [r if i % 2 else r.replace("sat", "stood") for i, r in enumerate(refs)]
+    stats_a, score = item_statistics(hyps_a, refs, "bleu")
+    stats_b, _ = item_statistics(hyps_b, refs, "bleu")
+    ours = paired_bootstrap(stats_a, stats_b, score, samples=200, seed=7)
+    assert score(stats_a.sum(0)) == pytest.approx(sacrebleu.corpus_bleu(hyps_a, [refs]).score)
+    monkeypatch.setenv("SACREBLEU_SEED", "7")
+    _, results = PairedTest([("b", hyps_b), ("a", hyps_a)], {"BLEU": sacrebleu.BLEU(references=[refs])}, None,
+                            test_type="bs", n_samples=200)()
+    assert ours.p == pytest.approx(results["BLEU"][1].p_value)
+    assert ours.low <= ours.difference <= ours.high
+
+
+def test_rouge_per_item_recomposes_the_runs_score_and_a_system_against_itself_is_not_established():
+    refs = ["police said the minister", "china and japan agreed", "talks on monday", "rain after two days"]
+    hyps = ["police said minister", "china japan agreed to cut", "talks monday", "two days rain"]
+    for metric in ("rouge", "rouge1", "rouge2", "rougeL"):
+        values, score = item_statistics(hyps, refs, metric)
+        assert score(values.sum(0)) == pytest.approx(rouge_scores(hyps, refs, bootstrap=0)[metric])
+    values, score = item_statistics(hyps, refs, "rouge")
+    same = paired_bootstrap(values, values, score, samples=100)
+    assert same.difference == 0 and not same.established
+
+
+# --- cells, the choice of the test, refusals ---------------------------------------------------------------------
+
+def test_seeds_get_welch_and_seed_pairs_ahead(tmp_path):
+    grid = write_grid(tmp_path / "g", {"mtsa": {0: 0.90, 1: 0.92, 2: 0.91}, "cnn": {0: 0.89, 1: 0.93, 2: 0.88}})
+    [report] = compare(resolve_cells(["mtsa", "cnn"], [grid]), "accuracy")
+    reference = stats.ttest_ind([90, 92, 91], [89, 93, 88], equal_var=False)
+    assert report.replication == "seeds" and report.results[0].test == "Welch t"
+    assert report.results[0].p == pytest.approx(reference.pvalue) and report.ahead == (2, 1, 0)
+    result = runner.invoke(app, ["grid", "compare", str(grid), "--metric", "accuracy", "mtsa", "cnn"])
+    assert result.exit_code == 0, result.output
+    assert "| mtsa | cnn |" in result.output and "Welch t (3 vs 3 runs)" in result.output
+    assert "mtsa ahead in 2, cnn in 1 of 3 seed pairs" in result.output
+    data = json.loads(runner.invoke(app, ["grid", "compare", str(grid), "--metric", "accuracy", "mtsa", "cnn",
+                                          "--format", "json"]).output)
+    assert data[0]["results"][0]["established"] is False and data[0]["a"] == "mtsa"
+
+
+def test_folds_get_the_corrected_paired_t_with_the_records_ratio(tmp_path):
+    a = {(f, 0): 0.80 + 0.01 * f for f in range(10)}
+    b = {(f, 0): 0.79 + 0.01 * f + (0.005 if f % 2 else -0.002) for f in range(10)}
+    grid = write_grid(tmp_path / "g", {"mtsa": a, "mha": b}, preset="cr", cv_folds=10)
+    [report] = compare(resolve_cells(["mtsa", "mha"], [grid]), "accuracy")
+    d = [100 * (a[f, 0] - b[f, 0]) for f in range(10)]
+    expected = nadeau_bengio(d, 0.1 / (0.9 * 0.9))
+    assert report.replication == "folds" and report.results[0].p == pytest.approx(expected.p, rel=1e-4)
+    assert "n_test/n_train = 0.1235" in report.results[0].notes[0]
+
+
+def test_cells_of_two_grids_are_named_by_their_folder(tmp_path):
+    vectors = write_grid(tmp_path / "table5_vectors" / "trec", {"mtsa": {0: 0.91, 1: 0.92}}, root=tmp_path)
+    random = write_grid(tmp_path / "table5_random50" / "trec", {"mtsa": {0: 0.88, 1: 0.90}}, root=tmp_path)
+    [report] = compare(resolve_cells(["table5_vectors/trec:mtsa", "table5_random50/trec:mtsa"], [vectors, random]),
+                       "accuracy")
+    assert (report.a, report.b) == ("table5_vectors/trec:mtsa", "table5_random50/trec:mtsa")
+    assert report.mean_a - report.mean_b == pytest.approx(2.5)
+    # a GRID:CELL whose GRID is a folder needs no separate grid argument
+    result = runner.invoke(app, ["grid", "compare", f"{vectors}:mtsa", f"{random}:mtsa", "--metric", "accuracy"])
+    assert result.exit_code == 0 and "+2.50" in result.output
+    with pytest.raises(ArgumentError, match="cell 'mtsa' is in 2 grids .*qualify it: GRID:mtsa"):
+        resolve_cells(["mtsa", "mtsa"], [vectors, random])
+
+
+def test_bad_input_is_one_line_naming_the_problem(tmp_path):
+    grid = write_grid(tmp_path / "g", {"mtsa": {0: 0.9, 1: 0.91}, "one": {0: 0.8}})
+    other = write_grid(tmp_path / "h", {"mtsa": {0: 0.5, 1: 0.6}}, preset="sst5", data="data/sst5")
+    cases = [
+        ([str(grid), "mtsa", "one"], "cell 'one' has 1 finished run; a comparison needs at least 2"),
+        ([str(grid), "mtsa", "nope"], "cell 'nope' is not a cell of the grids"),
+        ([f"{grid}:mtsa", f"{other}:mtsa"], "are of different presets or data"),
+        ([str(grid), "mtsa"], "compare needs at least two cells"),
+    ]
+    for args, message in cases:
+        result = runner.invoke(app, ["grid", "compare", *args, "--metric", "accuracy"])
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1
+    two = write_grid(tmp_path / "two", {"a": {0: 0.9, 1: 0.91}, "b": {0: 0.8, 1: 0.85}})
+    with pytest.raises(ArgumentError, match="--metric bleu: no run was tested on it; the runs' test metrics are "
+                                            "accuracy"):
+        compare(resolve_cells(["a", "b"], [two]), "bleu")
+    folds = write_grid(tmp_path / "f", {"a": {(0, 0): 0.9, (1, 0): 0.8}, "b": {(0, 0): 0.7, (2, 0): 0.8}},
+                       preset="cr", cv_folds=10)
+    with pytest.raises(ArgumentError, match=r"unpaired folds: a and b must have the same \(fold, seed\) runs"):
+        compare(resolve_cells(["a", "b"], [folds]), "accuracy")
+
+
+def test_generation_metrics_get_a_paired_bootstrap_per_seed_pair(tmp_path):
+    refs = ["police said the minister", "china and japan agreed", "talks on monday", "rain after two days"] * 5
+    good = [" ".join(r.split()[:3]) for r in refs]
+    bad = [r.split()[0] for r in refs]
+    score = {name: rouge_scores(h, refs, bootstrap=0)["rouge"] for name, h in (("good", good), ("bad", bad))}
+    hyps = {(cell, seed): (good if cell == "man" else bad) for cell in ("man", "transformer") for seed in (0, 1)}
+    grid = write_grid(tmp_path / "g", {"man": {0: score["good"], 1: score["good"] + 1e-9},
+                                       "transformer": {0: score["bad"], 1: score["bad"]}},
+                      preset="gigaword-transformer", metric="rouge", hypotheses=hyps)
+    [report] = compare(resolve_cells(["man", "transformer"], [grid]), "rouge", samples=200,
+                       references=lambda record: refs)
+    tests = [r.test for r in report.results]
+    assert tests == ["Welch t", "paired bootstrap, seed 0", "paired bootstrap, seed 1"]
+    assert all(r.established and r.difference > 0 for r in report.results[1:])
+    (grid / "man" / "seed0" / gc.HYPOTHESES).write_text("".join(h + "\n" for h in bad))
+    with pytest.raises(DataError, match="the hypotheses are not the ones that run was scored on"):
+        compare(resolve_cells(["man", "transformer"], [grid]), "rouge", samples=10, references=lambda record: refs)
+    (grid / "man" / "seed0" / gc.HYPOTHESES).unlink()
+    [report] = compare(resolve_cells(["man", "transformer"], [grid]), "rouge", references=lambda record: refs)
+    assert [r.test for r in report.results] == ["Welch t"]
+    assert "paired bootstrap not run: 1 of 4 runs of the seed pairs lack test.hyp.txt" in report.notes[0]
+
+
+def test_a_seq2seq_run_keeps_the_hypotheses_it_was_scored_on(tmp_path):
+    from _train_helpers import write_summaries
+    from test_summarization import summarization_config
+
+    from maskattn.train import Trainer
+    from maskattn.train.grid_table import RunRecord, _flatten
+
+    data = write_summaries(tmp_path)
+    cfg = summarization_config(data, tmp_path / "run", train={"max_steps": 4, "eval_every": 4})
+    summary = Trainer(cfg).fit()
+    record = RunRecord(tmp_path / "run", _flatten(cfg.to_dict()), summary)
+    hyps = (tmp_path / "run" / gc.HYPOTHESES).read_text(encoding="utf-8").split("\n")[:-1]
+    refs = gc.run_references(record)
+    assert len(hyps) == len(refs) == 12
+    assert rouge_scores(hyps, refs, bootstrap=0)["rouge"] == pytest.approx(summary["test"]["rouge"])
+    assert gc.HYPOTHESES in json.loads((tmp_path / "run" / ".run-files.json").read_text())["files"]
