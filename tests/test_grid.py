@@ -275,3 +275,107 @@ def test_the_table_says_what_the_vectors_covered(tmp_path):
     assert (f"Pretrained vectors (1 of 1 runs, {tmp_path / 'glove.txt'}): "
             f"{coverage['types_covered'] / coverage['vocab_types']:.1%} of the training vocabulary types, "
             f"{coverage['token_share']:.1%} of the training tokens.") in markdown_table(records)
+
+
+def test_grid_status_says_where_each_run_is(tmp_path):
+    from maskattn.train.resumable import write_json
+
+    data = write_sentiment(tmp_path)
+    grid = define_grid(tmp_path / "grid", overrides=[f"data.dir={data}", *TINY], seeds="0-4")
+    grid.folder.mkdir()
+    grid.save()
+    folders = [grid.folder / run.name for run in grid.runs]
+    for folder in folders[:4]:
+        folder.mkdir()
+    write_json(folders[0] / "summary.json", {"metric": "accuracy", "test": {"accuracy": 0.75}})
+    write_json(folders[1] / "worker.json", {"pid": 1, "host": "h", "outcome": "failed", "error": "DataError: x"})
+    (folders[1] / "train.log").write_text("loading\nerror: train.tsv:1: expected 'label<TAB>text'\n")
+    write_json(folders[2] / "worker.json", {"pid": 1, "host": "h", "outcome": "interrupted"})
+    (folders[2] / "last.safetensors").write_bytes(b"")
+    with open(folders[3] / ".grid-worker", "a") as handle:  # a worker holds it
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        result = run_cli("status", grid.folder)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        "seed0: finished: test accuracy 0.7500",
+        "seed1: failed",
+        "    loading",
+        "    error: train.tsv:1: expected 'label<TAB>text'",
+        "seed2: stopped: continues from its last.safetensors",
+        "seed3: running",
+        "seed4: not started",
+        "5 runs: 1 finished, 1 running, 0 queued, 1 failed, 1 stopped, 1 not started"]
+
+
+def test_the_slurm_launcher_refuses_in_one_line_what_it_cannot_submit(tmp_path, monkeypatch):
+    data = write_sentiment(tmp_path)
+    common = ["run", "--out", tmp_path / "grid", "--data", data, *[a for i in TINY for a in ("--set", i)]]
+    for extra, message in (
+            (["--slurm-time", "90"], "--slurm-time: only with --launcher slurm"),
+            (["--launcher", "pbs"], "--launcher must be one of local, slurm, got 'pbs'"),
+            (["--launcher", "slurm", "--slurm-time", "1:2:3:4"], "--slurm-time '1:2:3:4': expected Slurm's time"),
+            (["--launcher", "slurm", "--slurm-option", "=x"], "--slurm-option '=x': expected key=value"),
+            (["--launcher", "slurm", "--slurm-gpus-per-task", "0"], "--slurm-gpus-per-task must be an int >= 1")):
+        result = run_cli(*common, *extra)
+        assert result.exit_code == 2 and result.output.startswith(f"error: {message}"), result.output
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no Slurm here
+    result = run_cli(*common, "--launcher", "slurm")
+    assert result.exit_code == 2 and result.output == ("error: --launcher slurm: sbatch, squeue, scontrol not found "
+                                                       "on PATH (Slurm's client commands are needed on the machine "
+                                                       "that submits the grid)\n")
+    monkeypatch.setattr("maskattn.train.launchers._have_submitit", lambda: False)
+    result = run_cli(*common, "--launcher", "slurm")
+    assert result.output == "error: --launcher slurm needs submitit: pip install 'maskattn[slurm]' (or pip install " \
+                            "submitit)\n"
+    assert not (tmp_path / "grid").exists()  # refused before anything was written
+
+
+def test_slurm_times_and_options_read_as_slurm_writes_them():
+    from maskattn.train.launchers import SlurmOptions, _refusal, parse_slurm_options, parse_slurm_time
+
+    assert [parse_slurm_time(t) for t in ("60", "1:30", "4:00:00", "1-12", "1-0:30", "0-0:0:1")] == \
+        [60, 2, 240, 2160, 1470, 1]
+    assert parse_slurm_options(["constraint=a100", "--mail-type=END", "exclusive"]) == \
+        {"constraint": "a100", "mail-type": "END", "exclusive": True}
+    line = _refusal("sbatch: error: invalid partition specified: gpu2\nsbatch: error: Batch job submission failed: "
+                    "Invalid partition name specified", SlurmOptions(partition="gpu2"))
+    assert line == ("--launcher slurm: sbatch refused the jobs: invalid partition specified: gpu2 "
+                    "(--slurm-partition gpu2)")
+
+
+def test_workers_die_with_a_grid_process_killed_by_sigkill(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    data = write_sentiment(tmp_path)
+    out = tmp_path / "grid"
+    long = [item for item in TINY if not item.startswith(("train.max_steps=", "train.eval_every="))]
+    long += ["train.max_steps=1000000", "train.eval_every=20"]
+    parent = subprocess.Popen([sys.executable, "-m", "maskattn.cli", "grid", "run", "--out", str(out), "--data",
+                               str(data), *[a for i in long for a in ("--set", i)], "--threads", "1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    record = out / "run" / "worker.json"
+    deadline = time.monotonic() + 300
+    while not (record.exists() and (out / "run" / "last.safetensors").exists()) and time.monotonic() < deadline:
+        assert parent.poll() is None, "the grid process ended early"
+        time.sleep(0.2)
+    worker = json.loads(record.read_text())["pid"]
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+
+    def alive(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+        except (OSError, IndexError):
+            return False
+    deadline = time.monotonic() + 60
+    while alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if alive(worker):
+        os.kill(worker, signal.SIGKILL)
+        pytest.fail("the worker went on training after its grid process was killed")
+    assert json.loads(record.read_text())["outcome"] == "interrupted"  # stopped as by Ctrl-C: checkpoints kept
+    assert run_cli("status", out).output.splitlines()[0] == "run: stopped: continues from its last.safetensors"
