@@ -20,15 +20,43 @@ from importlib import metadata as _metadata
 if not _os.environ.get("OMP_WAIT_POLICY") and not _os.environ.get("GOMP_SPINCOUNT"):
     _os.environ["GOMP_SPINCOUNT"] = "1000"
 
-from . import analysis, attention, backends, functional, layers, masks
-from .attention import *  # noqa: F403 — the modules and the registry
-from .layers import ChainLayer, Decoder, Encoder, LayerCache, LayerSettings, MANLayer, csan_encoder
+import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
+if _TYPE_CHECKING:  # what static tools (mypy, the API reference) see; at run time `__getattr__` below loads them
+    from . import analysis, attention, backends, functional, layers, masks  # noqa: F401
+    from .attention import *  # noqa: F403 — the modules and the registry
+    from .layers import ChainLayer, Decoder, Encoder, LayerCache, LayerSettings, MANLayer, csan_encoder  # noqa: F401
 
 try:  # one source of the version: the package metadata (pyproject.toml)
     __version__ = _metadata.version("maskattn")
 except _metadata.PackageNotFoundError:  # a source tree that was never installed
     __version__ = "0+unknown"
 
-__all__ = ["analysis", "backends", "functional", "layers", "masks", *attention.__all__,  # noqa: PLE0604
-           "ChainLayer", "LayerSettings", "LayerCache", "Encoder", "Decoder", "csan_encoder", "MANLayer",
-           "__version__"]
+_SUBMODULES = ("analysis", "attention", "backends", "functional", "layers", "masks")
+_LAYERS = ("ChainLayer", "LayerSettings", "LayerCache", "Encoder", "Decoder", "csan_encoder", "MANLayer")
+
+
+def _public() -> list[str]:
+    attention = _importlib.import_module(".attention", __name__)
+    return [*_SUBMODULES[:1], *_SUBMODULES[2:], *attention.__all__, *_LAYERS, "__version__"]
+
+
+def __getattr__(name: str):
+    """The package's API loaded on first use (PEP 562): ``import maskattn`` alone does not import torch, so that
+    every ``maskattn`` command starts without it (``maskattn --help`` in ~0.5 s instead of ~2 s of imports)."""
+    if name in _SUBMODULES:
+        return _importlib.import_module(f".{name}", __name__)
+    if name in _LAYERS:
+        return getattr(_importlib.import_module(".layers", __name__), name)
+    if name == "__all__":
+        return _public()
+    if not name.startswith("__"):
+        attention = _importlib.import_module(".attention", __name__)
+        if name in attention.__all__:
+            return getattr(attention, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_public()})

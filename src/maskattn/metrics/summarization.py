@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from importlib.metadata import version
 
 import numpy as np
-from rouge_score import rouge_scorer
 
 from ..errors import ArgumentError, DataError
 
@@ -66,6 +65,8 @@ def rouge_scores(hypotheses: Sequence[str], references: Sequence[str], *, bootst
     check_references(references, name)
     multi = any(len(sentences(reference)) > 1 for reference in references)
     types = ROUGE_TYPES + (("rougeLsum",) if multi else ())
+    from rouge_score import rouge_scorer  # NLTK, scikit-learn and SciPy: loaded when ROUGE is computed
+
     scorer = rouge_scorer.RougeScorer(list(types), use_stemmer=False)
     f1 = {t: np.empty(len(references)) for t in types}  # per-pair F1
     for i, (hypothesis, reference) in enumerate(zip(hypotheses, references)):
