@@ -213,7 +213,7 @@ def read_grid(folder: str | Path) -> Grid:
     try:
         return load_grid(folder)
     except ConfigError as exc:
-        raise DataError(f"{exc}; {_DAMAGED}") from None
+        raise DataError(str(exc)) from None
 
 
 def collect_runs(paths: Sequence[str | Path]) -> tuple[list[RunRecord], list[Path]]:
