@@ -101,3 +101,16 @@ def test_bad_input_is_reported(name):
         module(torch.randn(2, 5, D_MODEL + 1, dtype=torch.float64))
     with pytest.raises(ValueError, match="unknown option"):
         maskattn.create_attention(name, D_MODEL, HEADS, not_an_option=1)
+
+
+@pytest.mark.parametrize("name", maskattn.list_attentions())
+def test_an_input_of_another_dtype_than_the_parameters_is_named(name):
+    """A bfloat16 input to a float32 module: one TypeError naming both dtypes and the two ways out, not PyTorch's
+    matmul error from inside (issue 42); under autocast the same call is what the user meant and runs."""
+    module = maskattn.create_attention(name, D_MODEL, HEADS)
+    x = torch.randn(2, 5, D_MODEL, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match=r"x has dtype torch.bfloat16 but the \w+'s parameters are torch.float32; "
+                                        r"cast one to the other .* or run under torch.autocast\('cpu'\)"):
+        module(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert module(x).shape == x.shape

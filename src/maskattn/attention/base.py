@@ -34,10 +34,13 @@ def check_dims(d_model, num_heads, *, divisible: bool = True) -> tuple[int, int]
     return d_model, num_heads
 
 
-def check_input(x, d_model: int, key_padding_mask, name: str = "x", mask_name: str = "key_padding_mask"):
+def check_input(x, d_model: int, key_padding_mask, name: str = "x", mask_name: str = "key_padding_mask", *,
+                module: torch.nn.Module | None = None):
     """Validate a module input ``x`` ``(B, n, d_model)`` and its ``(B, n)`` padding mask (True = padding) — in
     the outermost :func:`~maskattn.validation.entry_point` only; returns the padding mask. ``name`` and
-    ``mask_name`` are the arguments' names in messages."""
+    ``mask_name`` are the arguments' names in messages. With ``module``, ``x`` must have the dtype of its
+    parameters unless autocast is on for ``x``'s device (a bfloat16 input to a float32 module is a mistake PyTorch
+    reports deep inside, as a matmul's)."""
     if not checking():
         return key_padding_mask
     if not isinstance(x, torch.Tensor):
@@ -46,6 +49,12 @@ def check_input(x, d_model: int, key_padding_mask, name: str = "x", mask_name: s
         raise ArgumentError(f"{name} must have shape (batch, seq_len, {d_model}), got {tuple(x.shape)}")
     if not x.is_floating_point():
         raise ArgumentTypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    if module is not None:
+        weight = next((p for p in module.parameters() if p.is_floating_point()), None)
+        if weight is not None and weight.dtype != x.dtype and not torch.is_autocast_enabled(x.device.type):
+            raise ArgumentTypeError(f"{name} has dtype {x.dtype} but the {type(module).__name__}'s parameters are "
+                                    f"{weight.dtype}; cast one to the other (module.to({x.dtype})) or run under "
+                                    f"torch.autocast({x.device.type!r})")
     B, n, _ = x.shape
     what = "input" if name == "x" else name
     kpm = check_key_padding_mask(key_padding_mask, mask_name, B, n, lambda: f"{what} is {tuple(x.shape)}")
@@ -206,7 +215,7 @@ class SelfAttention(nn.Module):
     def _step_inputs(self, x: torch.Tensor, cache: AttentionCache, key_padding_mask: torch.Tensor | None):
         """A decoding step's checked inputs: ``(kpm, q, cache extended by the new keys/values, offset)``, where
         ``offset`` is the absolute position of the first new query (uses ``self.project``)."""
-        kpm = check_input(x, self.d_model, key_padding_mask)
+        kpm = check_input(x, self.d_model, key_padding_mask, module=self)
         cache = self._check_cache(cache, x.shape[0])
         q, k, v = self.project(x)
         return kpm, q, cache.extend(k, v, kpm), len(cache)

@@ -54,7 +54,7 @@ class ConvSelfAttention(MultiHeadAttention):
     @entry_point
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, n, d_model) → (B, n, d_model); padded positions are 0."""
-        kpm = check_input(x, self.d_model, key_padding_mask)
+        kpm = check_input(x, self.d_model, key_padding_mask, module=self)
         q, k, v = self.project(x)  # (B, H, n, d_h) each
         out = local_attention(q, k, v, window=self.window, head_window=self.head_window, key_padding_mask=kpm,
                               head_edges=self.head_edges, dropout_p=self.dropout, training=self.training,
@@ -65,7 +65,7 @@ class ConvSelfAttention(MultiHeadAttention):
     def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
         """``attention``: ``(B, H, n, n)`` for CSAN 1D; ``(B, H, n, H, n)`` for 2D, where ``[b, h, i, g, j]`` is
         the weight of query ``i`` of head ``h`` on key ``j`` of head ``g``."""
-        kpm = check_input(x, self.d_model, key_padding_mask)
+        kpm = check_input(x, self.d_model, key_padding_mask, module=self)
         q, k, _ = self.project(x)
         maps = local_attention_maps(q, k, window=self.window, head_window=self.head_window, key_padding_mask=kpm,
                                     head_edges=self.head_edges)  # (B, H, n, H, n)

@@ -63,7 +63,7 @@ class DiSA(SelfAttention):
     @entry_point
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, n, d_model) → (B, n, d_model); padded positions are 0."""
-        kpm = check_input(x, self.d_model, key_padding_mask)
+        kpm = check_input(x, self.d_model, key_padding_mask, module=self)
         h, probs = self._probabilities(x, kpm)
         dropped = F.dropout(probs, self.dropout, training=self.training) if self.dropout > 0 else probs
         attended = (dropped * h.unsqueeze(2)).sum(dim=3)  # (B, H, n, d_h)
@@ -74,5 +74,5 @@ class DiSA(SelfAttention):
     @entry_point
     def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
         """``attention``: the feature-wise probabilities (B, H, n, n, d_h)."""
-        kpm = check_input(x, self.d_model, key_padding_mask)
+        kpm = check_input(x, self.d_model, key_padding_mask, module=self)
         return AttentionMaps(attention=self._probabilities(x, kpm)[1])

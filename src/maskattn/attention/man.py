@@ -88,7 +88,7 @@ class _MaskAttention(SelfAttention):
     @entry_point
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, n, d_model) → (B, n, d_model); padded positions are 0."""
-        kpm = check_input(x, self.d_model, key_padding_mask)
+        kpm = check_input(x, self.d_model, key_padding_mask, module=self)
         q, k, v = self.project(x)
         return self._finish(self._attend(x, q, k, v, kpm, 0), kpm)
 
@@ -171,7 +171,7 @@ class DynamicMaskAttention(_MaskAttention):
         """The mask ``M`` of Eq. 12 for input ``x`` ``(B, n, d)``: ``(B, H, n, n)`` in ``[0, 1]`` (floored at
         ``mask_floor``); entries of padded keys (and future keys when ``causal``) are 0. Differentiable; plot it
         with ``imshow``."""
-        kpm = check_input(x, self.d_model, key_padding_mask)
+        kpm = check_input(x, self.d_model, key_padding_mask, module=self)
         return dynamic_mask(self._query_logit(x), self._distance_table(), self.head_bias, causal=self.causal,
                             key_padding_mask=kpm, mask_floor=self.mask_floor, mask_floor_mode=self.mask_floor_mode)
 
@@ -184,7 +184,7 @@ class DynamicMaskAttention(_MaskAttention):
     @entry_point
     def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
         """``attention``: ``S_M`` of Eq. 4 (B, H, n, n); ``mask``: ``M`` of Eq. 12 (B, H, n, n)."""
-        kpm = check_input(x, self.d_model, key_padding_mask)
+        kpm = check_input(x, self.d_model, key_padding_mask, module=self)
         q, k, _ = self.project(x)
         probs, mask = dynamic_mask_weights(q, k, self._query_logit(x), self._distance_table(), self.head_bias,
                                            causal=self.causal, key_padding_mask=kpm, mask_floor=self.mask_floor,
@@ -254,7 +254,7 @@ class StaticMaskAttention(_MaskAttention):
     @entry_point
     def static_mask(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """SM of Eq. 11 for ``x`` ``(B, n, d)`` as a float ``(B|1, 1, n, n)`` 0/1 tensor (padded keys 0)."""
-        kpm = check_input(x, self.d_model, key_padding_mask)
+        kpm = check_input(x, self.d_model, key_padding_mask, module=self)
         return self._allowed(kpm, x.shape[0], x.shape[1], x.device).to(x.dtype)
 
     def _allowed(self, kpm, B, n, device) -> torch.Tensor:
@@ -286,7 +286,7 @@ class StaticMaskAttention(_MaskAttention):
 
     @entry_point
     def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
-        kpm = check_input(x, self.d_model, key_padding_mask)
+        kpm = check_input(x, self.d_model, key_padding_mask, module=self)
         q, k, _ = self.project(x)
         allowed = self._allowed(kpm, x.shape[0], x.shape[1], x.device)
         return AttentionMaps(attention=attention_weights(q, k, allowed), mask=allowed.to(q.dtype))
@@ -328,6 +328,6 @@ class FullMaskAttention(_MaskAttention):
 
     @entry_point
     def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
-        kpm = check_input(x, self.d_model, key_padding_mask)
+        kpm = check_input(x, self.d_model, key_padding_mask, module=self)
         q, k, _ = self.project(x)
         return AttentionMaps(attention=attention_weights(q, k, self._structure(0), key_padding_mask=kpm))

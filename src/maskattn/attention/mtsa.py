@@ -112,7 +112,7 @@ class TensorizedSelfAttention(SelfAttention):
     @entry_point
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, n, d_in) → (B, n, d_out) (both ``d_model`` unless MTSA sets them); padded positions are 0."""
-        kpm = check_input(x, self.d_in, key_padding_mask)
+        kpm = check_input(x, self.d_in, key_padding_mask, module=self)
         q, k, v, s2t = self.project(x)
         attended = tensorized_attention(q, k, v, s2t, self.mask, scale=self.scale, backend=self.backend,
                                         key_padding_mask=kpm, dropout_p=self.dropout, training=self.training)
@@ -125,7 +125,7 @@ class TensorizedSelfAttention(SelfAttention):
         """``attention``: the token2token probabilities (B, H, n, n); ``source2token``: the feature-wise
         source2token weights (B, H, n, d_h) (see :func:`~maskattn.functional.tensorized_attention_maps`; the
         feature-wise attention of Eq. 11 is ``p_ijl ∝ attention_ij · source2token_jl``)."""
-        kpm = check_input(x, self.d_in, key_padding_mask)
+        kpm = check_input(x, self.d_in, key_padding_mask, module=self)
         q, k, _, s2t = self.project(x)
         t2t, s2t_probs = tensorized_attention_maps(q, k, s2t, self.mask, scale=self.scale, key_padding_mask=kpm)
         return AttentionMaps(attention=t2t, source2token=s2t_probs)

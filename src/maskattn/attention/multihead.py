@@ -52,13 +52,13 @@ class MultiHeadAttention(SelfAttention):
     @entry_point
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, n, d_model) → (B, n, d_model); padded positions are 0."""
-        kpm = check_input(x, self.d_model, key_padding_mask)
+        kpm = check_input(x, self.d_model, key_padding_mask, module=self)
         return zero_padding(self._attend(*self.project(x), self.mask, kpm), kpm)
 
     @entry_point
     def attention_maps(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> AttentionMaps:
         """``attention``: the probabilities ``(B, H, n, n)``."""
-        kpm = check_input(x, self.d_model, key_padding_mask)
+        kpm = check_input(x, self.d_model, key_padding_mask, module=self)
         q, k, _ = self.project(x)
         return AttentionMaps(attention=attention_weights(q, k, self.mask, key_padding_mask=kpm))
 

@@ -39,7 +39,7 @@ class Source2Token(nn.Module):
 
     def weights(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The pooling weights ``p`` (B, n, d_model): a softmax over non-padding tokens per feature."""
-        kpm = check_input(x, self.d_model, key_padding_mask)
+        kpm = check_input(x, self.d_model, key_padding_mask, module=self)
         scores = self.score(self.dropout(ACTIVATIONS[self.activation](self.hidden(x))))  # (B, n, d_model)
         return masked_softmax(scores, None if kpm is None else ~kpm.unsqueeze(-1), dim=1)
 

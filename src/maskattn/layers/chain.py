@@ -223,7 +223,7 @@ class ChainLayer(nn.Module):
     @entry_point
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None,
                 memory: torch.Tensor | None = None, memory_padding: torch.Tensor | None = None) -> torch.Tensor:
-        kpm = check_input(x, self.d_model, key_padding_mask)
+        kpm = check_input(x, self.d_model, key_padding_mask, module=self)
         if "cross" in self.names and memory is None:
             raise ArgumentError("this layer has an encoder-decoder attention sublayer; pass memory=encoder output")
         for name, block, residual in zip(self.names, self.sublayers, self.residuals):
@@ -273,7 +273,7 @@ class ChainLayer(nn.Module):
         if not isinstance(cache, LayerCache) or len(cache.self_attention) != len(self.names):
             raise ArgumentTypeError(f"cache must be a LayerCache from this layer's init_cache() ({len(self.names)} "
                             f"sublayers), got {describe(cache)}")
-        kpm = check_input(x, self.d_model, key_padding_mask)
+        kpm = check_input(x, self.d_model, key_padding_mask, module=self)
         caches = list(cache.self_attention)
         for i, (name, block, residual) in enumerate(zip(self.names, self.sublayers, self.residuals)):
             if name == "ffn":

@@ -140,7 +140,7 @@ class Encoder(nn.Module):
         return [layer.attention_sublayers() if isinstance(layer, ChainLayer) else {} for layer in self.layers]
 
     def _embed(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
-        check_input(x, self.d_model, key_padding_mask)
+        check_input(x, self.d_model, key_padding_mask, module=self)
         if self.positional is not None:
             x = zero_padding(self.input_dropout(self.positional(x)), key_padding_mask)
         return x
@@ -195,7 +195,7 @@ class Decoder(nn.Module):
     @entry_point
     def forward(self, x: torch.Tensor, padding: torch.Tensor | None, memory: torch.Tensor,
                 memory_padding: torch.Tensor | None) -> torch.Tensor:
-        check_input(x, self.d_model, padding, "x", "padding")
+        check_input(x, self.d_model, padding, "x", "padding", module=self)
         check_input(memory, self.d_model, memory_padding, "memory", "memory_padding")
         with _shared_block_masks():
             for layer in self.layers:
@@ -211,7 +211,7 @@ class Decoder(nn.Module):
     @entry_point
     def step(self, x: torch.Tensor, caches: tuple[LayerCache, ...],
              padding: torch.Tensor | None = None) -> tuple[torch.Tensor, tuple[LayerCache, ...]]:
-        check_input(x, self.d_model, padding, "x", "padding")
+        check_input(x, self.d_model, padding, "x", "padding", module=self)
         new = []
         for layer, cache in zip(self._chain_layers(), caches):
             x, cache = layer.step(x, cache, padding)
