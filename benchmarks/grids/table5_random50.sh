@@ -16,14 +16,5 @@ JOBS=${2:-2}
 OUT=benchmarks/results/table5_random50
 RANDOM50=(--set model.embed_dim=50 --set optim.weight_decay_on=except_embeddings)
 MODELS=(--variants benchmarks/grids/sentence_models.yaml --variant mtsa --variant mha)
-P2=(--set model.d_model=300 --set model.num_heads=4 --set model.dropout=0.5 --set model.embed_dropout=0.2
-    --set optim.name=adam --set optim.lr=0.001 --set train.max_steps=0 --set train.keep_last=false
-    --set data.lowercase=false --set train.max_epochs=30 --set train.patience=8)
-maskattn grid run --preset trec --data "$DATA/trec" --out "$OUT/trec" "${P2[@]}" --set train.eval_every=38 \
-  "${RANDOM50[@]}" "${MODELS[@]}" --seeds 0-4 --jobs "$JOBS" --threads 1 ${GRID_ARGS:-}
-maskattn grid run --preset sst5 --data "$DATA/sst5" --out "$OUT/sst5" "${P2[@]}" --set train.eval_every=67 \
-  "${RANDOM50[@]}" "${MODELS[@]}" --seeds 0-4 --jobs "$JOBS" --threads 1 ${GRID_ARGS:-}
-for ds in mpqa cr subj; do
-  maskattn grid run --preset "$ds" --data "$DATA/$ds" --out "$OUT/$ds" --set 'data.fold=range(0,10)' \
-    --set train.keep_last=false "${RANDOM50[@]}" "${MODELS[@]}" --seeds 0 --jobs "$JOBS" --threads 1 ${GRID_ARGS:-}
-done
+source benchmarks/grids/table5_common.sh
+table5 "$OUT" "${RANDOM50[@]}" "${MODELS[@]}"
