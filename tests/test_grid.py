@@ -315,7 +315,9 @@ def test_the_slurm_launcher_refuses_in_one_line_what_it_cannot_submit(tmp_path, 
             (["--launcher", "pbs"], "--launcher must be one of local, slurm, got 'pbs'"),
             (["--launcher", "slurm", "--slurm-time", "1:2:3:4"], "--slurm-time '1:2:3:4': expected Slurm's time"),
             (["--launcher", "slurm", "--slurm-option", "=x"], "--slurm-option '=x': expected key=value"),
-            (["--launcher", "slurm", "--slurm-gpus-per-task", "0"], "--slurm-gpus-per-task must be an int >= 1")):
+            (["--launcher", "slurm", "--slurm-gpus-per-task", "0"], "--slurm-gpus-per-task must be an int >= 1"),
+            (["--launcher", "slurm", "--slurm-time", "1", "--slurm-signal-delay", "60"],
+             "--slurm-signal-delay must be an int >= 1 and below the time limit (60 s), got 60")):
         result = run_cli(*common, *extra)
         assert result.exit_code == 2 and result.output.startswith(f"error: {message}"), result.output
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no Slurm here

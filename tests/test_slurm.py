@@ -126,14 +126,18 @@ def data(tmp_path_factory):
     return write_sentiment(tmp_path_factory.mktemp("slurm-data"))
 
 
+STEPS = 12000
+
+
 @pytest.fixture(scope="module")
 def time_limited(slurm, data, tmp_path_factory):
-    """A run of 8,000 steps (longer than a 1-minute job trains on a fast machine) in jobs of a 1-minute limit,
-    submitted before the other tests run."""
+    """A run of 12,000 steps in jobs of a 1-minute limit told to stop 30 s before it, submitted before the other
+    tests run. The run needs ~50 s of one idle core (~4 ms a step), so even on a fast idle machine the first job is
+    stopped at its warning (about 25 s of training after its start-up) and requeued."""
     out = tmp_path_factory.mktemp("slurm-timelimit") / "timelimit"
-    steps = tiny(max_steps=8000, eval_every=200, log_every=200)
+    steps = tiny(max_steps=STEPS, eval_every=200, log_every=200)
     code, output = grid_cli("run", "--out", out, "--data", data, *sets(steps), "--seeds", "0", "--launcher", "slurm",
-                            "--slurm-time", "1")
+                            "--slurm-time", "1", "--slurm-signal-delay", "30")
     assert code == 0 and "submitted 1 run(s)" in output, output
     return out
 
@@ -230,5 +234,5 @@ def test_a_job_at_a_one_minute_time_limit_is_requeued_and_finishes(time_limited)
     assert status(out) == {"seed0": f"finished (Slurm job {last})"}
     if last != job:  # a machine so loaded that the job wrote no checkpoint three times: the next grid run went on
         assert "not requeued: no checkpoint was written in its last 3 jobs" in log
-    assert [r["step"] for r in records(run) if r["split"] == "train"] == list(range(200, 8001, 200))  # continued
-    assert json.loads((run / "summary.json").read_text())["steps"] == 8000
+    assert [r["step"] for r in records(run) if r["split"] == "train"] == list(range(200, STEPS + 1, 200))  # continued
+    assert json.loads((run / "summary.json").read_text())["steps"] == STEPS

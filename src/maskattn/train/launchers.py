@@ -170,8 +170,12 @@ class SlurmOptions:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ArgumentError(f"--slurm-{name.replace('_', '-')} must be an int >= 1, got {value!r}")
-        if self.time is not None:
-            parse_slurm_time(self.time)
+        minutes = parse_slurm_time(self.time) if self.time is not None else None
+        delay = self.signal_delay_s
+        if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int) or delay < 1
+                                  or (minutes is not None and delay >= minutes * 60)):
+            limit = f" and below the time limit ({minutes * 60} s)" if minutes is not None else ""
+            raise ArgumentError(f"--slurm-signal-delay must be an int >= 1{limit}, got {delay!r}")
         if self.mem is not None and not re.fullmatch(r"\d+[KMGT]?B?", self.mem.strip(), flags=re.IGNORECASE):
             raise ArgumentError(f"--slurm-mem {self.mem!r}: expected Slurm's memory spelling, e.g. 16G or 4000M")
 
