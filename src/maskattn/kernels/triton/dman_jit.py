@@ -22,9 +22,17 @@ key tile`` covers the distances ``r·BLOCK + q_offset − (BLOCK − 1) … r·B
 whatever the query tile; ``R_LO <= r <= R_HI`` are the *near* offsets, where some distance lies inside
 ``(−D, D)``. Beyond them a tile is *far*: every distance is ``>= D`` (far left, ``r > R_HI``) or ``<= −D``
 (far right, ``r < R_LO``), ``z`` is constant along each row and the tile uses one gate value per row (no
-transcendental per score besides the softmax's ``exp2``). The key loop (and the query loop of the key pass) is one
-loop whose body branches on the tile's kind, a branch uniform over the program (three loops, one per kind,
-serialised sm_90's wgmma pipeline, and the per-score gather of ``P`` is not software-pipelined inside the branch).
+transcendental per score besides the softmax's ``exp2``). A near tile reads ``P`` once, as the strip of its
+``2·BLOCK − 1`` distances (one load of ``2·BLOCK`` clipped entries spread over the program's threads), and builds
+its ``BLOCK × BLOCK`` bias from the strip with one ``tl.gather`` (``bias[i, j] = strip[i − j + BLOCK − 1]``, a
+Toeplitz tile; Triton stages the strip in shared memory: one shared load per score, no global load per score).
+
+Each pass runs two loops over its tiles, each free of branches on the tile's kind: the near tiles (a contiguous run
+of offsets), then the far tiles of both sides as one index range (the side a per-tile scalar). One loop with a
+branch on the kind made ptxas serialise sm_90's wgmma at 64 × 64 tiles (C7515: "non wgmma instructions defining
+accumulator registers"); the two loops compile without the advisory (offline compile check, docs/gpu.md). Key tiles
+enter the online softmax near ones first, which the result does not depend on beyond rounding; dropout draws by
+position, so the order changes no keep-mask.
 
 Per score (head dims d, FLOPs of ``tl.dot``): forward 4d, backward 6d (key pass) + 6d (query pass), as
 FlashAttention-2 with the same two-pass split; transcendentals per score: far tiles 1 forward, 1 backward per pass;
@@ -61,12 +69,18 @@ def _gate(z, log_floor, HAS_FLOOR: tl.constexpr):
 
 
 @triton.jit
-def _near_gate(row_bias, rows, cols, P, sp, D, q_offset, log_floor, HAS_FLOOR: tl.constexpr):
-    """``(log M, d log M / dz)`` of a near tile, from ``z = row_bias + P[clip(t − s) + D]`` (in row_bias's
-    type)."""
-    delta = q_offset + rows[:, None] - cols[None, :]
-    index = tl.minimum(tl.maximum(delta, -D), D) + D
-    return _gate(row_bias[:, None] + tl.load(P + index * sp).to(row_bias.dtype), log_floor, HAS_FLOOR)
+def _near_gate(row_bias, i0, j0, P, sp, D, q_offset, log_floor, HAS_FLOOR: tl.constexpr, BLOCK: tl.constexpr):
+    """``(log M, d log M / dz)`` of the near tile of queries ``i0 …`` and keys ``j0 …``, from ``z = row_bias +
+    P[clip(t − s) + D]`` (``row_bias`` per query, in its type). ``P`` is read once, as the strip of the tile's
+    distances ``base + c`` (``base = q_offset + i0 − j0 − (BLOCK − 1)``, ``c < 2·BLOCK``, the last one unused), and
+    the tile's bias ``strip[i − j + BLOCK − 1]`` (a Toeplitz tile) is gathered from it (docs/design.md §3: one global
+    load per tile, not one per score)."""
+    base = q_offset + i0 - j0 - (BLOCK - 1)
+    strip = tl.load(P + (tl.minimum(tl.maximum(base + tl.arange(0, 2 * BLOCK), -D), D) + D) * sp)
+    idx = tl.arange(0, BLOCK)
+    diagonal = tl.reshape(idx[:, None] - idx[None, :] + (BLOCK - 1), (BLOCK * BLOCK,))
+    bias = tl.reshape(tl.gather(strip.to(row_bias.dtype), diagonal, axis=0), (BLOCK, BLOCK))
+    return _gate(row_bias[:, None] + bias, log_floor, HAS_FLOOR)
 
 
 @triton.jit
@@ -80,11 +94,11 @@ def _keep_keys(s2, cols, M, kpm_row, HAS_KPM: tl.constexpr):
 
 
 @triton.jit
-def _near_scores(s2, row_bias, rows, cols, P, sp, D, q_offset, log_floor, CAUSAL: tl.constexpr,
-                 HAS_FLOOR: tl.constexpr):
+def _near_scores(s2, row_bias, rows, cols, i0, j0, P, sp, D, q_offset, log_floor, CAUSAL: tl.constexpr,
+                 HAS_FLOOR: tl.constexpr, BLOCK: tl.constexpr):
     """``(score, d log M / dz)`` of a near tile in log₂ units: the scaled scores plus ``log M``, ``−inf`` past the
     causal diagonal."""
-    log_m, grad_gate = _near_gate(row_bias, rows, cols, P, sp, D, q_offset, log_floor, HAS_FLOOR)
+    log_m, grad_gate = _near_gate(row_bias, i0, j0, P, sp, D, q_offset, log_floor, HAS_FLOOR, BLOCK)
     score = s2 + log_m * LOG2E
     if CAUSAL:
         score = tl.where(cols[None, :] <= q_offset + rows[:, None], score, float("-inf"))
@@ -92,20 +106,30 @@ def _near_scores(s2, row_bias, rows, cols, P, sp, D, q_offset, log_floor, CAUSAL
 
 
 @triton.jit
-def _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, j0, rows, idx_n, fk, fv, row_bias, far_log_m2, P, sp, D,
-              q_offset, log_floor, skn, skd, svn, svd, N, M, D_K, D_V, kpm_row, seed, bh, scale2, drop_p, near,
-              CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr,
-              PRECISION: tl.constexpr, BLOCK: tl.constexpr):
-    """One key tile of the online softmax: returns the updated ``(acc, row_max, row_sum)``. ``near`` (uniform over
-    the program): the tile holds distances inside ``(−D, D)`` — a gate per score, and the causal diagonal; else one
-    gate per row, ``far_log_m2``."""
+def _far_tile(t, n_first, first_start, second_start, BLOCK: tl.constexpr):
+    """``(start, first)`` of the ``t``-th far tile of a pass's far loop, which walks the ``n_first`` far tiles of
+    one side from ``first_start`` and then those of the other side from ``second_start`` as one index range
+    (``first``: the tile is on the first side)."""
+    first = t < n_first
+    return tl.where(first, first_start + t * BLOCK, second_start + (t - n_first) * BLOCK), first
+
+
+@triton.jit
+def _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, i0, j0, rows, idx_n, fk, fv, row_bias, far_log_m2, P, sp, D,
+              q_offset, log_floor, skn, skd, svn, svd, N, M, D_K, D_V, kpm_row, seed, bh, scale2, drop_p,
+              NEAR: tl.constexpr, CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr,
+              DROPOUT: tl.constexpr, PRECISION: tl.constexpr, BLOCK: tl.constexpr):
+    """One key tile of the online softmax: returns the updated ``(acc, row_max, row_sum)``. ``NEAR``: the tile
+    holds distances inside ``(−D, D)`` — a gate per score, and the causal diagonal; else one gate per row,
+    ``far_log_m2``."""
     cols = j0 + idx_n
     k = load_tile(k_base, j0, skn, skd, idx_n, fk, M, D_K)
     v = load_tile(v_base, j0, svn, svd, idx_n, fv, M, D_V)
     s2 = _keep_keys(tl.dot(q, tl.trans(k), input_precision=PRECISION).to(acc.dtype) * scale2, cols, M, kpm_row,
                     HAS_KPM)
-    if near:
-        score = _near_scores(s2, row_bias, rows, cols, P, sp, D, q_offset, log_floor, CAUSAL, HAS_FLOOR)[0]
+    if NEAR:
+        score = _near_scores(s2, row_bias, rows, cols, i0, j0, P, sp, D, q_offset, log_floor, CAUSAL, HAS_FLOOR,
+                             BLOCK)[0]
     else:
         score = s2 + far_log_m2[:, None]
     p, alpha, new_max = online_softmax(score, row_max)
@@ -152,13 +176,19 @@ def dman_fwd(Q, K, V, A, P, U, KPM, SEED, OUT, LSE,
     far_right_start = tl.maximum((qt - R_LO + 1) * BLOCK, 0)
     left_log_m2 = left_log_m * LOG2E
     right_log_m2 = right_log_m * LOG2E
-    for j0 in range(0, key_end, BLOCK):  # one loop (one wgmma pipeline); the tile's kind is uniform
-        near = (j0 >= near_start) & (j0 < far_right_start)
-        far_log_m2 = tl.where(j0 < near_start, left_log_m2, right_log_m2)
-        acc, row_max, row_sum = _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, j0, rows, idx, fk, fv, row_bias,
-                                          far_log_m2, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N, M, D_K,
-                                          D_V, kpm_row, seed, bh, scale2, drop_p, near, CAUSAL, HAS_KPM, HAS_FLOOR,
-                                          DROPOUT, PRECISION, BLOCK)
+    for j0 in range(near_start, tl.minimum(far_right_start, key_end), BLOCK):  # near tiles
+        acc, row_max, row_sum = _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, i0, j0, rows, idx, fk, fv,
+                                          row_bias, left_log_m2, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N,
+                                          M, D_K, D_V, kpm_row, seed, bh, scale2, drop_p, True, CAUSAL, HAS_KPM,
+                                          HAS_FLOOR, DROPOUT, PRECISION, BLOCK)
+    n_left = tl.cdiv(tl.minimum(near_start, key_end), BLOCK)  # far tiles: left [0, near_start), right from
+    n_far = n_left + tl.cdiv(tl.maximum(key_end - far_right_start, 0), BLOCK)  # far_right_start, one range
+    for t in range(0, n_far):
+        j0, left = _far_tile(t, n_left, 0, far_right_start, BLOCK)
+        acc, row_max, row_sum = _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, i0, j0, rows, idx, fk, fv,
+                                          row_bias, tl.where(left, left_log_m2, right_log_m2), P, sp, D, q_offset,
+                                          log_floor, skn, skd, svn, svd, N, M, D_K, D_V, kpm_row, seed, bh, scale2,
+                                          drop_p, False, CAUSAL, HAS_KPM, HAS_FLOOR, DROPOUT, PRECISION, BLOCK)
     empty = row_sum == 0  # no allowed key (a NaN sum is not empty: NaN inputs give NaN, as on the reference)
     out = tl.where(empty[:, None], 0.0, acc / tl.where(empty, 1.0, row_sum)[:, None])
     store_tile(head_base(OUT, b, h, sob, soh), i0, son, sod, idx, fv, N, D_V, out.to(OUT.dtype.element_ty))
@@ -167,12 +197,12 @@ def dman_fwd(Q, K, V, A, P, U, KPM, SEED, OUT, LSE,
 
 
 @triton.jit
-def _bwd_tile(q, k, v, do, lse, delta, rows, cols, j0, score, N, M, seed, bh, drop_p,
-              DROPOUT: tl.constexpr, PRECISION: tl.constexpr, BLOCK: tl.constexpr):
-    """``(dS, dropped p)`` of a tile from its scores (log₂ units, ``−inf`` where not allowed): the gradient of the
-    natural scores and the probabilities that weighted ``v``."""
+def _bwd_tile(v_t, do, lse, delta, rows, j0, score, N, M, seed, bh, drop_p, DROPOUT: tl.constexpr,
+              PRECISION: tl.constexpr, BLOCK: tl.constexpr):
+    """``(dS, dropped p)`` of a tile from its scores (log₂ units, ``−inf`` where not allowed) and its values
+    transposed: the gradient of the natural scores and the probabilities that weighted ``v``."""
     p = tl.exp2(score - lse[:, None])
-    dp = tl.dot(do, tl.trans(v), input_precision=PRECISION).to(lse.dtype)
+    dp = tl.dot(do, v_t, input_precision=PRECISION).to(lse.dtype)
     if DROPOUT:
         keep = dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK, BLOCK)
         dp = tl.where(keep, dp / (1.0 - drop_p), 0.0)
@@ -183,12 +213,14 @@ def _bwd_tile(q, k, v, do, lse, delta, rows, cols, j0, score, N, M, seed, bh, dr
 
 
 @triton.jit
-def _bwd_kv_tile(grad_k, grad_v, k, v, kept, q_base, do_base, i0, j0, idx, cols, fk, fv, a_row, u_h, edge, P, sp,
+def _bwd_kv_tile(grad_k, grad_v, k_t, v_t, kept, q_base, do_base, i0, j0, idx, cols, fk, fv, a_row, u_h, edge, P, sp,
                  D, q_offset, log_floor, LSE, DELTA, san, sqn, sqd, sgn, sgd, N, M, D_K, D_V, seed, bh, scale2,
-                 drop_p, near, CAUSAL: tl.constexpr, HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr,
+                 drop_p, NEAR: tl.constexpr, CAUSAL: tl.constexpr, HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr,
                  PRECISION: tl.constexpr, BLOCK: tl.constexpr):
-    """One query tile's contribution to a key tile's ``(dK / scale, dV)`` (``near`` as in :func:`_fwd_tile`;
-    ``edge`` the table entry of the far side)."""
+    """One query tile's contribution to a key tile's ``(dK / scale, dV)`` (``NEAR`` as in :func:`_fwd_tile`;
+    ``edge`` the table entry of the far side; ``k_t``, ``v_t`` the key tile transposed once per program: transposed
+    inside the loop, k and v stayed in registers and were stored to shared memory on every tile). Computing the
+    tile transposed (keys along the rows, FlashAttention-2's key pass) spilled more on sm_90."""
     rows = i0 + idx
     in_rows = rows < N
     q = load_tile(q_base, i0, sqn, sqd, idx, fk, N, D_K)
@@ -196,14 +228,14 @@ def _bwd_kv_tile(grad_k, grad_v, k, v, kept, q_base, do_base, i0, j0, idx, cols,
     lse = tl.load(LSE + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
     delta = tl.load(DELTA + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
     row_bias = tl.load(a_row + rows * san, mask=in_rows, other=0.0).to(lse.dtype) + u_h
-    s2 = tl.where(kept[None, :], tl.dot(q, tl.trans(k), input_precision=PRECISION).to(lse.dtype) * scale2,
+    s2 = tl.where(kept[None, :], tl.dot(q, k_t, input_precision=PRECISION).to(lse.dtype) * scale2,
                   float("-inf"))
-    if near:
-        score = _near_scores(s2, row_bias, rows, cols, P, sp, D, q_offset, log_floor, CAUSAL, HAS_FLOOR)[0]
+    if NEAR:
+        score = _near_scores(s2, row_bias, rows, cols, i0, j0, P, sp, D, q_offset, log_floor, CAUSAL, HAS_FLOOR,
+                             BLOCK)[0]
     else:
         score = s2 + (_gate(row_bias + edge.to(lse.dtype), log_floor, HAS_FLOOR)[0] * LOG2E)[:, None]
-    ds, dropped = _bwd_tile(q, k, v, do, lse, delta, rows, cols, j0, score, N, M, seed, bh, drop_p, DROPOUT,
-                            PRECISION, BLOCK)
+    ds, dropped = _bwd_tile(v_t, do, lse, delta, rows, j0, score, N, M, seed, bh, drop_p, DROPOUT, PRECISION, BLOCK)
     grad_v = tl.dot(tl.trans(dropped).to(do.dtype), do, grad_v, input_precision=PRECISION)
     grad_k = tl.dot(tl.trans(ds).to(q.dtype), q, grad_k, input_precision=PRECISION)
     return grad_k, grad_v
@@ -226,8 +258,8 @@ def dman_bwd_kv(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, DK, DV,
     cols = j0 + idx
     fk = tl.arange(0, BLOCK_DK)
     fv = tl.arange(0, BLOCK_DV)
-    k = load_tile(head_base(K, b, h, skb, skh), j0, skn, skd, idx, fk, M, D_K)
-    v = load_tile(head_base(V, b, h, svb, svh), j0, svn, svd, idx, fv, M, D_V)
+    k_t = tl.trans(load_tile(head_base(K, b, h, skb, skh), j0, skn, skd, idx, fk, M, D_K))
+    v_t = tl.trans(load_tile(head_base(V, b, h, svb, svh), j0, svn, svd, idx, fv, M, D_V))
     kept = cols < M  # the key tile's keys inside the sequence and not padded
     if HAS_KPM:
         kept = kept & (tl.load(KPM + b.to(tl.int64) * M + cols, mask=cols < M, other=1) == 0)
@@ -245,13 +277,21 @@ def dman_bwd_kv(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, DK, DV,
         query_start = (tl.maximum(j0 - q_offset, 0) // BLOCK) * BLOCK
     near_start = (kt + R_LO) * BLOCK  # query tiles [near_start, far_left_start) are near; before: the key tile
     far_left_start = (kt + R_HI + 1) * BLOCK  # is far right of them, after: far left
-    for i0 in range(query_start, N, BLOCK):  # one loop (one wgmma pipeline); the tile's kind is uniform
-        near = (i0 >= near_start) & (i0 < far_left_start)
-        edge = tl.where(i0 < near_start, right_edge, left_edge)
-        grad_k, grad_v = _bwd_kv_tile(grad_k, grad_v, k, v, kept, q_base, do_base, i0, j0, idx, cols, fk, fv,
-                                      a_row, u_h, edge, P, sp, D, q_offset, log_floor, LSE, DELTA, san, sqn, sqd, sgn,
-                                      sgd, N, M, D_K, D_V, seed, bh, scale2, drop_p, near, CAUSAL, HAS_FLOOR, DROPOUT,
-                                      PRECISION, BLOCK)
+    for i0 in range(tl.maximum(near_start, query_start), tl.minimum(far_left_start, N), BLOCK):  # near tiles
+        grad_k, grad_v = _bwd_kv_tile(grad_k, grad_v, k_t, v_t, kept, q_base, do_base, i0, j0, idx, cols, fk, fv,
+                                      a_row, u_h, left_edge, P, sp, D, q_offset, log_floor, LSE, DELTA, san, sqn, sqd,
+                                      sgn, sgd, N, M, D_K, D_V, seed, bh, scale2, drop_p, True, CAUSAL, HAS_FLOOR,
+                                      DROPOUT, PRECISION, BLOCK)
+    # far tiles: those before near_start (the key tile is far right of them), then those from far_left_start
+    n_right = tl.cdiv(tl.maximum(tl.minimum(near_start, N) - query_start, 0), BLOCK)
+    left_start = tl.maximum(far_left_start, query_start)
+    n_far = n_right + tl.cdiv(tl.maximum(N - left_start, 0), BLOCK)
+    for t in range(0, n_far):
+        i0, right = _far_tile(t, n_right, query_start, left_start, BLOCK)
+        grad_k, grad_v = _bwd_kv_tile(grad_k, grad_v, k_t, v_t, kept, q_base, do_base, i0, j0, idx, cols, fk, fv,
+                                      a_row, u_h, tl.where(right, right_edge, left_edge), P, sp, D, q_offset,
+                                      log_floor, LSE, DELTA, san, sqn, sqd, sgn, sgd, N, M, D_K, D_V, seed, bh, scale2,
+                                      drop_p, False, CAUSAL, HAS_FLOOR, DROPOUT, PRECISION, BLOCK)
     key_base = bh.to(tl.int64) * M
     store_tile(DK + key_base * D_K, j0, D_K, 1, idx, fk, M, D_K, (grad_k * scale).to(DK.dtype.element_ty))
     store_tile(DV + key_base * D_V, j0, D_V, 1, idx, fv, M, D_V, grad_v.to(DV.dtype.element_ty))
@@ -263,10 +303,13 @@ def _diagonal_sums(dz, near_out, slot, BLOCK: tl.constexpr):
     ``i − j = c − (BLOCK − 1)``, column ``BLOCK + c`` holds ``i − j = c + 1`` (the last one 0)."""
     # column c < BLOCK holds j = i + BLOCK − 1 − c (if < BLOCK), column BLOCK + c holds j = i − 1 − c (if >= 0) — the
     # same j modulo BLOCK, and exactly one of the two exists, so one gather G[i, c] = dz[i, (i + BLOCK − 1 − c) mod
-    # BLOCK] serves both halves
+    # BLOCK] serves both halves (gathered from the flattened tile: Triton stages it in shared memory, where a gather
+    # along the rows took ~2.5 warp shuffles per score and more registers)
     i_local = tl.arange(0, BLOCK)[:, None]
     c_local = tl.arange(0, BLOCK)[None, :]
-    skewed = tl.gather(dz, (i_local + (BLOCK - 1) - c_local) % BLOCK, axis=1)
+    source = i_local * BLOCK + (i_local + (BLOCK - 1) - c_local) % BLOCK
+    skewed = tl.reshape(tl.gather(tl.reshape(dz, (BLOCK * BLOCK,)), tl.reshape(source, (BLOCK * BLOCK,)), axis=0),
+                        (BLOCK, BLOCK))
     lower = tl.sum(tl.where(i_local <= c_local, skewed, 0.0), axis=0)  # i − j = c − (BLOCK − 1) <= 0
     upper = tl.sum(tl.where(i_local > c_local, skewed, 0.0), axis=0)  # i − j = c + 1 >= 1
     out = near_out + slot * (2 * BLOCK) + tl.arange(0, BLOCK)  # the slot offset is small: near_out is int64-based
@@ -275,35 +318,37 @@ def _diagonal_sums(dz, near_out, slot, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _bwd_q_tile(grad_q, left_ds, near_dz, right_ds, q, do, lse, delta, k_base, v_base, j0, qt, rows, idx, fk, fv,
+def _bwd_q_tile(grad_q, left_ds, near_dz, right_ds, q, do, lse, delta, k_base, v_base, i0, j0, qt, rows, idx, fk, fv,
                 row_bias, left_log_m2, right_log_m2, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N, M, D_K, D_V,
-                kpm_row, seed, bh, scale2, drop_p, near_out, R_MIN, near, left, CAUSAL: tl.constexpr,
+                kpm_row, seed, bh, scale2, drop_p, near_out, R_MIN, left, NEAR: tl.constexpr, CAUSAL: tl.constexpr,
                 HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
                 BLOCK: tl.constexpr):
-    """One key tile's contribution to a query tile's ``dQ / scale`` and to its row sums: a near tile adds ``Σ_j dz``
-    per row to ``near_dz`` and writes its ``2·BLOCK`` diagonal sums of ``dz`` to its slot of ``near_out``; a far
-    tile adds ``Σ_j dS`` per row to ``left_ds`` or ``right_ds`` (times the row's ``1 − σ(z)`` later)."""
+    """One key tile's contribution to a query tile's ``dQ / scale`` and to its row sums: a near tile (``NEAR``) adds
+    ``Σ_j dz`` per row to ``near_dz`` and writes its ``2·BLOCK`` diagonal sums of ``dz`` to its slot of
+    ``near_out``; a far tile adds ``Σ_j dS`` per row to ``left_ds`` or ``right_ds`` (``left``: a scalar; times the
+    row's ``1 − σ(z)`` later)."""
     cols = j0 + idx
     k = load_tile(k_base, j0, skn, skd, idx, fk, M, D_K)
     v = load_tile(v_base, j0, svn, svd, idx, fv, M, D_V)
     s2 = _keep_keys(tl.dot(q, tl.trans(k), input_precision=PRECISION).to(lse.dtype) * scale2, cols, M, kpm_row,
                     HAS_KPM)
-    if near:
-        score, grad_gate = _near_scores(s2, row_bias, rows, cols, P, sp, D, q_offset, log_floor, CAUSAL, HAS_FLOOR)
+    if NEAR:
+        score, grad_gate = _near_scores(s2, row_bias, rows, cols, i0, j0, P, sp, D, q_offset, log_floor, CAUSAL,
+                                        HAS_FLOOR, BLOCK)
     else:
         score = s2 + tl.where(left, left_log_m2, right_log_m2)[:, None]
         grad_gate = s2  # unused on far tiles
-    ds, _ = _bwd_tile(q, k, v, do, lse, delta, rows, cols, j0, score, N, M, seed, bh, drop_p, DROPOUT, PRECISION,
+    ds, _ = _bwd_tile(tl.trans(v), do, lse, delta, rows, j0, score, N, M, seed, bh, drop_p, DROPOUT, PRECISION,
                       BLOCK)
     grad_q = tl.dot(ds.to(k.dtype), k, grad_q, input_precision=PRECISION)
-    if near:
+    if NEAR:
         dz = ds * grad_gate
         near_dz += tl.sum(dz, axis=1)
         _diagonal_sums(dz, near_out, qt - j0 // BLOCK - R_MIN, BLOCK)
-    elif left:
-        left_ds += tl.sum(ds, axis=1)
     else:
-        right_ds += tl.sum(ds, axis=1)
+        ds_sum = tl.sum(ds, axis=1)
+        left_ds += tl.where(left, ds_sum, 0.0)
+        right_ds += tl.where(left, 0.0, ds_sum)
     return grad_q, left_ds, near_dz, right_ds
 
 
@@ -358,13 +403,21 @@ def dman_bwd_q(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, DQ, ROW_GRAD, NEAR_G
             tl.store(near_out + slot * (2 * BLOCK) + tl.arange(0, 2 * BLOCK), zeros)
     left_log_m2 = left_log_m * LOG2E
     right_log_m2 = right_log_m * LOG2E
-    for j0 in range(0, key_end, BLOCK):  # one loop (one wgmma pipeline); the tile's kind is uniform
-        near = (j0 >= near_start) & (j0 < far_right_start)
+    for j0 in range(near_start, near_end, BLOCK):  # near tiles
         grad_q, left_ds, near_dz, right_ds = _bwd_q_tile(
-            grad_q, left_ds, near_dz, right_ds, q, do, lse, delta, k_base, v_base, j0, qt, rows, idx, fk, fv, row_bias,
-            left_log_m2, right_log_m2, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N, M, D_K, D_V, kpm_row, seed,
-            bh, scale2, drop_p, near_out, R_MIN, near, j0 < near_start, CAUSAL, HAS_KPM, HAS_FLOOR, DROPOUT, PRECISION,
-            BLOCK)
+            grad_q, left_ds, near_dz, right_ds, q, do, lse, delta, k_base, v_base, i0, j0, qt, rows, idx, fk, fv,
+            row_bias, left_log_m2, right_log_m2, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N, M, D_K, D_V,
+            kpm_row, seed, bh, scale2, drop_p, near_out, R_MIN, False, True, CAUSAL, HAS_KPM, HAS_FLOOR, DROPOUT,
+            PRECISION, BLOCK)
+    n_left = tl.cdiv(tl.minimum(near_start, key_end), BLOCK)  # far tiles: left [0, near_start), right from
+    n_far = n_left + tl.cdiv(tl.maximum(key_end - far_right_start, 0), BLOCK)  # far_right_start, one range
+    for t in range(0, n_far):
+        j0, left = _far_tile(t, n_left, 0, far_right_start, BLOCK)
+        grad_q, left_ds, near_dz, right_ds = _bwd_q_tile(
+            grad_q, left_ds, near_dz, right_ds, q, do, lse, delta, k_base, v_base, i0, j0, qt, rows, idx, fk, fv,
+            row_bias, left_log_m2, right_log_m2, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N, M, D_K, D_V,
+            kpm_row, seed, bh, scale2, drop_p, near_out, R_MIN, left, False, CAUSAL, HAS_KPM, HAS_FLOOR, DROPOUT,
+            PRECISION, BLOCK)
     left_dz = left_ds * left_gate
     right_dz = right_ds * right_gate
     tl.store(ROW_GRAD + bh.to(tl.int64) * N + rows, left_dz + near_dz + right_dz, mask=in_rows)

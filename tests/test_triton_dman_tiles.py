@@ -1,0 +1,104 @@
+"""DMAN's Triton tiles (issue 41 §2; docs/design.md §3, docs/gpu.md): square tiles sized per architecture and head
+width in ``runtime.TILE_TABLE`` (64 × 64 and wider where tensor cores want them: sm_90's wgmma needs 64-row
+warpgroups), the distance bias ``P`` read once per near tile as a strip of ``2·BLOCK`` entries, and the kernels'
+near / far loops — checked against the float64 oracle with the tiles a GPU would use.
+
+Under Triton's interpreter the launchers take 16 × 16 tiles (``runtime.tiles``); here every DMAN pass is given
+64 × 64 tiles instead, so the strip of 128 distances, the near offsets of 64-wide tiles with query offsets
+that are not tile multiples, and the near loop / far loop split run at the size they have on a GPU. On CUDA the
+table's own tiles run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from _triton_device import DEVICE, EXACT, INTERPRETED, needs_kernels, tol
+from maskattn.functional.dman import dynamic_mask_attention_reference
+from maskattn.kernels.triton import runtime
+
+pytestmark = needs_kernels
+GRAD_NAMES = ("q", "k", "v", "a", "P", "U")
+DMAN = ("dman_fwd", "dman_bwd_kv", "dman_bwd_q")
+
+
+def test_dman_tiles_are_square_and_sized_for_tensor_cores():
+    """Every DMAN entry is square (the diagonal sums of ``dz`` and the near offsets assume it) and a power of two
+    (``tl.arange``); on the 227 KB class (sm_90) and the 163 KB class (sm_80) the forward's tiles of 16-bit heads up
+    to 128 wide are at least 64 × 64 with whole warpgroups (wgmma: 64 rows per group of 4 warps)."""
+    for (kernel, cls, width), tiles in runtime.TILE_TABLE.items():
+        if kernel not in DMAN:
+            continue
+        assert tiles.block_m == tiles.block_n, (kernel, cls, width)
+        assert tiles.block_m & (tiles.block_m - 1) == 0 and tiles.block_m >= 16, (kernel, cls, width)
+        if kernel == "dman_fwd" and cls in ("227K", "163K") and width <= 128:
+            assert tiles.block_m >= 64 and tiles.warps % 4 == 0, (kernel, cls, width, tiles)
+
+
+def _inputs(n, m, D, *, B=1, H=2, d=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64).to(DEVICE, EXACT).requires_grad_()
+
+    return [rand(B, H, n, d), rand(B, H, m, d), rand(B, H, m, d), rand(B, n), rand(2 * D + 1), rand(H)]
+
+
+@pytest.fixture
+def gpu_tiles(monkeypatch):
+    """64 × 64 tiles (the forward's on sm_80 / sm_90, wgmma's smallest with 4 warps) for every DMAN pass under the
+    interpreter; on CUDA the device's own (:data:`runtime.TILE_TABLE`)."""
+    if INTERPRETED:
+        original = runtime.tiles
+
+        def tiles(kernel, head_dim, device, dtype=torch.float16):
+            return runtime.Tiles(64, 64, 4, 1) if kernel in DMAN else original(kernel, head_dim, device, dtype)
+
+        monkeypatch.setattr(runtime, "tiles", tiles)
+    from maskattn.kernels.triton.dman import _constants
+    probe = torch.empty(1, 1, 1, 16, dtype=EXACT, device=DEVICE)
+    return _constants("dman_fwd", probe, probe, None, False, 0.0, None)["BLOCK"]
+
+
+# (n, m, D, causal, q_offset): D below, inside and beyond a 64-wide tile; query offsets that are not tile multiples
+# (a decoding-like step after a cache, a chunk of a longer sequence); lengths that end inside a tile
+CASES = {
+    "far_both_sides": (200, 200, 3, False, 0),
+    "causal_far_left": (200, 200, 5, True, 0),
+    "D_wider_than_a_tile": (150, 150, 90, True, 0),
+    "offset_chunk": (70, 150, 20, True, 80),
+    "offset_not_causal": (45, 130, 70, False, 37),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_matches_float64_reference_with_gpu_tiles(case, gpu_tiles):
+    n, m, D, causal, q_offset = CASES[case]
+    assert gpu_tiles >= 64 or not INTERPRETED
+    from maskattn.kernels.triton.dman import dman_triton
+    inputs = _inputs(n, m, D)
+    out = dman_triton(*inputs, causal=causal, key_padding_mask=None, q_offset=q_offset, dropout_p=0.0,
+                      mask_floor=None)
+    grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64).to(DEVICE)
+    grads = torch.autograd.grad(out, inputs, grad_out.to(out.dtype))
+    exact = [x.detach().double().requires_grad_() for x in inputs]
+    ref = dynamic_mask_attention_reference(*exact, causal=causal, q_offset=q_offset)[0]
+    ref_grads = torch.autograd.grad(ref, exact, grad_out)
+    torch.testing.assert_close(out.double(), ref, atol=tol(1e-10), rtol=tol(1e-8))
+    for name, grad, ref_grad in zip(GRAD_NAMES, grads, ref_grads):
+        torch.testing.assert_close(grad.double(), ref_grad, atol=tol(1e-10), rtol=tol(1e-8),
+                                   msg=lambda s, name=name: f"d{name}: {s}")
+
+
+def test_backward_with_gpu_tiles_is_bit_identical_across_runs(gpu_tiles):
+    """No atomics: two backward runs (dropout on, the same seed) give bit-identical gradients with the GPU tiles."""
+    from maskattn.kernels.triton.dman import dman_triton
+    inputs = _inputs(150, 150, 20)
+
+    def grads():
+        torch.manual_seed(5)
+        out = dman_triton(*inputs, causal=True, key_padding_mask=None, q_offset=0, dropout_p=0.2, mask_floor=1e-3)
+        return torch.autograd.grad(out, inputs, torch.ones_like(out))
+
+    for name, a, b in zip(GRAD_NAMES, grads(), grads()):
+        assert torch.equal(a, b), name
