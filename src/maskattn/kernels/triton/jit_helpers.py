@@ -17,6 +17,34 @@ def sigmoid_log2(x2):
 
 
 @triton.jit
+def reciprocal_1_2(a):
+    """``1 / a`` for ``a`` in [1, 2] on the FMA units, without a special-function instruction: the linear start
+    ``24/17 − 8/17·a`` (relative error at most 1/17) and three Newton steps ``r ← r + r·(1 − a·r)`` (each squares
+    the error: 1/17⁸ ≈ 1.4·10⁻¹⁰, below float32's rounding), two FMAs each — seven FMAs in all. A NaN stays NaN."""
+    r = 1.4117647058823530 - 0.47058823529411764 * a
+    r = r + r * (1.0 - a * r)
+    r = r + r * (1.0 - a * r)
+    return r + r * (1.0 - a * r)
+
+
+@triton.jit
+def sigmoid_log2_fma(x2):
+    """``σ(x)`` of ``x2 = x·log₂e``, like :func:`sigmoid_log2`, with one special-function instruction per value
+    instead of two (docs/design.md §3; docs/gpu/offline-perf.md): ``t = 2^(−|x2|)`` in (0, 1] (``ex2``), then
+    ``σ = 1 / (1 + t)`` for ``x2 >= 0`` and ``t / (1 + t)`` below, the reciprocal of ``1 + t`` in [1, 2] by
+    :func:`reciprocal_1_2` on the FMA units (float64 divides exactly). Relative accuracy as :func:`sigmoid_log2`'s
+    over the whole range (no cancellation; a tiny σ is ``t`` itself to within a few ulp); ±inf give 1 and 0, NaN
+    stays NaN."""
+    t = tl.exp2(-tl.abs(x2))
+    a = 1.0 + t
+    if x2.dtype == tl.float64:
+        r = 1.0 / a
+    else:
+        r = reciprocal_1_2(a)
+    return tl.where(x2 >= 0, r, t * r)
+
+
+@triton.jit
 def sigmoid(x):
     """``σ(x) = 1 / (1 + 2^(−x·log₂e))`` in ``x``'s type: one ``exp2`` and one division, with a relative error of a
     few ulp over the whole range — no cancellation, unlike ``½·tanh(x/2) + ½``, whose hardware ``tanh.approx`` has an

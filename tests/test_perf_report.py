@@ -1,0 +1,168 @@
+"""The offline performance report (``maskattn.kernels.triton.perf_report``, docs/gpu/offline-perf.md): its reading of
+SASS on a fixed sample, its occupancy arithmetic, its mirrors of the kernels' loop bounds, and one real compilation
+in a subprocess (Triton's interpreter, which the rest of the suite uses, must be off there)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from maskattn.kernels.triton import runtime
+
+pytestmark = pytest.mark.skipif(not runtime.installed(), reason="needs triton")
+
+# A hand-written stretch of ``nvdisasm -c`` output: a prologue, a loop whose body branches over a masked region,
+# an epilogue. The loop body has 12 live instructions on its heavy path (the branch taken not: masked) and 8 on its
+# light path (the branch jumps over the 4 masked ones); the @!PT line is padding and never counts.
+SAMPLE = """
+        .text.kern:
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+        /*0010*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0020*/                   MUFU.RCP R0, R0 ;
+.L_x_2:
+        /*0030*/                   LDGSTS.E.BYPASS.LTC128B.128 [R5], desc[UR6][R8.64] ;
+        /*0040*/                   LDSM.16.M88.4 R12, [R5] ;
+        /*0050*/                   HMMA.16816.F32.BF16 R16, R12, R14, R16 ;
+        /*0060*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24 ;
+        /*0070*/                   MUFU.EX2 R20, R20 ;
+        /*0080*/               @P0 BRA `(.L_x_1) ;
+        /*0090*/                   FSEL R20, R20, RZ, !P1 ;
+        /*00a0*/                   FSEL R21, R21, RZ, !P1 ;
+        /*00b0*/                   MUFU.EX2 R22, R22 ;
+        /*00c0*/                   STS.64 [R3], R20 ;
+.L_x_1:
+        /*00d0*/              @!PT LDS RZ, [RZ] ;
+        /*00e0*/                   FADD R20, R20, R21 ;
+        /*00f0*/              @!P2 BRA `(.L_x_2) ;
+        /*0100*/                   STG.E [R2.64], R20 ;
+        /*0110*/                   EXIT ;
+"""
+
+
+def test_sass_lines_labels_and_branches_are_parsed():
+    from maskattn.kernels.triton.perf_report import parse_sass
+    code = parse_sass(SAMPLE)
+    assert [i.address for i in code[:3]] == [0, 0x10, 0x20]
+    assert code[3].label == ".L_x_2" and code[3].base == "LDGSTS"
+    branch = next(i for i in code if i.address == 0x80)
+    assert (branch.predicate, branch.base, branch.target, branch.conditional) == ("@P0", "BRA", ".L_x_1", True)
+    padding = next(i for i in code if i.address == 0xd0)
+    assert padding.dead and padding.label == ".L_x_1"
+    assert next(i for i in code if i.address == 0x60).opcode == "HGMMA.64x64x16.F32.BF16"
+
+
+def test_the_hot_loop_and_its_light_and_heavy_paths():
+    from maskattn.kernels.triton.perf_report import classify, hot_loop, parse_sass, path_counts
+    code = parse_sass(SAMPLE)
+    first, last = hot_loop(code)
+    assert (code[first].address, code[last].address) == (0x30, 0xf0)
+    light, heavy = path_counts(code[first:last + 1])
+    assert len(light) == 8 and len(heavy) == 12
+    assert [i.address for i in light][-3:] == [0x80, 0xe0, 0xf0]
+    c = classify(heavy)
+    assert c.tensor == 2 and c.hgmma == 1
+    # m16n8k16 per warp, plus a quarter (one warp) of a warpgroup's 64 x 64 x 16
+    assert c.tensor_flops == 2 * 16 * 8 * 16 + 2 * 64 * 64 * 16 / 4
+    # one descriptor operand: A (64 x 16) and B (16 x 64) both read from shared memory, per warp a quarter
+    assert c.wgmma_shared_bytes == (64 * 16 + 16 * 64) * 2 / 4
+    assert dict(c.mufu) == {"EX2": 2}
+    assert (c.ldg, c.ldg_bytes) == (1, 16)  # the async copy global -> shared
+    assert c.shared == 3 and c.shared_bytes == 16 + 16 + 8  # LDGSTS lands 16 B, LDSM x4 reads 16 B, STS.64 8 B
+    assert dict(classify(light).mufu) == {"EX2": 1}
+
+
+def test_occupancy_from_registers_warps_and_shared_memory():
+    from maskattn.kernels.triton.perf_report import occupancy
+    assert occupancy(90, 128, 4, 0) == (4, 0.25)  # 128 regs x 128 threads = 16K: 4 blocks by registers
+    assert occupancy(90, 255, 8, 0) == (1, 0.125)  # 256 x 256 = 64K: one block
+    assert occupancy(80, 64, 4, 100 * 1024) == (1, 4 / 64)  # shared memory: 164 KB hold one 101 KB block
+    assert occupancy(90, 32, 4, 0)[0] == 16  # the warp slots: 64 warps per SM
+
+
+def test_loop_mirrors_count_the_narrow_band_as_the_issue_does():
+    """CSAN window 11 with the 64 x 32 narrow tiles of 0.x: 3 key tiles per query tile, 11.5 % of them inside the
+    band; MTSA's window(3) head (7 positions) with 64 x 32 tiles aligned to tile edges: 4 tiles, 5.5 %."""
+    import numpy as np
+
+    from maskattn.kernels.triton.perf_report import _useful, visited_tiles
+    n = 2048
+    tiles, allowed = visited_tiles("band_fwd", n, 64, 32, band=(-5, 5))
+    assert len(tiles) == 3 * n // 64  # 64 + 10 keys per query tile: three 32-key tiles
+    useful = _useful(tiles, allowed, 64, 32)
+    assert useful == sum(min(i + 5, n - 1) - max(i - 5, 0) + 1 for i in range(n))
+    assert useful / (len(tiles) * 64 * 32) == pytest.approx(0.115, abs=0.002)
+    tiles, allowed = visited_tiles("tensorized_fwd", n, 64, 32, band=(-3, 3))
+    assert _useful(tiles, allowed, 64, 32) / (len(tiles) * 64 * 32) == pytest.approx(0.055, abs=0.001)
+    # every useful score is visited exactly once: the band's area
+    i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    for kernel in ("tensorized_fwd", "tensorized_bwd_kv", "band_bwd_kv", "anchor_bwd_q"):
+        band = (-(1 << 30), -1) if kernel.startswith("tensorized") else (-5, 5)
+        tiles, allowed = visited_tiles(kernel, n, 32, 64, band=band, causal=True)
+        assert len(set((i0, j0) for i0, j0, _ in tiles)) == len(tiles)
+        assert _useful(tiles, allowed, 32, 64) == int(np.count_nonzero(allowed(i, j)))
+
+
+_QUICK = """
+import json, sys
+from maskattn.kernels.triton import perf_report as pr
+p = next(p for p in pr.passes() if p.kernel == "tensorized_fwd" and p.mask == "window(3) head")
+rows = pr.measure(p, 64, 80, (256,))
+json.dump([pr.asdict(r) for r in rows], sys.stdout)
+"""
+
+
+@pytest.mark.slow  # one compilation in a fresh process: ~10 s idle, more on a loaded machine
+def test_the_report_compiles_and_reads_one_pass(tmp_path):
+    """One real compilation (MTSA's forward, d = 64, sm_80) read back: tensor cores in the loop, 6d tensor FLOPs per
+    computed score (scores, numerator, denominator), one exponential per score, no spill."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    done = subprocess.run([sys.executable, "-c", _QUICK], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = json.loads(done.stdout)
+    assert not row["error"], row["error"]
+    assert row["registers"] > 0 and row["spill_bytes"] == 0 and not row["wgmma"]
+    assert row["light"]["tensor"] > 0
+    # the per-score figures also hold the prologue and the epilogue: at n = 256 within a few per cent
+    assert row["per_score"]["tensor_flops"] == pytest.approx(6 * 64, rel=0.05)
+    assert row["per_score"]["mufu_kinds"]["EX2"] == pytest.approx(1.0, abs=0.1)
+    assert 0 < row["useful"] < row["computed"]
+
+
+def _row(family, kernel, mask, mufu, useful=100, computed=100, wgmma=True, spill=0):
+    from maskattn.kernels.triton.perf_report import Row
+    per = dict(tensor_flops=512.0, mufu=mufu, mufu_kinds={"EX2": mufu}, ldg=0.25, ldg_bytes=4.0, shared_bytes=8.0,
+               wgmma_shared_bytes=12.0, issue=0.5)
+    return Row(family, kernel, mask, 128, 90, 2048, tiles="64x64", warps=4, stages=2, registers=200,
+               spill_bytes=spill, smem=65536, blocks_per_sm=1, occupancy=0.0625, wgmma=wgmma, computed=computed,
+               useful=useful, per_score=per)
+
+
+def test_ratios_and_targets_against_the_anchor():
+    """Ratios divide by the anchor's pass of the same kind (per computed score: the unmasked anchor; per useful
+    score: the causal one for a directional mask), and the targets read them: MUFU 1.2× the anchor's passes, 2.4×
+    fails; a window head with 5 % of its scores in the band fails the 40 % target; a spill is named."""
+    from maskattn.kernels.triton.perf_report import document, ratio_table, targets
+    rows = [_row("anchor", "anchor_fwd", "full", 1.0), _row("anchor-causal", "anchor_fwd", "causal", 1.0, 90),
+            _row("mtsa", "tensorized_fwd", "forward head", 1.2, 45, 50),
+            _row("mtsa", "tensorized_bwd_kv", "forward head", 1.0, wgmma=False, spill=8),
+            _row("anchor", "anchor_bwd_kv", "full", 1.0),
+            _row("anchor-causal", "anchor_bwd_kv", "causal", 1.0, 90),
+            _row("mtsa", "tensorized_fwd", "window(3) head", 1.2, 5, 100)]
+    table = ratio_table(rows, 2048)
+    line = next(x for x in table.splitlines() if "forward head" in x and "tensorized_fwd" in x)
+    cells = [c.strip() for c in line.split("|")[1:-1]]
+    # TC FLOPs per computed 1.00; per useful: (512 * 50 / 45) / (512 * 100 / 90) = 1.00; MUFU 1.20 and 1.20
+    assert cells[5:9] == ["1.00", "1.00", "1.20", "1.20"]
+    before = [_row(r.family, r.kernel, r.mask, 2.4 if r.family == "mtsa" else 1.0, r.useful, r.computed) for r in rows]
+    text = targets(rows, 2048, before)
+    assert "| MUFU per score ≤ 1.5× the anchor's | tensorized_fwd | 128 | sm_90 | 2.40× | 1.20× | yes |" in text
+    assert "| wgmma on sm_90 at d = 128 | tensorized_bwd_kv | 128 | sm_90 | HGMMA | HMMA | no |" in text
+    assert "(window(3) head) | tensorized_fwd | 128 | sm_90 | 5.0% | 5.0% | no |" in text
+    assert "tensorized_bwd_kv d128 sm_90" in text.splitlines()[-1]
+    page = document(rows, before, "python -m maskattn.kernels.triton.perf_report", 1.0)
+    assert page.startswith("# Offline performance report") and "## Before" in page and "What no static count" in page
