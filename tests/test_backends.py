@@ -3,6 +3,7 @@ refused with a message — never swapped silently."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ import torch.nn.functional as F
 import maskattn
 from maskattn import backends
 from maskattn.functional import banded_attention, local_attention, tensorized_attention
+from maskattn.kernels.triton import runtime as triton_runtime
+from maskattn.kernels.triton.runtime import Target
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -234,3 +237,51 @@ def test_flex_block_masks_are_cached_and_shared(monkeypatch):
         encoder(x, kpm)
     assert len(built) == 2  # a new forward builds it again (the padding may differ)
     assert len(flex._static_block_masks) <= flex.BLOCK_MASK_CACHE_SIZE
+
+
+# --------------------------------------------------------------------------------------------------
+# issue 41 "Bad input": what the Triton kernels cannot serve well — auto runs another backend and says why
+# (maskattn list --backends), backend="triton" is refused in one line naming the reason
+# --------------------------------------------------------------------------------------------------
+
+_TRITON_FAMILIES = ("dman", "local", "tensorized")
+
+
+def _cuda_call(**changes) -> backends.Situation:
+    base = backends.Situation("cuda", torch.bfloat16, head_dims=(64, 64), training=True, band=True, head_bands=True)
+    return replace(base, **changes)
+
+
+@pytest.mark.parametrize("target, changes, words", [
+    (Target(110, 227 * 1024), {}, "never compiled for compute capability 11.0 (sm_110)"),  # no CI compilation
+    (Target(75, 64 * 1024), {}, "needs compute capability 8.0"),
+    (Target(90, 227 * 1024), {"head_dims": (300, 300)}, "head dims up to 256, got d_k = 300"),  # the *-authors presets
+    (Target(90, 227 * 1024), {"dtype": torch.float64}, "got float64"),
+])
+def test_what_triton_cannot_serve_goes_elsewhere_under_auto_and_is_refused_when_named(target, changes, words):
+    situation = _cuda_call(**changes)
+    with triton_runtime.assume_target(target):
+        for family in _TRITON_FAMILIES:
+            assert backends.resolve(family, "auto", situation) != "triton"
+            with pytest.raises(maskattn.errors.BackendError) as refused:
+                backends.resolve(family, "triton", situation)
+            message = str(refused.value)
+            assert "\n" not in message and message.startswith(f"backend='triton' cannot run this {family} call")
+            assert words in message, message
+
+
+@pytest.mark.parametrize("arch", sorted(triton_runtime.TARGETS))
+def test_every_architecture_the_ci_compiles_is_accepted(arch):
+    """The architectures ``auto`` accepts are exactly those the offline compile check compiles in CI
+    (``--matrix ci``: tests/test_triton_compile.py)."""
+    with triton_runtime.assume_target(triton_runtime.TARGETS[arch]):
+        for family in _TRITON_FAMILIES:
+            assert backends.resolve(family, "auto", _cuda_call()) == "triton", (family, arch)
+
+
+def test_the_backend_list_says_which_architectures_triton_takes():
+    """``maskattn list --backends`` prints :func:`backends.limits`: the architectures are named there."""
+    for family in _TRITON_FAMILIES:
+        listed = " | ".join(backends.limits(family, "triton"))
+        assert "offline compile check compiles in CI" in listed
+        assert all(target.name in listed for target in triton_runtime.TARGETS.values())

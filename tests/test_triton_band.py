@@ -1,17 +1,17 @@
 """The Triton band kernels (maskattn.kernels.triton.band: CSAN 1D / 2D, SMAN, MTSA window heads) against the
-float64 reference of maskattn.functional.local, under Triton's CPU interpreter on machines without a GPU."""
+float64 reference of maskattn.functional.local, under Triton's CPU interpreter on machines without a GPU; on a CUDA
+machine (without TRITON_INTERPRET) the compiled kernels on cuda tensors (tests/_triton_device.py)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from _triton_device import (DEVICE, EXACT, assert_within_roundings, gpu_operand_dtypes, interpreter_only,
+                            needs_kernels, tol)
 from maskattn.functional.local import _reference, banded_attention, head_area, local_attention, local_attention_maps
-from maskattn.kernels.triton import band, runtime
+from maskattn.kernels.triton import band
 
-pytestmark = pytest.mark.skipif(runtime.device_reason("cuda" if torch.cuda.is_available() else "cpu") is not None,
-                                reason="needs triton (on CPU: TRITON_INTERPRET=1, set by conftest)")
-
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+pytestmark = needs_kernels
 
 
 def make(B, H, n, d_k, d_v, dtype=torch.float32, seed=1, requires_grad=True, transposed=False):
@@ -193,6 +193,7 @@ def test_float16(head_window):
                             2e-2)
 
 
+@interpreter_only  # the kernels take float64 only under the interpreter
 def test_float64_is_exact():
     q, k, v = make(1, 3, 37, 8, 8, dtype=torch.float64)
     check_against_reference(q, k, v, 5, 0, 3, "circular", padding(1, 37, "random"), True, 1e-12)
@@ -220,6 +221,7 @@ def directional_check(fn, inputs, eps=1e-6):
     torch.testing.assert_close(analytical, numerical, atol=1e-6, rtol=1e-6)
 
 
+@interpreter_only  # gradcheck needs float64
 def test_gradcheck_float64():
     q, k, v = make(1, 3, 18, 3, 2, dtype=torch.float64)
     kpm = padding(1, 18, "random")
@@ -233,6 +235,7 @@ def test_gradcheck_float64():
 
 
 @pytest.mark.slow  # 30–45 s; DMAN's and MTSA's kernels redraw the same Philox mask in their default gradchecks
+@interpreter_only
 def test_gradcheck_float64_with_dropout():
     """The function re-seeds before each evaluation, so every evaluation draws the same keep-mask; backward
     must redraw exactly the mask forward used."""
@@ -252,8 +255,8 @@ def test_dropout_drops_with_the_flash_attention_scheme():
     """With one-hot values (key j of head g → feature g·n + j) the output is the dropped probability map:
     each entry is either 0 or the undropped probability / (1 − p), and about p of the allowed ones are 0."""
     B, H, n, p = 2, 3, 20, 0.5
-    q, k, _ = make(B, H, n, 4, 4, dtype=torch.float64, requires_grad=False)
-    v = torch.eye(H * n, dtype=torch.float64, device=DEVICE).view(H, n, H * n).expand(B, H, n, H * n)
+    q, k, _ = make(B, H, n, 4, 4, dtype=EXACT, requires_grad=False)
+    v = torch.eye(H * n, dtype=EXACT, device=DEVICE).view(H, n, H * n).expand(B, H, n, H * n)
     maps = local_attention_maps(q, k, window=5, head_window=3, head_edges="truncate")  # (B, H, n, H, n)
     index, valid = head_area(H, 3, "truncate", DEVICE)
     torch.manual_seed(5)
@@ -261,7 +264,7 @@ def test_dropout_drops_with_the_flash_attention_scheme():
     allowed = maps > 0
     kept = out != 0
     assert not kept[~allowed].any()
-    torch.testing.assert_close(out[kept], maps[kept] / (1 - p), atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(out[kept], maps[kept].to(out.dtype) / (1 - p), atol=tol(1e-12), rtol=tol(1e-12))
     dropped = (~kept & allowed).sum() / allowed.sum()
     assert abs(dropped.item() - p) < 0.06, dropped
     torch.manual_seed(5)
@@ -348,3 +351,29 @@ def test_unsupported():
     assert any("d_k = 300" in r for r in reasons)
     assert any("score_mod other than None or F.logsigmoid" in r for r in reasons)
     assert "CUDA" in band.unsupported(device="mps", dtype=torch.float32, head_dims={"d_k": 8}, score_mod=None)[0]
+
+
+@interpreter_only
+@pytest.mark.parametrize("head_window, logsigmoid", [(1, False), (3, True)])
+def test_bfloat16_with_the_gpus_operand_dtypes_matches_float64(head_window, logsigmoid):
+    """issue 41 §1.6: bfloat16 as the GPU computes it (tests/_triton_device.py ``gpu_operand_dtypes``: bfloat16
+    tensors, loads, stores and casts; every ``tl.dot`` operand bfloat16, products exact, float32 accumulation)
+    against the float64 oracle on the same bfloat16 inputs and upstream gradient.
+
+    Tolerance, from bfloat16's unit roundoff u = 2⁻⁸: ``max |error| <= 2·K·u·max |reference|`` with K the
+    roundings on the longest path — forward K = 2 (the probabilities before ``P·V``, the stored output); backward
+    K = 4 (the recomputed probabilities before ``Pᵀ·dO``, ``dS`` before ``dS·K`` / ``dSᵀ·Q``, the stored output
+    that ``Δ = rowsum(dO ⊙ O)`` reads, the stored gradient)."""
+    q, k, v = make(2, 3, 70, 16, 16, dtype=torch.bfloat16)
+    kpm = padding(2, 70, "random")
+    with gpu_operand_dtypes():
+        out = triton(q, k, v, 5, 5, head_window, "truncate", kpm, logsigmoid)
+        grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+        got = torch.autograd.grad(out, (q, k, v), grad)
+    ref, leaves = reference(q, k, v, 5, 5, head_window, "truncate", kpm, F.logsigmoid if logsigmoid else None)
+    assert out.dtype == torch.bfloat16
+    assert_within_roundings(out, ref, 2, "out")
+    for name, mine, theirs in zip("qkv", got, torch.autograd.grad(ref, leaves, grad.double())):
+        assert_within_roundings(mine, theirs, 4, f"d{name}")
+    float32_path = triton(q, k, v, 5, 5, head_window, "truncate", kpm, logsigmoid)
+    assert not torch.equal(float32_path, out)  # the hook changed what ran

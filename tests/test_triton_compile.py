@@ -42,8 +42,41 @@ def test_every_launch_binds_as_triton_would(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     bound = [r for r in rows if r["status"] == "bound"]
     assert {r["kernel"] for r in bound} == KERNELS
-    assert {r["arch"] for r in bound} == {80, 86, 90}
+    assert {r["arch"] for r in bound} == set(runtime.TARGETS)  # every architecture auto accepts
     assert not [r for r in rows if r["status"] == "refused"]
+
+
+def test_the_ci_matrix_holds_every_preset_head_width_and_every_architecture_auto_accepts():
+    """issue 41 §1.2–1.3: the ``ci`` matrix compiles the head width of every shipped preset with attention of its
+    own (``d_model / num_heads``, read here through the trainer's own config loader), 72, 80 and 96, plain and with
+    every option, on every architecture ``auto`` accepts (:data:`runtime.TARGETS`: sm_80 … sm_121)."""
+    from maskattn.train.config import list_presets, load_config, preset_path
+
+    widths = set()
+    for name in list_presets():
+        model = load_config(preset_path(name)).model
+        if getattr(model, "pretrained", None):  # a pretrained encoder: no attention of the library's
+            continue
+        widths.add(model.d_model // model.num_heads)
+    assert {64, 150} <= widths  # the transformer presets and the sentence presets (d_model 300, 2 heads)
+    assert set(compile_check.preset_head_widths()) == widths
+    pairs = compile_check.matrix_pairs("ci")
+    assert {arch for _, arch in pairs} == set(runtime.TARGETS)
+    for arch in runtime.TARGETS:
+        for width in widths | set(compile_check.EXTRA_WIDTHS) | {64, 128, 256}:
+            chosen = {(case.family, case.plain) for case, a in pairs if a == arch and case.head_dim == width}
+            assert chosen == {(family, plain) for family in ("mtsa", "dman", "band") for plain in (True, False)}, \
+                (arch, width)
+
+
+@pytest.mark.parametrize("head_dim, padded, share", [(72, 80, 1 - 72 / 128), (150, 160, 1 - 150 / 256),
+                                                      (64, 64, 0.0), (5, 16, 1 - 5 / 16)])
+def test_head_widths_are_padded_to_a_multiple_of_16(head_dim, padded, share):
+    """The wrappers pad features to a multiple of 16 (runtime.padded_head_dim), so Triton sees widths and strides
+    divisible by 16; the tensor-core tiles stay powers of two, whose padding share the check reports."""
+    assert runtime.padded_head_dim(head_dim) == padded
+    block = max(16, runtime.next_power_of_2(padded))
+    assert compile_check.padding_share(head_dim, block, block) == pytest.approx(share)
 
 
 def test_the_check_catches_a_keyword_the_kernel_does_not_declare(tmp_path):
@@ -57,9 +90,9 @@ def test_the_check_catches_a_keyword_the_kernel_does_not_declare(tmp_path):
         with runtime.recording(runtime.TARGETS[80]) as launches:
             band_triton(q, q, q, 3, 3, None, None, None, 0.2, False, 0.0)
         launch = launches[0]
-        cc._bind(launch.kernel, launch.args, launch.kwargs, 80)  # as launched: binds
+        cc.bind(launch.kernel, launch.args, launch.kwargs, 80)  # as launched: binds
         try:
-            cc._bind(launch.kernel, launch.args, dict(launch.kwargs, FAST=True), 80)
+            cc.bind(launch.kernel, launch.args, dict(launch.kwargs, FAST=True), 80)
         except KeyError as error:
             assert "FAST" in str(error), error
             print("refused")
@@ -105,6 +138,7 @@ def _row(**fields) -> compile_check.Row:
     ({"registers": 255, "warps": 16}, "registers"),
     ({"spill": 8}, "spilled"),
     ({"spill": 300, "plain": False}, "spilled"),
+    ({"spill": 8, "head_dim": 256}, "spilled"),  # plain: no spill at any width (issue 41 §1.2)
     ({"advisories": ["C7515: Potential Performance Loss: wgmma.mma_async instructions are serialized"]}, "wgmma"),
 ])
 def test_violations_name_what_breaks_the_contract(fields, words):
@@ -112,7 +146,7 @@ def test_violations_name_what_breaks_the_contract(fields, words):
     assert found and any(words in v for v in found), found
 
 
-@pytest.mark.parametrize("fields", [{}, {"spill": 200, "plain": False}, {"spill": 4000, "head_dim": 256},
+@pytest.mark.parametrize("fields", [{}, {"spill": 200, "plain": False}, {"spill": 4000, "head_dim": 256, "plain": False},
                                     {"spill": 4000, "dtype": "fp32"}, {"advisories": ["C7515: ..."], "arch": 80},
                                     {"status": "unsupported", "message": "no tiles"}])
 def test_what_the_contract_allows(fields):

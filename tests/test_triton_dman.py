@@ -1,5 +1,8 @@
 """The Triton DMAN kernels (maskattn.kernels.triton.dman) against the float64 reference of MAN Eq. 4 + 12.
 
+On a CUDA machine (without TRITON_INTERPRET) they run the compiled kernels on cuda tensors, comparing in float32 (the
+kernels take no float64 there: tests/_triton_device.py).
+
 Without a GPU they run under Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1), with 16 × 16 tiles,
 so the lengths 37, 70 and 130 cross tile edges, and small distance tables (D = 2, 3) give key tiles wholly beyond
 the clip distance on both sides (the kernels' one-gate-per-row path) next to the near tiles."""
@@ -9,13 +12,12 @@ import math
 import pytest
 import torch
 
+from _triton_device import (BF16_U, DEVICE, EXACT, assert_within_roundings, gpu_operand_dtypes, interpreter_only,
+                            needs_kernels, tol)
+from maskattn.errors import ArgumentError
 from maskattn.functional.dman import dynamic_mask_attention_reference, dynamic_mask_logits
-from maskattn.kernels.triton import runtime
 
-pytestmark = pytest.mark.skipif(runtime.device_reason("cuda" if torch.cuda.is_available() else "cpu") is not None,
-                                reason="needs triton (CUDA, or its interpreter on CPU)")
-
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+pytestmark = needs_kernels
 GRAD_NAMES = ("q", "k", "v", "a", "P", "U")
 
 
@@ -25,7 +27,7 @@ def dman_triton(*args, **kwargs):
     return kernel(*args, **kwargs)
 
 
-def make_inputs(n, m, D, *, B=2, H=2, d_k=8, d_v=8, dtype=torch.float64, param_dtype=None, logit_shift=0.0,
+def make_inputs(n, m, D, *, B=2, H=2, d_k=8, d_v=8, dtype=EXACT, param_dtype=None, logit_shift=0.0,
                 seed=1):
     g = torch.Generator().manual_seed(seed)
     param_dtype = dtype if param_dtype is None else param_dtype
@@ -88,7 +90,7 @@ def test_matches_float64_reference(case):
     n, m, D, causal, q_offset, pad = CASES[case]
     inputs = make_inputs(n, m, D, B=1 if n >= 130 else 2)
     assert_matches(inputs, causal=causal, q_offset=q_offset, kpm=padding(pad, inputs[0].shape[0], m),
-                   atol=1e-10, rtol=1e-8)
+                   atol=tol(1e-10), rtol=tol(1e-8))
 
 
 def test_rows_without_an_allowed_key_are_zero_with_zero_finite_gradients():
@@ -97,7 +99,7 @@ def test_rows_without_an_allowed_key_are_zero_with_zero_finite_gradients():
     kpm = torch.zeros(2, m, dtype=torch.bool, device=DEVICE)
     kpm[0, 0] = True  # causal: query 0 of sequence 0 sees only key 0, padded
     kpm[1] = True  # sequence 1: every key padded
-    out, grads = assert_matches(inputs, causal=True, kpm=kpm, atol=1e-10, rtol=1e-8)
+    out, grads = assert_matches(inputs, causal=True, kpm=kpm, atol=tol(1e-10), rtol=tol(1e-8))
     assert (out[0, :, 0] == 0).all() and (out[1] == 0).all()
     grad_q, grad_k, grad_v, grad_a = grads[:4]
     assert (grad_q[0, :, 0] == 0).all() and (grad_q[1] == 0).all()
@@ -111,21 +113,21 @@ def test_strided_inputs_and_head_dims_that_are_not_powers_of_two():
     g = torch.Generator().manual_seed(3)
 
     def heads(length, d):
-        return torch.randn(B, length, H, d, generator=g, dtype=torch.float64).to(DEVICE).transpose(1, 2)
+        return torch.randn(B, length, H, d, generator=g, dtype=torch.float64).to(DEVICE, EXACT).transpose(1, 2)
 
     q, k, v = heads(n, 5), heads(n, 5), heads(n, 20)
-    a = torch.randn(B, n, 3, generator=g, dtype=torch.float64).to(DEVICE)[..., 1]
-    P = torch.randn(4 * D + 2, generator=g, dtype=torch.float64).to(DEVICE)[::2]
-    U = torch.randn(H, generator=g, dtype=torch.float64).to(DEVICE)
+    a = torch.randn(B, n, 3, generator=g, dtype=torch.float64).to(DEVICE, EXACT)[..., 1]
+    P = torch.randn(4 * D + 2, generator=g, dtype=torch.float64).to(DEVICE, EXACT)[::2]
+    U = torch.randn(H, generator=g, dtype=torch.float64).to(DEVICE, EXACT)
     inputs = [t.requires_grad_() for t in (q, k, v, a, P, U)]
     out = dman_triton(*inputs, causal=True, key_padding_mask=None, q_offset=0, dropout_p=0.0, mask_floor=None)
-    grad_out = torch.randn(B, n, H, 20, generator=g, dtype=torch.float64).to(DEVICE).transpose(1, 2)
+    grad_out = torch.randn(B, n, H, 20, generator=g, dtype=torch.float64).to(DEVICE, EXACT).transpose(1, 2)
     grads = torch.autograd.grad(out, inputs, grad_out)
     ref = dynamic_mask_attention_reference(*inputs, causal=True)[0]
     ref_grads = torch.autograd.grad(ref, inputs, grad_out)
-    torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-8)
+    torch.testing.assert_close(out, ref, atol=tol(1e-10), rtol=tol(1e-8))
     for name, grad, ref_grad in zip(GRAD_NAMES, grads, ref_grads):
-        torch.testing.assert_close(grad, ref_grad, atol=1e-10, rtol=1e-8, msg=lambda s, name=name: f"d{name}: {s}")
+        torch.testing.assert_close(grad, ref_grad, atol=tol(1e-10), rtol=tol(1e-8), msg=lambda s, name=name: f"d{name}: {s}")
 
 
 def test_empty_sequences():
@@ -152,8 +154,8 @@ def test_mask_floor_matches_reference_and_stops_gradients():
     z = dynamic_mask_logits(*(t.detach() for t in inputs[3:]), kv_len=m)
     floored = torch.sigmoid(z) < 1e-3
     assert 0.05 < floored.float().mean() < 0.95  # some masks below the floor, some above
-    assert_matches(inputs, mask_floor=1e-3, atol=1e-10, rtol=1e-8)
-    assert_matches(inputs, mask_floor=1e-3, causal=True, atol=1e-10, rtol=1e-8)
+    assert_matches(inputs, mask_floor=1e-3, atol=tol(1e-10), rtol=tol(1e-8))
+    assert_matches(inputs, mask_floor=1e-3, causal=True, atol=tol(1e-10), rtol=tol(1e-8))
 
 
 def test_gate_that_underflows_in_sigmoid_form_stays_exact():
@@ -179,6 +181,7 @@ def test_float16_with_float32_parameters_matches_reference():
     assert [g.dtype for g in grads] == [torch.float16] * 3 + [torch.float32] * 3
 
 
+@interpreter_only  # gradcheck needs float64
 def test_gradcheck_float64():
     inputs = make_inputs(20, 20, 2, B=1, H=2, d_k=4, d_v=3)
     kpm = torch.zeros(1, 20, dtype=torch.bool, device=DEVICE)
@@ -190,6 +193,7 @@ def test_gradcheck_float64():
     assert torch.autograd.gradcheck(f, inputs, fast_mode=True)
 
 
+@interpreter_only
 def test_gradcheck_float64_with_dropout():
     inputs = make_inputs(20, 20, 2, B=1, H=2, d_k=4, d_v=3)
 
@@ -209,7 +213,7 @@ def test_dropout_keeps_a_stable_fraction_and_matches_reference_with_that_mask():
     n, m, p = 37, 16, 0.5
     inputs = make_inputs(n, m, 3, d_v=16)
     with torch.no_grad():  # v = identity: the output row is the dropped probabilities themselves
-        eye = torch.eye(m, dtype=torch.float64, device=DEVICE).expand(2, 2, m, m)
+        eye = torch.eye(m, dtype=EXACT, device=DEVICE).expand(2, 2, m, m)
         probe = _dropout_run([*inputs[:2], eye, *inputs[3:]], p)
     ref_out, probs, _ = dynamic_mask_attention_reference(*(t.detach() for t in inputs), causal=True)
     allowed = probs > 0
@@ -217,18 +221,18 @@ def test_dropout_keeps_a_stable_fraction_and_matches_reference_with_that_mask():
     assert not keep[~allowed].any()
     fraction = keep[allowed].double().mean().item()
     assert abs(fraction - (1 - p)) < 0.06  # 1888 allowed scores: ±5 standard deviations
-    torch.testing.assert_close(probe[keep], probs[keep] / (1 - p), atol=1e-12, rtol=1e-10)  # inverted dropout
+    torch.testing.assert_close(probe[keep], probs[keep] / (1 - p), atol=tol(1e-12), rtol=tol(1e-10))  # inverted dropout
 
     out = _dropout_run(inputs, p)  # same seed: the same mask
     assert (out.double() - ref_out).abs().max() > 1e-3  # dropout changed the output
-    grad_out = torch.randn(out.shape, dtype=torch.float64, device=DEVICE)
+    grad_out = torch.randn(out.shape, dtype=EXACT, device=DEVICE)
     grads = torch.autograd.grad(out, inputs, grad_out)
     ref = dynamic_mask_attention_reference(*inputs, causal=True)[1]
     expected = torch.matmul(ref * keep / (1 - p), inputs[2])
     ref_grads = torch.autograd.grad(expected, inputs, grad_out)
-    torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-8)
+    torch.testing.assert_close(out, expected, atol=tol(1e-10), rtol=tol(1e-8))
     for name, grad, ref_grad in zip(GRAD_NAMES, grads, ref_grads):
-        torch.testing.assert_close(grad, ref_grad, atol=1e-10, rtol=1e-8, msg=lambda s, name=name: f"d{name}: {s}")
+        torch.testing.assert_close(grad, ref_grad, atol=tol(1e-10), rtol=tol(1e-8), msg=lambda s, name=name: f"d{name}: {s}")
 
     other = _dropout_run(inputs, p, seed=4)
     assert not torch.equal(other, out)  # a new seed, a new mask
@@ -304,3 +308,77 @@ def test_distance_gradient_reduction_maps_slots_to_clipped_buckets():
     expected[0] += far.sum((0, 1))[1]
     torch.testing.assert_close(_distance_gradient(near, far, r_lo, q_offset, D, block), expected)
     assert math.isclose(float(expected.sum()), float(totals.sum() + far.sum()), rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("q_offset", [0, 7, 40])
+def test_a_clip_distance_below_one_is_refused(q_offset):
+    """issue 41 §1.5: the kernels' far tiles (every distance ``>= D`` or every one ``<= −D``) skip the causal mask
+    assuming ``D >= 1``; with ``D = 0`` (a one-entry table) and a query offset later keys reached a row. The
+    functional API refuses such a table; the kernel does too, with the same kind of error, naming the argument."""
+    inputs = make_inputs(20, 20 + q_offset, 0, dtype=EXACT)
+    with pytest.raises(ArgumentError, match=r"distance_bias must be .*max_distance >= 1.*got shape \(1,\)"):
+        dman_triton(*inputs, causal=True, key_padding_mask=None, q_offset=q_offset, dropout_p=0.0, mask_floor=None)
+    with pytest.raises(ArgumentError, match=r"got shape \(4,\)"):
+        dman_triton(*inputs[:4], torch.zeros(4, dtype=EXACT, device=DEVICE), inputs[5], causal=True,
+                    key_padding_mask=None, q_offset=q_offset, dropout_p=0.0, mask_floor=None)
+
+
+@pytest.mark.parametrize("q_offset", [0, 7, 40])
+def test_clip_distance_one_with_a_query_offset_leaks_no_later_key(q_offset):
+    """``D = 1``, the smallest table, with queries after a cache of ``q_offset`` keys: every tile but the diagonal
+    ones is far; outputs and gradients match the reference, and changing only later keys changes no row."""
+    n, m = 20, 20 + q_offset
+    inputs = make_inputs(n, m, 1, dtype=EXACT)
+    assert_matches(inputs, causal=True, q_offset=q_offset, atol=tol(1e-10), rtol=tol(1e-8))
+    q, k, v, *params = (t.detach() for t in inputs)
+    out = dman_triton(q, k, v, *params, causal=True, key_padding_mask=None, q_offset=q_offset, dropout_p=0.0,
+                      mask_floor=None)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, q_offset + 5:] += 3.0  # the keys after query 5 (absolute position q_offset + 5)
+    v2[:, :, q_offset + 5:] -= 2.0
+    changed = dman_triton(q, k2, v2, *params, causal=True, key_padding_mask=None, q_offset=q_offset, dropout_p=0.0,
+                          mask_floor=None)
+    torch.testing.assert_close(changed[:, :, :5], out[:, :, :5], atol=0, rtol=0)  # rows 0 … 4 see none of them
+
+
+@interpreter_only
+@pytest.mark.parametrize("causal, q_offset, pad", [(True, 0, None), (False, 5, "tail")])
+def test_bfloat16_with_the_gpus_operand_dtypes_matches_float64(monkeypatch, causal, q_offset, pad):
+    """issue 41 §1.6: bfloat16 as the GPU computes it (tests/_triton_device.py ``gpu_operand_dtypes``: bfloat16
+    tensors, loads, stores and casts; every ``tl.dot`` operand bfloat16, products exact, float32 accumulation)
+    against the float64 oracle on the same bfloat16 inputs and upstream gradient.
+
+    Tolerance, from bfloat16's unit roundoff u = 2⁻⁸: ``|error| <= 2·K·u·scale`` with K the bfloat16 roundings on
+    the longest path — forward K = 2 (the probabilities before ``P·V``, the stored output); backward K = 4 (the
+    recomputed probabilities before ``Pᵀ·dO``, ``dS`` before ``dS·K`` / ``dSᵀ·Q``, the stored output that
+    ``Δ = dO·O`` reads, the stored gradient). ``scale`` is ``max |reference|`` for the outputs and q, k, v's
+    gradients (normalised rows); the gradients of a, P, U are sums of ``dz`` over many scores, whose errors add up
+    with the terms, not with the sum: there ``scale`` is the same sum of ``|dz|``, per entry."""
+    from maskattn.functional import dman as functional_dman
+
+    n, m = 37, 37 + q_offset
+    inputs = make_inputs(n, m, 3, dtype=torch.bfloat16, param_dtype=torch.float32)
+    kpm = padding(pad, 2, m)
+    options = dict(causal=causal, key_padding_mask=kpm, q_offset=q_offset, dropout_p=0.0, mask_floor=None)
+    with gpu_operand_dtypes():
+        out = dman_triton(*inputs, **options)
+        grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(7)).to(torch.bfloat16)
+        grads = torch.autograd.grad(out, inputs, grad_out)
+    logits = []  # the oracle's z = a + P[clip] + U, to weigh the parameters' sums by |dz|
+    monkeypatch.setattr(functional_dman, "dynamic_mask_logits",
+                        lambda *args, _f=functional_dman.dynamic_mask_logits, **kw: logits.append(_f(*args, **kw))
+                        or logits[-1])
+    exact = [x.detach().double().requires_grad_() for x in inputs]
+    ref = dynamic_mask_attention_reference(*exact, causal=causal, key_padding_mask=kpm, q_offset=q_offset)[0]
+    z = logits[-1]
+    *ref_grads, dz = torch.autograd.grad(ref, [*exact, z], grad_out.double(), retain_graph=True)
+    sums = torch.autograd.grad(z, exact[3:], dz.abs())  # Σ |dz| per entry of a, P, U
+    assert out.dtype == torch.bfloat16
+    assert_within_roundings(out, ref, 2, "out")
+    for name, grad, ref_grad in zip(GRAD_NAMES[:3], grads, ref_grads):
+        assert_within_roundings(grad, ref_grad, 4, f"d{name}")
+    for name, grad, ref_grad, total in zip(GRAD_NAMES[3:], grads[3:], ref_grads[3:], sums):
+        error = (grad.double() - ref_grad).abs()
+        assert (error <= 2 * 4 * BF16_U * total + 1e-12).all(), f"d{name}: {(error / total).max():.3g}"
+    float32_path = dman_triton(*inputs, **options)  # the interpreter's usual bfloat16-as-float32 computation
+    assert not torch.equal(float32_path, out)  # the hook changed what ran

@@ -17,6 +17,7 @@ import torch
 
 from maskattn import backends
 from maskattn.errors import InputError
+from maskattn.kernels import precision
 from maskattn.kernels.triton import runtime
 
 pytestmark = pytest.mark.skipif(not runtime.installed(), reason="needs the triton package")
@@ -309,3 +310,135 @@ def test_non_finite_real_inputs_behave_as_on_the_reference(family):
     finite = torch.isfinite(ref)
     assert (~finite).any() and finite.any()
     torch.testing.assert_close(out[finite], ref[finite], atol=1e-10, rtol=1e-8)
+
+
+# --------------------------------------------------------------------------------------------------
+# issue 41 §1.1: a launch runs on its tensors' device (and that device's stream), not on the current one
+# --------------------------------------------------------------------------------------------------
+
+class _OnSecondGpu(torch.Tensor):
+    """A CPU tensor that claims to live on ``cuda:1`` — all a launch reads of its arguments' placement."""
+
+    @property
+    def device(self):
+        return torch.device("cuda", 1)
+
+
+def _on_second_gpu(*shape: int) -> torch.Tensor:
+    return torch.Tensor._make_subclass(_OnSecondGpu, torch.zeros(*shape))
+
+
+class _DeviceGuard:
+    """Stands for ``torch.cuda.device``: the device made current inside, on a stack (device 0 outside)."""
+
+    current = [torch.device("cuda", 0)]
+
+    def __init__(self, device):
+        self.device = torch.device(device)
+
+    def __enter__(self):
+        self.current.append(self.device)
+
+    def __exit__(self, *exc):
+        self.current.pop()
+
+
+class _RecordsCurrentDevice:
+    """A kernel whose launch notes the CUDA device current when it runs (Triton launches there)."""
+
+    def __init__(self):
+        self.ran_on: list[torch.device] = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.ran_on.append(_DeviceGuard.current[-1])
+
+
+def test_a_launch_runs_on_the_tensors_device_not_the_current_one(monkeypatch):
+    """Tensors on ``cuda:1`` while device 0 is current: the launch makes ``cuda:1`` current around the kernel (so
+    Triton takes that device and its current stream) and restores device 0 after; the recording mode records the
+    same device (docs/design.md §3, "One launch path"). Before, Triton launched on device 0: an illegal address or
+    a silently wrong result."""
+    monkeypatch.setattr(torch.cuda, "device", _DeviceGuard)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(_DeviceGuard, "current", [torch.device("cuda", 0)])
+    q, out = _on_second_gpu(2, 8), _on_second_gpu(2, 8)
+    with runtime.recording(runtime.TARGETS[90]) as recorded:
+        runtime.launch(_RecordsCurrentDevice(), 4, q, out, 8, 0.5, BLOCK=16)
+    assert [launch.device for launch in recorded] == [torch.device("cuda", 1)]
+    kernel = _RecordsCurrentDevice()
+    runtime.launch(kernel, 4, q, out, 8, 0.5, BLOCK=16)
+    assert kernel.ran_on == [torch.device("cuda", 1)]
+    assert _DeviceGuard.current == [torch.device("cuda", 0)]  # the caller's device is current again
+
+
+def test_a_launch_on_cpu_tensors_enters_no_cuda_device(monkeypatch):
+    """Under the interpreter (CPU tensors) no CUDA device is touched."""
+    monkeypatch.setattr(torch.cuda, "device", lambda device: pytest.fail(f"entered {device}"))
+    with runtime.recording(runtime.TARGETS[90]) as recorded:
+        runtime.launch(_RecordsCurrentDevice(), 1, torch.zeros(3), 3)
+    assert recorded[0].device == torch.device("cpu")
+
+
+def test_a_launch_with_tensors_on_two_devices_is_refused():
+    with pytest.raises(InputError, match="one device.*cuda:1, cpu"):
+        runtime.launch(_RecordsCurrentDevice(), 4, _on_second_gpu(3), torch.zeros(3))
+
+
+# --------------------------------------------------------------------------------------------------
+# issue 41 §1.4: float32's tl.dot precision from torch's fp32_precision API (torch >= 2.9)
+# --------------------------------------------------------------------------------------------------
+
+_NEW_API = hasattr(torch.backends, "fp32_precision")  # torch >= 2.9
+
+
+@pytest.fixture
+def _default_precision():
+    """The process's float32 matmul precision restored to torch's default after the test."""
+    yield
+    if _NEW_API:
+        torch.backends.fp32_precision = "none"
+        torch.backends.cuda.matmul.fp32_precision = "none"
+    torch.backends.cuda.matmul.allow_tf32 = False
+    if _NEW_API:
+        torch.backends.cuda.matmul.fp32_precision = "none"
+
+
+def _float32_precision() -> str:
+    x = torch.zeros(1, 1, 2, 16)
+    return runtime.launch_constants(x, x)["PRECISION"]
+
+
+@pytest.mark.skipif(not _NEW_API, reason="torch < 2.9 has no fp32_precision API")
+@pytest.mark.parametrize("settings, expected", [
+    ({"matmul": "tf32"}, "tf32"), ({"matmul": "ieee"}, "ieee"), ({"global": "tf32"}, "tf32"),
+    ({"global": "tf32", "matmul": "ieee"}, "ieee"), ({"global": "ieee"}, "ieee"), ({}, "ieee")])
+def test_float32_precision_follows_torchs_fp32_precision_api(_default_precision, settings, expected):
+    """``torch.backends.cuda.matmul.fp32_precision`` (and the global ``torch.backends.fp32_precision`` it inherits)
+    decide IEEE or TF32 for float32 ``tl.dot``. Before, the launchers read ``allow_tf32``, which raises a
+    RuntimeError once the new API set TF32: every float32 Triton call failed."""
+    if "global" in settings:
+        torch.backends.fp32_precision = settings["global"]
+    if "matmul" in settings:
+        torch.backends.cuda.matmul.fp32_precision = settings["matmul"]
+    assert _float32_precision() == expected
+    assert precision.tf32_matmul() is (expected == "tf32")
+    half = torch.zeros(1, 1, 2, 16, dtype=torch.float16)
+    assert runtime.launch_constants(half, half)["PRECISION"] == "tf32"  # half precision: tensor cores anyway
+
+
+@pytest.mark.parametrize("flag", [False, True])
+def test_float32_precision_reads_the_legacy_flag(_default_precision, monkeypatch, flag):
+    """torch before 2.9 (no fp32_precision): ``allow_tf32`` decides; with the new API present, the legacy setter
+    (which torch mirrors into it) decides too."""
+    torch.backends.cuda.matmul.allow_tf32 = flag
+    assert _float32_precision() == ("tf32" if flag else "ieee")
+    monkeypatch.setattr(precision, "_new_api", lambda: False)
+    assert _float32_precision() == ("tf32" if flag else "ieee")
+
+
+def test_tf32_matmul_set_sets_what_tf32_matmul_reads(_default_precision):
+    for enabled in (True, False):
+        with precision.tf32_matmul_set(enabled):
+            assert precision.tf32_matmul() is enabled
+            assert _float32_precision() == ("tf32" if enabled else "ieee")
+    assert precision.tf32_matmul() is False

@@ -1,7 +1,9 @@
 """MTSA's Triton kernel (maskattn.kernels.triton.tensorized) against the float64 reference, run on the CPU under
 Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1 where there is no CUDA): outputs and every
 gradient at lengths that are not multiples of the tile (the interpreter's tiles are 16), per-head bands, key
-padding, rows without a key, both scales, dropout, float32 / float16 / float64, torch.compile."""
+padding, rows without a key, both scales, dropout, float32 / float16 / float64, torch.compile. On a CUDA machine
+(without TRITON_INTERPRET) the same tests run the compiled kernels on cuda tensors, comparing in float32
+(tests/_triton_device.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import math
 import pytest
 import torch
 
+from _triton_device import DEVICE, EXACT, assert_within_roundings, gpu_operand_dtypes, interpreter_only, tol
 from maskattn import MTSA, masks as M
 from maskattn.functional import tensorized_attention, tensorized_attention_reference
 from maskattn.kernels.triton import runtime
@@ -21,22 +24,24 @@ HEADS = [M.forward_mask(False), M.backward_mask(), M.window(3), M.full()]  # a s
 STRICT_BANDS = [(math.inf, -1), (0, math.inf), (3, 3), (math.inf, math.inf)]
 
 
-def inputs(B, H, n, d_k=8, d_v=12, dtype=torch.float64, m=None, seed=0):
+def inputs(B, H, n, d_k=8, d_v=12, dtype=EXACT, m=None, seed=0):
     g = torch.Generator().manual_seed(seed)
     m = n if m is None else m
     shapes = ((B, H, n, d_k), (B, H, m, d_k), (B, H, m, d_v), (B, H, m, d_v))
-    return [torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype).requires_grad_() for shape in shapes]
+    return [torch.randn(*shape, generator=g, dtype=torch.float64).to(DEVICE, dtype).requires_grad_()
+            for shape in shapes]
 
 
 def padding(B, n, keep):
     kpm = torch.zeros(B, n, dtype=torch.bool)
     for b, length in enumerate(keep):
         kpm[b, length:] = True
-    return kpm
+    return kpm.to(DEVICE)
 
 
 def grads(out, tensors, seed=1):
-    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(out.dtype)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(out.device,
+                                                                                                     out.dtype)
     return torch.autograd.grad(out, tensors, g)
 
 
@@ -55,9 +60,9 @@ def test_outputs_and_gradients_match_float64_reference(n, H, mask_kind, keep, sc
     kpm = None if keep is None else padding(2, n, keep)
     out = tensorized_attention(q, k, v, s2t, mask, scale=scale, key_padding_mask=kpm, backend="triton")
     expected = tensorized_attention_reference(q, k, v, s2t, mask, scale=scale, key_padding_mask=kpm)
-    torch.testing.assert_close(out, expected, atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(out, expected, atol=tol(1e-12), rtol=tol(1e-10))
     for got, want in zip(grads(out, (q, k, v, s2t)), grads(expected, (q, k, v, s2t))):
-        torch.testing.assert_close(got, want, atol=1e-11, rtol=1e-9)
+        torch.testing.assert_close(got, want, atol=tol(1e-11), rtol=tol(1e-9))
     if keep is not None and keep[1] == 0:
         assert (out[1] == 0).all()
 
@@ -80,12 +85,12 @@ def test_cross_lengths_and_wide_heads():
     q, k, v, s2t = inputs(1, 2, 19, d_k=20, d_v=33, m=45)
     mask = M.per_head([M.forward_mask(), M.window(4)])
     out = tensorized_attention(q, k, v, s2t, mask, backend="triton")
-    torch.testing.assert_close(out, tensorized_attention_reference(q, k, v, s2t, mask), atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(out, tensorized_attention_reference(q, k, v, s2t, mask), atol=tol(1e-12), rtol=tol(1e-10))
 
 
 @pytest.mark.parametrize("dtype, tol", [(torch.float32, 2e-5), (torch.float16, 4e-3)])
 def test_float32_and_float16_match_the_reference(dtype, tol):
-    q, k, v, s2t = inputs(2, 4, 45, dtype=torch.float64)
+    q, k, v, s2t = inputs(2, 4, 45)
     with torch.no_grad():
         s2t.mul_(4.0)  # spread the source2token scores: float16's range ends ~10 below the maximum
     kpm = padding(2, 45, (45, 40))
@@ -100,6 +105,7 @@ def test_float32_and_float16_match_the_reference(dtype, tol):
         torch.testing.assert_close(got.double(), want, atol=20 * tol, rtol=20 * tol)
 
 
+@interpreter_only  # gradcheck needs float64
 def test_gradcheck_float64():
     q, k, v, s2t = inputs(2, 2, 6, d_k=3, d_v=2)
     kpm = padding(2, 6, (6, 4))
@@ -108,6 +114,7 @@ def test_gradcheck_float64():
         assert torch.autograd.gradcheck(fn, (q, k, v, s2t), fast_mode=True)
 
 
+@interpreter_only  # gradcheck needs float64
 def test_gradcheck_with_dropout_redraws_the_same_mask():
     """Re-seeded before every evaluation, the kernel draws the same masks (Philox by position inside, and the
     (key, feature) mask of v ⊙ E), so backward must be the exact gradient of the dropped-out forward."""
@@ -144,6 +151,7 @@ def test_repeated_backward_is_bit_identical():
         assert torch.equal(a, b)
 
 
+@interpreter_only  # on CUDA those rows are left at 0 (no host synchronisation)
 def test_underflowed_rows_are_recomputed_exactly_on_the_cpu():
     """Source2token scores spread ±1e4: after the shift by the feature's maximum almost every denominator
     underflows; eager on the CPU those rows are recomputed in log space (docs/design.md §3), as on sdpa."""
@@ -177,15 +185,51 @@ def test_compiles_into_one_graph_for_every_length():
 def test_bfloat16_autocast_runs_through_the_kernel():
     """Under CPU bf16 autocast the projections give bfloat16; the interpreter computes it in float32 (its bf16
     tl.dot is wrong) and the kernel returns bfloat16 with gradients in the inputs' dtypes, close to float32."""
-    module = MTSA(32, 4, backend="triton")
-    x = torch.randn(2, 21, 32, requires_grad=True)
+    module = MTSA(32, 4, backend="triton").to(DEVICE)
+    x = torch.randn(2, 21, 32).to(DEVICE).requires_grad_()
     kpm = padding(2, 21, (21, 15))
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast(DEVICE, dtype=torch.bfloat16):
         out = module(x, kpm)
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
     out.float().square().sum().backward()
     assert all(p.dtype == torch.float32 and torch.isfinite(p.grad).all() for p in module.parameters())
-    reference = MTSA(32, 4, backend="reference")
+    reference = MTSA(32, 4, backend="reference").to(DEVICE)
     reference.load_state_dict(module.state_dict())
     expected = reference(x.detach(), kpm)
     assert (out.float() - expected).norm() <= 0.02 * expected.norm()
+
+
+@interpreter_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("scale", ["log_sigmoid", "identity"])
+def test_half_precision_with_the_gpus_operand_dtypes_matches_float64(dtype, scale):
+    """issue 41 §1.6: bfloat16 and float16 inputs as the GPU computes them (tests/_triton_device.py
+    ``gpu_operand_dtypes``): q, k in the inputs' dtype and ``E``, ``v ⊙ E``, the weights and ``dN = dO / D``,
+    ``dD = −dN ⊙ out`` in bfloat16 (:func:`maskattn.kernels.triton.runtime.value_dtype`: float16's range ends ~10
+    below the largest score), products exact, float32 accumulation — against the float64 oracle on the same
+    rounded inputs and upstream gradient, with source2token scores spread ×4 (E over a range float16 could not
+    hold).
+
+    Tolerance, from bfloat16's unit roundoff u = 2⁻⁸ (float16's, 2⁻¹¹, is smaller; bfloat16's bounds both):
+    ``max |error| <= 2·K·u·max |reference|`` with K the roundings on the longest path — forward K = 3 (``E`` /
+    ``v ⊙ E``, the weights before ``W·[v⊙E; E]``, the stored output); backward K = 6 (``dN`` / ``dD``, the stored
+    output that ``dD`` reads, the recomputed weights, ``dR`` before ``dR·K`` / ``dRᵀ·Q``, ``E`` / ``v ⊙ E``, the
+    stored gradient)."""
+    q, k, v, s2t = inputs(2, 4, 45, dtype=torch.float64)
+    with torch.no_grad():
+        s2t.mul_(4.0)
+    low = [t.detach().to(dtype).requires_grad_() for t in (q, k, v, s2t)]
+    kpm = padding(2, 45, (45, 40))
+    with gpu_operand_dtypes():
+        out, _ = tensorized_triton(*low, STRICT_BANDS, kpm, scale=scale, dropout_p=0.0)
+        grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
+        got = torch.autograd.grad(out, low, grad_out)
+    exact = [t.detach().double().requires_grad_() for t in low]
+    expected = tensorized_attention_reference(*exact, M.per_head(HEADS), scale=scale, key_padding_mask=kpm)
+    assert out.dtype == dtype
+    assert_within_roundings(out, expected, 3, "out")
+    for name, grad, want in zip(("q", "k", "v", "s2t"), got, torch.autograd.grad(expected, exact, grad_out.double())):
+        assert grad.dtype == dtype
+        assert_within_roundings(grad, want, 6, f"d{name}")
+    float32_path, _ = tensorized_triton(*low, STRICT_BANDS, kpm, scale=scale, dropout_p=0.0)
+    assert not torch.equal(float32_path, out)  # the hook changed what ran

@@ -20,11 +20,12 @@ key give 0 with zero, finite gradients.
 The kernels are the ``torch.library`` operators ``maskattn::band_triton`` (and its backward), so
 ``torch.compile(fullgraph=True)`` takes them as one node each, for any sequence length.
 
-Tiles (:func:`band_tiles`): under the interpreter 16 × 16 (test lengths cross tile edges). On CUDA the key
-tiles of the forward and dQ passes are narrower for narrow bands (a window-11 band of 64 queries spans 74 keys:
-three 32-key tiles instead of two 64-key ones), and the key pass takes 64 keys against query tiles of the same
-narrow width. Tiles start where a band starts, not on a tile boundary, so no visited tile is empty. These
-choices are reasoned, not yet measured on a GPU (docs/gpu.md).
+Tiles (:func:`band_tiles`): under the interpreter 16 × 16 (test lengths cross tile edges). On CUDA a narrow band
+(at most :data:`NARROW_BAND` positions) takes the ``band_*_narrow`` entries of :data:`.runtime.TILE_TABLE`: 16-row
+query tiles against the keys they reach (a window-11 band of 16 queries spans 26 keys), so 34 % of the computed
+scores lie inside the band — the most a tensor-core tile of at least 16 rows allows, ``w / roundup(15 + w, 16)``
+(docs/gpu/offline-perf.md; 11 % with the earlier 64-row tiles). Tiles start where a band starts, not on a tile
+boundary, so no visited tile is empty. These choices are derived from the compiled code, not yet timed on a GPU.
 """
 
 from __future__ import annotations
@@ -100,7 +101,10 @@ def band_tiles(head_dim: int, left: int, right: int, device, dtype: torch.dtype 
                ) -> tuple[runtime.Tiles, runtime.Tiles, runtime.Tiles]:
     """The tiles of the forward, the query (dQ) and the key (dK/dV) pass for a band ``i − left … i + right``: the
     ``band_*`` entries of :data:`.runtime.TILE_TABLE`, ``band_*_narrow`` for a band of at most
-    :data:`NARROW_BAND` positions; under the interpreter :func:`.runtime.tiles`' 16 × 16."""
+    :data:`NARROW_BAND` positions — sized to the band: 16 queries × 32 keys (key pass: 16 keys × 32 queries),
+    so a band of ``w <= 17`` positions is one tile of ``w / 32`` useful scores per row (CSAN's window 11: 34 %,
+    the most a tensor-core tile of at least 16 rows can hold; docs/gpu/offline-perf.md); under the interpreter
+    :func:`.runtime.tiles`' 16 × 16."""
     suffix = "_narrow" if left + right + 1 <= NARROW_BAND else ""
     return tuple(runtime.tiles(f"{kernel}{suffix}", head_dim, device, dtype)  # type: ignore[return-value]
                  for kernel in ("band_fwd", "band_bwd_q", "band_bwd_kv"))
@@ -221,9 +225,12 @@ def band_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, left: int, ri
     out_dtype = q.dtype
     with torch.autocast(q.device.type, enabled=False):
         work = runtime.kernel_dtype(q.dtype)
-        q, k, v = q.to(work), k.to(work), v.to(work)
+        # features padded to a multiple of 16 (zeros change no score; the output's padding is sliced off)
+        d_k, d_v = q.shape[-1], v.shape[-1]
+        q, k = (runtime.pad_features(t.to(work), runtime.padded_head_dim(d_k)) for t in (q, k))
+        v = runtime.pad_features(v.to(work), runtime.padded_head_dim(d_v))
         seed = torch.randint(0, 2**62, (1,), dtype=torch.int64, device=q.device) if dropout_p > 0 else None
         key_padding = None if kpm is None else kpm.to(torch.uint8).contiguous()
         out, _ = _forward(q, k, v, key_padding, area, seed, int(left), int(right), float(scale), bool(logsigmoid),
                           float(dropout_p))
-    return out.to(out_dtype)
+    return runtime.unpad_features(out, d_v).to(out_dtype)

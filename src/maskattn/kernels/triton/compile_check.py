@@ -24,8 +24,9 @@ Run it in its own process (Triton reads ``TRITON_INTERPRET`` when the kernels ar
 ``python -m maskattn.kernels.triton.compile_check --matrix ci --jobs 2``. It relies on Triton's binding
 internals as of Triton 3.x (``create_function_from_signature``, ``_pack_args``); a Triton without them is
 reported, not guessed at. ``--matrix`` (:data:`MATRICES`): ``smoke`` (a slow test's few
-compilations), ``ci`` (float16 and bfloat16, head widths 64 / 128 / 256, options off and on: .ci/run), ``half``
-(every head width and option set) and ``full`` (also float32, IEEE and TF32): slow tests.
+compilations), ``ci`` (.ci/run: float16 and bfloat16, head widths 64 / 128 / 256, the head width of every shipped
+preset and 72 / 80 / 96, options off and on, on every architecture ``auto`` accepts — :data:`.runtime.TARGETS`),
+``half`` (every head width and option set) and ``full`` (also float32, IEEE and TF32): slow tests.
 """
 
 from __future__ import annotations
@@ -45,12 +46,14 @@ from dataclasses import asdict, dataclass, field
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["Case", "Row", "MATRICES", "cases", "record", "compile_rows", "violations", "summary", "main"]
+__all__ = ["Case", "Row", "MATRICES", "EXTRA_WIDTHS", "preset_head_widths", "matrix_pairs", "cases", "record", "bind",
+           "compile_rows", "compile_pairs", "padding_share", "violations", "summary", "main"]
 
 #: per-architecture launch limits besides shared memory (64K 32-bit registers per block)
 REGISTERS_PER_BLOCK = 65536
 DTYPES = ("fp16", "bf16", "fp32", "tf32")
-#: spill budgets of the performance contract (bytes of spill stores), half precision, head dims <= 128
+#: spill budgets of the performance contract (bytes of spill stores), half precision: without options at every head
+#: width (up to 256), with options at head dims <= 128
 SPILL_BUDGET_PLAIN = 0
 SPILL_BUDGET_OPTIONS = 256
 
@@ -96,6 +99,8 @@ class Row:
     advisories: list[str] = field(default_factory=list)
     seconds: float = 0.0
     message: str = ""
+    #: the share of the tensor-core work spent on padding features (:func:`padding_share`)
+    padding: float = 0.0
 
 
 #: every family's options: the values each takes, and the plain (all off) choice
@@ -128,22 +133,100 @@ def option_sets(family: str, which: str) -> list[dict[str, Any]]:
     return list(unique.values())
 
 
-#: the matrices: (dtypes, head dims, option sets, architectures). ``smoke``: a slow test's compilations
-#: (every kernel once, at the widest half-precision configuration, on the smallest and the largest shared memory);
-#: ``ci``: .ci/run's (half precision, head widths 64 / 128 / 256 — 16 and 32 take the 64 entries with narrower
-#: features —, options off and on); ``half`` and ``full``: every head width and option set (slow tests).
-MATRICES = {
-    "smoke": (("fp16",), (128,), "all", (86, 90)),
-    "ci": (("fp16", "bf16"), (64, 128, 256), "both", (80, 86, 90)),
-    "half": (("fp16", "bf16"), (16, 32, 64, 128, 256), "each", (80, 86, 90)),
-    "full": (("fp16", "bf16", "fp32", "tf32"), (16, 32, 64, 128, 256), "each", (80, 86, 90)),
+#: head widths that are not powers of two, common in pretrained models (issue 41 §1.2), compiled beside the
+#: presets' own (:func:`preset_head_widths`)
+EXTRA_WIDTHS = (72, 80, 96)
+#: architectures from this one on are recorded apart from older ones of the same shared-memory class (a tile
+#: table keyed by architecture generation would give them other launches)
+MIN_RECORD_SPLIT = 90
+#: stands for the head widths of the shipped presets in a matrix's head dims (:func:`preset_head_widths`)
+PRESETS = "presets"
+#: the architectures of the first CI matrix (issue "GPU kernels that launch"); every other one ``auto`` accepts
+#: (:data:`.runtime.TARGETS`: sm_87, sm_89, sm_100, sm_103, sm_120, sm_121) is compiled in bfloat16
+_FIRST_ARCHS = (80, 86, 90)
+
+
+def preset_head_widths() -> tuple[int, ...]:
+    """The head width ``d_model / num_heads`` of every shipped preset (``maskattn/configs/*.yaml``) whose model
+    has attention of its own (a ``model.d_model`` and ``model.num_heads``; the ``*-minilm`` presets fine-tune a
+    pretrained encoder and have neither), sorted and without repeats — read from the files, so a new preset's width
+    enters the CI matrix by itself. Widths above :data:`.runtime.MAX_HEAD_DIM` are listed too (the check reports
+    them as unsupported: ``auto`` runs another backend)."""
+    from importlib import resources
+
+    from ...sections import parse_yaml
+
+    widths = set()
+    for entry in (resources.files("maskattn") / "configs").iterdir():
+        if not entry.name.endswith(".yaml"):
+            continue
+        preset = parse_yaml(entry.read_text(encoding="utf-8"), f"preset {entry.name}")
+        model = (preset.get("model") if isinstance(preset, dict) else None) or {}
+        d_model, heads = model.get("d_model"), model.get("num_heads")
+        if isinstance(d_model, int) and isinstance(heads, int) and heads > 0 and d_model % heads == 0:
+            widths.add(d_model // heads)
+    return tuple(sorted(widths))
+
+
+def _archs() -> tuple[int, ...]:
+    from . import runtime
+    return tuple(sorted(runtime.TARGETS))
+
+
+#: the matrices: blocks of (dtypes, head dims, option sets, architectures), each block a product; a case and
+#: architecture in several blocks is compiled once. ``smoke``: a slow test's compilations (every kernel once, at the
+#: widest half-precision configuration, on the smallest and the largest shared memory); ``ci``: .ci/run's — half
+#: precision at head widths 64 / 128 / 256 (16 and 32 take the 64 entries with narrower features) with options off
+#: and on on sm_80 / 86 / 90; bfloat16 with the same options at the presets' head widths and 72 / 80 / 96 (the
+#: wrappers pad them to a multiple of 16, so they bind to the compilations of the powers of two: no compilation of
+#: their own); and bfloat16 at all those widths on every other architecture ``auto`` accepts
+#: (:data:`.runtime.TARGETS`). ``half`` and ``full``: every head width and option set
+#: (slow tests).
+MATRICES: dict[str, tuple[tuple[tuple[str, ...], tuple[int | str, ...], str, tuple[int, ...] | None], ...]] = {
+    "smoke": ((("fp16",), (128,), "all", (86, 90)),),
+    "ci": ((("fp16", "bf16"), (64, 128, 256), "both", _FIRST_ARCHS),
+           (("bf16",), (PRESETS, *EXTRA_WIDTHS), "both", _FIRST_ARCHS),
+           (("bf16",), (64, 128, 256, PRESETS, *EXTRA_WIDTHS), "both", None)),  # None: every other target
+    "half": ((("fp16", "bf16"), (16, 32, 64, 128, 256, PRESETS, *EXTRA_WIDTHS), "each", _FIRST_ARCHS),),
+    "full": ((("fp16", "bf16", "fp32", "tf32"), (16, 32, 64, 128, 256, PRESETS, *EXTRA_WIDTHS), "each",
+              _FIRST_ARCHS),),
 }
 
 
-def cases(matrix: str, families=("mtsa", "dman", "band")) -> list[Case]:
-    dtypes, dims, which, _ = MATRICES[matrix]
+def _dims(dims) -> tuple[int, ...]:
+    out: list[int] = []
+    for d in dims:
+        for width in (preset_head_widths() if d == PRESETS else (d,)):
+            if width not in out:
+                out.append(width)
+    return tuple(out)
+
+
+def _cases(dtypes, dims, which, families) -> list[Case]:
     return [Case(family, d, dtype, tuple(sorted(options.items())))
-            for family in families for d in dims for dtype in dtypes for options in option_sets(family, which)]
+            for family in families for d in _dims(dims) for dtype in dtypes for options in option_sets(family, which)]
+
+
+def cases(matrix: str, families=("mtsa", "dman", "band")) -> list[Case]:
+    """Every case of ``matrix`` (on any architecture), without repeats."""
+    seen: dict[Case, None] = {}
+    for dtypes, dims, which, _ in MATRICES[matrix]:
+        seen.update(dict.fromkeys(_cases(dtypes, dims, which, families)))
+    return list(seen)
+
+
+def matrix_pairs(matrix: str, families=("mtsa", "dman", "band"), *, dims=None, dtypes=None, archs=None
+                 ) -> list[tuple[Case, int]]:
+    """The (case, architecture) pairs of ``matrix``, without repeats; ``dims``, ``dtypes``, ``archs`` replace the
+    blocks' own (each block keeps its option sets)."""
+    pairs: dict[tuple[Case, int], None] = {}
+    for block_dtypes, block_dims, which, block_archs in MATRICES[matrix]:
+        if block_archs is None:
+            block_archs = tuple(a for a in _archs() if a not in _FIRST_ARCHS)
+        block_cases = _cases(tuple(dtypes or block_dtypes), tuple(dims or block_dims), which, families)
+        for arch in archs or block_archs:
+            pairs.update(dict.fromkeys((case, arch) for case in block_cases))
+    return list(pairs)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -155,15 +238,11 @@ def _torch_dtype(name: str):
     return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "tf32": torch.float32}[name]
 
 
-@contextlib.contextmanager
 def _tf32(enabled: bool):
-    import torch
-    previous = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
+    """TF32 allowed for float32 ``tl.dot`` or not, through the API the launchers read (torch's ``fp32_precision``
+    where it exists: :func:`maskattn.kernels.precision.tf32_matmul_set`)."""
+    from ..precision import tf32_matmul_set
+    return tf32_matmul_set(enabled)
 
 
 def _heads(B: int, n: int, H: int, d: int, dtype, grad: bool = True):
@@ -240,7 +319,7 @@ def record(case: Case, arch: int, n: int = 256):
 # 2. bind and compile as JITFunction.run would, without a driver
 # --------------------------------------------------------------------------------------------------
 
-def _bind(kernel, args, kwargs, arch: int):
+def bind(kernel, args, kwargs, arch: int):
     """``(options, signature, constexprs, attrs)`` exactly as ``JITFunction.run`` derives them; raises what it
     raises (``KeyError`` for a keyword the kernel does not take)."""
     from triton.backends.compiler import GPUTarget
@@ -258,9 +337,19 @@ _PTXAS_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (
 _PTXAS_ADVICE = re.compile(r"\((C\d+)\) ([^\n]*)")
 
 
-def _describe(constexprs, kernel) -> str:
+def padding_share(head_dim: int, block_dk: int, block_dv: int) -> float:
+    """The share of a pass's ``tl.dot`` work (multiply-adds ∝ ``BLOCK_DK`` for ``q·k``, ``BLOCK_DV`` for the value
+    products) spent on padding features, for heads of ``head_dim`` query/key and value features."""
+    return 1.0 - 2 * head_dim / (block_dk + block_dv)
+
+
+def _blocks(constexprs, kernel) -> dict[str, int]:
     names = kernel.arg_names
-    blocks = {names[path[0]]: value for path, value in constexprs.items() if names[path[0]].startswith("BLOCK")}
+    return {names[path[0]]: value for path, value in constexprs.items() if names[path[0]].startswith("BLOCK")}
+
+
+def _describe(constexprs, kernel) -> str:
+    blocks = _blocks(constexprs, kernel)
     m, n = blocks.get("BLOCK_M", blocks.get("BLOCK")), blocks.get("BLOCK_N", blocks.get("BLOCK"))
     return f"{m}x{n} d{blocks.get('BLOCK_DK')}/{blocks.get('BLOCK_DV')}"
 
@@ -299,9 +388,11 @@ def _compile(job: _Job) -> Row:
 
     from . import runtime
     name = job.kernel.fn.__name__
+    blocks = _blocks(job.constexprs, job.kernel)
     row = Row(name, job.case.label, job.arch, "ok", job.case.plain, job.case.dtype, job.case.head_dim,
               _describe(job.constexprs, job.kernel), job.options["num_warps"], job.options["num_stages"],
-              smem_limit=runtime.TARGETS[job.arch].smem)
+              smem_limit=runtime.TARGETS[job.arch].smem,
+              padding=padding_share(job.case.head_dim, blocks.get("BLOCK_DK", 0), blocks.get("BLOCK_DV", 0)))
     triton.knobs.nvidia.dump_ptxas_log = True
     log = io.StringIO()
     started = time.perf_counter()
@@ -327,14 +418,21 @@ def _compile(job: _Job) -> Row:
     return row
 
 
-def _jobs(case_list: list[Case], archs, n: int, kernels=None) -> tuple[list[_Job], list[Row]]:
-    """The distinct compilations of ``case_list`` on ``archs`` and the rows of launches refused at binding or
+def _jobs(pairs: list[tuple[Case, int]], n: int, kernels=None) -> tuple[list[_Job], list[Row]]:
+    """The distinct compilations of the (case, architecture) ``pairs`` and the rows of launches refused at binding or
     declared unsupported."""
     jobs: list[_Job] = []
     rows: list[Row] = []
     seen: set = set()
-    for case, arch in itertools.product(case_list, archs):
-        launches, reason = record(case, arch, n)
+    from . import runtime
+    recorded: dict = {}
+    for case, arch in pairs:
+        # the launchers choose tiles and constants per shared-memory class (runtime.tiles), so the launches of one
+        # case are recorded once per class and bound for each architecture of it
+        record_key = (case, runtime.tile_class(runtime.TARGETS[arch]), arch >= MIN_RECORD_SPLIT)
+        if record_key not in recorded:
+            recorded[record_key] = record(case, arch, n)
+        launches, reason = recorded[record_key]
         if reason:
             rows.append(Row("*", case.label, arch, "unsupported", case.plain, case.dtype, case.head_dim,
                             message=reason))
@@ -344,7 +442,7 @@ def _jobs(case_list: list[Case], archs, n: int, kernels=None) -> tuple[list[_Job
             if kernels and name not in kernels:
                 continue
             try:
-                options, signature, constexprs, attrs = _bind(launch.kernel, launch.args, launch.kwargs, arch)
+                options, signature, constexprs, attrs = bind(launch.kernel, launch.args, launch.kwargs, arch)
             except Exception as error:  # a launch JITFunction.run would refuse before compiling
                 rows.append(Row(name, case.label, arch, "refused", case.plain, case.dtype, case.head_dim,
                                 message=f"{type(error).__name__}: {error}"))
@@ -365,13 +463,18 @@ def _compile_index(index: int) -> Row:
     return _compile(_JOBS[index])
 
 
-def compile_rows(case_list: list[Case], archs, *, jobs: int = 1, n: int = 256, kernels=None, bind_only: bool = False,
-                 progress=None) -> list[Row]:
-    """Record, bind and compile ``case_list`` on ``archs`` (only the kernels named in ``kernels``, if given); one
-    :class:`Row` per distinct compilation, refused launch or unsupported case (``bind_only``: no compilation — a
-    row ``bound`` per distinct launch, which catches refused launches in seconds)."""
+def compile_rows(case_list: list[Case], archs, **options) -> list[Row]:
+    """:func:`compile_pairs` of every case of ``case_list`` on every architecture of ``archs``."""
+    return compile_pairs(list(itertools.product(case_list, archs)), **options)
+
+
+def compile_pairs(pairs: list[tuple[Case, int]], *, jobs: int = 1, n: int = 256, kernels=None,
+                  bind_only: bool = False, progress=None) -> list[Row]:
+    """Record, bind and compile the (case, architecture) ``pairs`` (only the kernels named in ``kernels``, if given);
+    one :class:`Row` per distinct compilation, refused launch or unsupported case (``bind_only``: no compilation —
+    a row ``bound`` per distinct launch, which catches refused launches in seconds)."""
     global _JOBS
-    work, rows = _jobs(case_list, archs, n, kernels)
+    work, rows = _jobs(pairs, n, kernels)
     if bind_only:
         rows += [Row(job.kernel.fn.__name__, job.case.label, job.arch, "bound", job.case.plain, job.case.dtype,
                      job.case.head_dim, _describe(job.constexprs, job.kernel), job.options["num_warps"],
@@ -402,8 +505,9 @@ def compile_rows(case_list: list[Case], archs, *, jobs: int = 1, n: int = 256, k
 
 def violations(row: Row) -> list[str]:
     """What is wrong with ``row`` (empty when nothing is): a refused launch, a compile error, shared memory or
-    registers over the limit, and, in half precision at head dims up to 128, spills (none without options, at most
-    256 bytes with them) or a wgmma serialisation advisory on sm_90."""
+    registers over the limit, and, in half precision, spills — none without options at any head width the kernels
+    take (up to 256: issue 41 §1.2), at most 256 bytes with options at head dims up to 128 — or, at head dims up to
+    128, a wgmma serialisation advisory on sm_90 and newer."""
     if row.status in ("refused", "error"):
         return [f"{row.status}: {row.message.splitlines()[0] if row.message else ''}"]
     if row.status in ("unsupported", "bound"):
@@ -413,10 +517,11 @@ def violations(row: Row) -> list[str]:
         found.append(f"shared memory {row.smem} B over the {row.smem_limit} B per-block limit of sm_{row.arch}")
     if row.registers * row.warps * 32 > REGISTERS_PER_BLOCK:
         found.append(f"{row.registers} registers × {row.warps * 32} threads over 64K per block")
-    if row.dtype in ("fp16", "bf16") and row.head_dim <= 128:
+    if row.dtype in ("fp16", "bf16") and (row.head_dim <= 128 or row.plain):
         budget = SPILL_BUDGET_PLAIN if row.plain else SPILL_BUDGET_OPTIONS
         if row.spill > budget:
             found.append(f"{row.spill} bytes spilled (budget {budget})")
+    if row.dtype in ("fp16", "bf16") and row.head_dim <= 128:
         serialised = [a for a in row.advisories if a.startswith(("C7515", "C7512", "C7510", "C7509", "C7508"))]
         if row.arch >= 90 and serialised:
             found.append("wgmma serialised: " + "; ".join(serialised))
@@ -443,16 +548,16 @@ def summary(rows: list[Row]) -> str:
 
 def table(rows: list[Row]) -> str:
     """One Markdown line per row."""
-    lines = ["| kernel | case | arch | tiles | warps/stages | registers | spill (B) | smem (KB) | advisories | |",
-             "|---|---|---|---|---|---:|---:|---:|---|---|"]
+    lines = ["| kernel | case | arch | tiles | warps/stages | registers | spill (B) | smem (KB) | MMA padding "
+             "| advisories | |", "|---|---|---|---|---|---:|---:|---:|---:|---|---|"]
     for r in rows:
         bad = violations(r)
         if r.status in ("ok",):
             lines.append(f"| {r.kernel} | {r.case} | sm_{r.arch} | {r.tiles} | {r.warps}/{r.stages} | {r.registers} | "
-                         f"{r.spill} | {r.smem / 1024:.1f} | {', '.join(a.split(':')[0] for a in r.advisories)} | "
+                         f"{r.spill} | {r.smem / 1024:.1f} | {r.padding:.0%} | {', '.join(a.split(':')[0] for a in r.advisories)} | "
                          f"{'; '.join(bad)} |")
         else:
-            lines.append(f"| {r.kernel} | {r.case} | sm_{r.arch} | | | | | | | {r.status}: "
+            lines.append(f"| {r.kernel} | {r.case} | sm_{r.arch} | | | | | | | | {r.status}: "
                          f"{(r.message.splitlines() or [''])[0][:160]} |")
     return "\n".join(lines)
 
@@ -462,8 +567,10 @@ def main(argv=None) -> int:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--matrix", choices=list(MATRICES), default="half")
     parser.add_argument("--family", nargs="+", choices=list(OPTIONS), default=list(OPTIONS))
-    parser.add_argument("--archs", nargs="+", type=int, choices=[80, 86, 90], help="default: the matrix's")
-    parser.add_argument("--dims", nargs="+", type=int, help="head dims (default: the matrix's)")
+    from . import runtime
+    parser.add_argument("--archs", nargs="+", type=int, choices=sorted(runtime.TARGETS),
+                        help="default: the matrix's")
+    parser.add_argument("--dims", nargs="+", type=int, help="head dims (default: the matrix's; these replace them)")
     parser.add_argument("--dtypes", nargs="+", choices=DTYPES, help="default: the matrix's")
     parser.add_argument("--kernels", nargs="+", help="only these kernels")
     parser.add_argument("--seq-len", type=int, default=256)
@@ -474,14 +581,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, without its warning
-    from . import runtime
     if runtime.interpreted():
         parser.error("Triton's interpreter is on in this process (TRITON_INTERPRET=1 when the kernels were "
                      "loaded): run the check in a fresh process")
-    dtypes, dims, which, archs = MATRICES[args.matrix]
-    case_list = [c for c in cases(args.matrix, tuple(args.family))
-                 if (args.dims is None or c.head_dim in args.dims) and (args.dtypes is None or c.dtype in args.dtypes)]
-    archs = tuple(args.archs or archs)
+    pairs = matrix_pairs(args.matrix, tuple(args.family), dims=args.dims, dtypes=args.dtypes, archs=args.archs)
     started = time.perf_counter()
 
     def progress(i, total, row):
@@ -489,8 +592,8 @@ def main(argv=None) -> int:
                          f"{row.status}        ")
         sys.stderr.flush()
     try:
-        rows = compile_rows(case_list, archs, jobs=args.jobs, n=args.seq_len, kernels=args.kernels,
-                            bind_only=args.bind_only, progress=progress)
+        rows = compile_pairs(pairs, jobs=args.jobs, n=args.seq_len, kernels=args.kernels, bind_only=args.bind_only,
+                             progress=progress)
     except ImportError as error:
         print(f"error: the offline check needs Triton's binding internals ({error})", file=sys.stderr)
         return 2

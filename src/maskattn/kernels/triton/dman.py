@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch.library import custom_op, register_autograd
 
+from ...errors import ArgumentError
 from . import runtime
 
 LOG2E = 1.4426950408889634  # log₂ e: the kernels' exponentials are base 2
@@ -85,9 +86,11 @@ def _parameter_strides(a, table, u) -> list[int]:
 @custom_op("maskattn::dman_triton", mutates_args=())
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor, table: torch.Tensor,
              u: torch.Tensor, key_padding: torch.Tensor | None, seed: torch.Tensor | None, causal: bool,
-             q_offset: int, dropout_p: float, mask_floor: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+             q_offset: int, dropout_p: float, mask_floor: float | None,
+             scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out, lse)``: out ``(B, H, n, d_v)`` in q's dtype, laid out as ``(B, n, H, d_v)`` (merging the heads is a
-    view), and the float32 (float64) log₂-sum-exp₂ of each row ``(B, H, n)`` (0 for a row with no allowed key)."""
+    view), and the float32 (float64) log₂-sum-exp₂ of each row ``(B, H, n)`` (0 for a row with no allowed key);
+    ``scale`` multiplies ``q·k`` (``1/√d_k`` of the unpadded head: :func:`dman_triton` pads the features)."""
     B, H, n, d_k = q.shape
     d_v = v.shape[-1]
     out = q.new_empty(B, n, H, d_v).transpose(1, 2)
@@ -96,7 +99,6 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
         return out, lse
     constants = _constants("dman_fwd", q, v, key_padding, causal, dropout_p, mask_floor)
     sizes = _sizes(q, k, v, table, q_offset, constants["BLOCK"])
-    scale = 1.0 / math.sqrt(d_k)
     runtime.launch(
         runtime.load("dman_jit").dman_fwd, sizes[5] * B * H, q, k, v, a, table, u,
         runtime.placeholder(key_padding, q), runtime.placeholder(seed, q, torch.int64), out, lse,
@@ -106,7 +108,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
 
 
 @_forward.register_fake
-def _(q, k, v, a, table, u, key_padding, seed, causal, q_offset, dropout_p, mask_floor):
+def _(q, k, v, a, table, u, key_padding, seed, causal, q_offset, dropout_p, mask_floor, scale):
     B, H, n, _ = q.shape
     return (q.new_empty(B, n, H, v.shape[-1]).transpose(1, 2),
             q.new_empty(B, H, n, dtype=runtime.accumulator(q.dtype)))
@@ -140,7 +142,7 @@ def _distance_gradient(near: torch.Tensor, far: torch.Tensor, r_min: int, q_offs
 def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
               table: torch.Tensor, u: torch.Tensor, key_padding: torch.Tensor | None, seed: torch.Tensor | None,
               out: torch.Tensor, lse: torch.Tensor, causal: bool, q_offset: int, dropout_p: float,
-              mask_floor: float | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+              mask_floor: float | None, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                                                  torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv, da, dP, dU)``, contiguous, in the inputs' dtypes."""
     B, H, n, d_k = q.shape
@@ -155,7 +157,6 @@ def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     delta = (grad_out.to(acc) * out.to(acc)).sum(-1)  # Δ_i = dO_i · out_i, (B, H, n)
     keys = _constants("dman_bwd_kv", q, v, key_padding, causal, dropout_p, mask_floor)
     queries = _constants("dman_bwd_q", q, v, key_padding, causal, dropout_p, mask_floor)
-    scale = 1.0 / math.sqrt(d_k)
     tail = (scale, scale * LOG2E, dropout_p, _floor(mask_floor))
     common = (q, k, v, a, table, u, runtime.placeholder(key_padding, q), runtime.placeholder(seed, q, torch.int64),
               lse, delta, grad_out)
@@ -181,24 +182,24 @@ def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
 
 
 @_backward.register_fake
-def _(grad_out, q, k, v, a, table, u, key_padding, seed, out, lse, causal, q_offset, dropout_p, mask_floor):
+def _(grad_out, q, k, v, a, table, u, key_padding, seed, out, lse, causal, q_offset, dropout_p, mask_floor, scale):
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), a.new_empty(a.shape),
             table.new_empty(table.shape), u.new_empty(u.shape))
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, a, table, u, key_padding, seed, causal, q_offset, dropout_p, mask_floor = inputs
+    q, k, v, a, table, u, key_padding, seed, causal, q_offset, dropout_p, mask_floor, scale = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, a, table, u, key_padding, seed, out, lse)
-    ctx.arguments = (causal, q_offset, dropout_p, mask_floor)
+    ctx.arguments = (causal, q_offset, dropout_p, mask_floor, scale)
 
 
 def _backward_formula(ctx, grad_out, _grad_lse):
     q, k, v, a, table, u, key_padding, seed, out, lse = ctx.saved_tensors
-    causal, q_offset, dropout_p, mask_floor = ctx.arguments
+    causal, q_offset, dropout_p, mask_floor, scale = ctx.arguments
     grads = _backward(grad_out, q, k, v, a, table, u, key_padding, seed, out, lse, causal, q_offset, dropout_p,
-                      mask_floor)
-    return (*grads, None, None, None, None, None, None)
+                      mask_floor, scale)
+    return (*grads, None, None, None, None, None, None, None)
 
 
 register_autograd("maskattn::dman_triton", _backward_formula, setup_context=_setup_context)
@@ -216,17 +217,30 @@ def dman_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_logit: 
 
     Computes in float32 (float64 for float64 inputs) with autocast off, whatever the dtype of a, P, U (float32
     parameters in a half-precision model); returns ``(B, H, n, d_v)`` in q's dtype, differentiable with respect to
-    q, k, v, a, P and U (each gradient in its input's dtype). Rows with no allowed key are 0, with zero gradients."""
+    q, k, v, a, P and U (each gradient in its input's dtype). Rows with no allowed key are 0, with zero gradients.
+
+    ``D >= 1`` (P of 3 entries or more, as :func:`maskattn.functional.dman.dynamic_mask_attention` requires): the
+    kernels' far tiles — every distance ``>= D`` or every one ``<= −D`` — skip the causal mask, which is right only
+    for ``D >= 1`` (with ``D = 0`` and a query offset, later keys reached a row; docs/design.md §3). Any other
+    table is refused with an :class:`~maskattn.errors.ArgumentError`."""
+    entries = distance_bias.shape[0] if distance_bias.dim() == 1 else -1
+    if entries < 3 or entries % 2 == 0:
+        raise ArgumentError(f"distance_bias must be a 1-D table of 2·max_distance + 1 entries with max_distance >= 1 "
+                            f"(odd, >= 3: the Triton kernels' far tiles assume D >= 1), got shape "
+                            f"{tuple(distance_bias.shape)}")
     out_dtype = q.dtype
     with torch.autocast(q.device.type, enabled=False):
         work = runtime.kernel_dtype(q.dtype)
         acc = runtime.accumulator(work)
-        q, k, v = q.to(work), k.to(work), v.to(work)
+        d_k, d_v = q.shape[-1], v.shape[-1]
+        # features padded to a multiple of 16 (zeros change no score; the output's padding is sliced off)
+        q, k = (runtime.pad_features(t.to(work), runtime.padded_head_dim(d_k)) for t in (q, k))
+        v = runtime.pad_features(v.to(work), runtime.padded_head_dim(d_v))
         # the parameters are tiny: their casts (and the casts of their gradients back) cost nothing
         a, table, u = query_logit.to(acc), distance_bias.to(acc), head_bias.to(acc)
         seed = torch.randint(0, 2**62, (1,), dtype=torch.int64, device=q.device) if dropout_p > 0 else None
         kpm = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
         # q_offset goes in as it is: under torch.compile(dynamic=True) an int() would specialise the graph on it
         out, _ = _forward(q, k, v, a, table, u, kpm, seed, bool(causal), q_offset, float(dropout_p),
-                          None if mask_floor is None else float(mask_floor))
-    return out.to(out_dtype)
+                          None if mask_floor is None else float(mask_floor), 1.0 / math.sqrt(d_k))
+    return runtime.unpad_features(out, d_v).to(out_dtype)

@@ -33,11 +33,14 @@ from typing import Any
 
 import torch
 
+from ..precision import tf32_matmul
+
 __all__ = ["installed", "missing_reason", "interpreted", "not_interpreted", "load", "device_reason", "dtype_reason",
            "head_dim_reason", "call_reasons", "kernel_dtype", "Tiles", "Target", "TARGETS", "TILE_TABLE",
            "tile_class", "target_of", "target_reason", "declared_limits", "tiles", "MAX_HEAD_DIM", "next_power_of_2", "cdiv",
-           "stride_args", "accumulator", "value_dtype", "launch_constants", "placeholder", "device_table", "launch",
-           "Launch", "recording", "assume_target", "DISABLE_ENV", "disabled", "GRID_LIMIT"]
+           "stride_args", "accumulator", "value_dtype", "launch_constants", "FEATURE_MULTIPLE", "padded_head_dim",
+           "pad_features", "unpad_features", "placeholder", "device_table", "launch",
+           "Launch", "launch_device", "recording", "assume_target", "DISABLE_ENV", "disabled", "GRID_LIMIT"]
 
 #: the widest head (query/key or value features) the kernels take: tiles keep a row of each in registers
 MAX_HEAD_DIM = 256
@@ -121,12 +124,15 @@ class Target:
 
 
 KB = 1024
-#: the architectures the offline compile check covers, with their opt-in shared memory per block (CUDA
-#: programming guide, "Technical Specifications per Compute Capability")
-TARGETS = {80: Target(80, 163 * KB), 86: Target(86, 99 * KB), 90: Target(90, 227 * KB)}
-#: opt-in shared memory per block of other capabilities, for devices whose properties do not report it
+#: opt-in shared memory per block of the compute capabilities the kernels serve (CUDA programming guide, "Technical
+#: Specifications per Compute Capability"), for devices whose properties do not report it
 _SMEM_BY_ARCH = {80: 163 * KB, 86: 99 * KB, 87: 163 * KB, 89: 99 * KB, 90: 227 * KB, 100: 227 * KB, 103: 227 * KB,
                  120: 99 * KB, 121: 99 * KB}
+#: the architectures the offline compile check compiles in CI (``--matrix ci``), with their opt-in shared memory per
+#: block — exactly the ones ``auto`` (and ``backend="triton"``) accepts: a device of another compute capability is
+#: declared unsupported (:func:`target_reason`), since no kernel was ever compiled for it (Triton 3.9's bundled
+#: ptxas 12.9 / 13.4 compiles all of them: docs/gpu.md, "Offline compile check")
+TARGETS = {arch: Target(arch, smem) for arch, smem in _SMEM_BY_ARCH.items()}
 #: the shared-memory classes of :data:`TILE_TABLE`, largest first: a device takes the largest class it holds
 _CLASSES = ((227 * KB, "227K"), (163 * KB, "163K"), (99 * KB, "99K"))
 #: the oldest compute capability the kernels compile for (bfloat16 ``tl.dot`` needs Ampere)
@@ -153,20 +159,27 @@ _TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
     "tensorized_fwd":        {64: ((64, 64, 4, 2), (64, 64, 4, 2), (64, 64, 4, 2)),
                               128: ((64, 64, 8, 2), (64, 64, 8, 2), (64, 32, 4, 2)),
                               256: ((64, 32, 8, 1), (64, 32, 8, 1), (64, 32, 8, 1))},
+    # MTSA's backward on the 227 KB class (sm_90): wgmma needs 64 rows per warpgroup in the held tile (keys in
+    # the key pass, queries in the query pass) — docs/gpu/offline-perf.md
     "tensorized_bwd_q":      {64: ((64, 32, 4, 2), (64, 32, 4, 2), (64, 64, 4, 2)),
-                              128: ((64, 32, 8, 2), (64, 32, 8, 2), (32, 32, 4, 2)),
+                              128: ((64, 32, 8, 2), (64, 32, 8, 2), (128, 32, 8, 2)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
-    "tensorized_bwd_kv":     {64: ((64, 32, 4, 2), (32, 32, 4, 2), (64, 32, 4, 2)),
-                              128: ((64, 32, 8, 2), (64, 32, 8, 2), (64, 32, 8, 2)),
+    "tensorized_bwd_kv":     {64: ((64, 32, 4, 2), (32, 32, 4, 2), (32, 128, 8, 2)),
+                              128: ((64, 32, 8, 2), (64, 32, 8, 2), (32, 64, 8, 1)),
                               256: ((16, 32, 4, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
-    "dman_fwd":              {64: ((64, 64, 4, 2), (64, 64, 4, 2), (32, 32, 4, 2)),
-                              128: ((64, 64, 8, 2), (64, 64, 8, 2), (32, 32, 4, 2)),
+    # DMAN (square tiles; issue 41): the first of 64 × 64 (wgmma on sm_90: 64 rows per warpgroup), then 32 × 32
+    # candidates without a spill in the plain configuration and within 256 bytes with every option on every
+    # architecture of the class (dman_jit of issue 41: strip of P, near / far loops); the backward's 64 × 64 tiles
+    # still spill in bwd_q everywhere, in bwd_kv at d 128 on sm_90 and at d 64 on sm_86 / sm_87, and bwd_q's 32 × 32
+    # tiles at d 256 spill 4–8 bytes on sm_100 / sm_120 (docs/gpu.md)
+    "dman_fwd":              {64: ((64, 64, 8, 1), (64, 64, 8, 2), (64, 64, 4, 2)),
+                              128: ((64, 64, 8, 1), (64, 64, 8, 1), (64, 64, 8, 2)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
-    "dman_bwd_q":            {64: ((32, 32, 4, 1), (32, 32, 4, 2), (32, 32, 4, 2)),
-                              128: ((32, 32, 4, 2), (32, 32, 4, 2), (32, 32, 4, 2)),
-                              256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
-    "dman_bwd_kv":           {64: ((32, 32, 4, 2), (32, 32, 4, 2), (32, 32, 4, 2)),
-                              128: ((32, 32, 4, 2), (32, 32, 4, 2), (32, 32, 4, 2)),
+    "dman_bwd_q":            {64: ((32, 32, 4, 2), (32, 32, 4, 2), (32, 32, 4, 2)),
+                              128: ((32, 32, 8, 2), (32, 32, 8, 2), (32, 32, 8, 2)),
+                              256: ((16, 16, 4, 1), (32, 32, 8, 1), (16, 16, 2, 1))},
+    "dman_bwd_kv":           {64: ((32, 32, 4, 2), (32, 32, 4, 2), (64, 64, 8, 2)),
+                              128: ((64, 64, 8, 1), (64, 64, 8, 1), (32, 32, 4, 1)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     "band_fwd":              {64: ((64, 64, 4, 2), (64, 64, 4, 2), (64, 64, 4, 2)),
                               128: ((64, 64, 8, 2), (64, 64, 8, 2), (64, 64, 8, 2)),
@@ -177,14 +190,16 @@ _TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
     "band_bwd_kv":           {64: ((32, 64, 4, 2), (32, 32, 4, 2), (64, 64, 8, 2)),
                               128: ((32, 64, 8, 2), (32, 64, 8, 2), (32, 64, 8, 2)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
-    "band_fwd_narrow":       {64: ((64, 32, 4, 2), (64, 32, 4, 2), (64, 32, 4, 2)),
-                              128: ((64, 32, 8, 2), (64, 32, 8, 2), (64, 32, 8, 2)),
+    # narrow bands (<= 33 positions): 16 queries per tile (32 keys per query tile, 16 keys per key tile), so a
+    # window-11 band fills 34 % of the computed scores (64-query tiles: 11 %); mma.sync, not wgmma (M < 64)
+    "band_fwd_narrow":       {64: ((16, 32, 2, 1), (16, 32, 2, 1), (16, 32, 2, 1)),
+                              128: ((16, 32, 2, 1), (16, 32, 2, 1), (16, 32, 2, 1)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
-    "band_bwd_q_narrow":     {64: ((64, 32, 4, 2), (64, 32, 4, 2), (64, 32, 4, 2)),
-                              128: ((64, 32, 8, 2), (64, 32, 8, 2), (64, 32, 8, 2)),
+    "band_bwd_q_narrow":     {64: ((16, 32, 2, 2), (16, 32, 2, 2), (16, 32, 2, 2)),
+                              128: ((16, 32, 4, 1), (16, 32, 4, 1), (16, 32, 4, 1)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
-    "band_bwd_kv_narrow":    {64: ((32, 64, 4, 2), (32, 64, 4, 2), (32, 64, 4, 2)),
-                              128: ((32, 64, 8, 2), (32, 64, 8, 2), (32, 64, 8, 2)),
+    "band_bwd_kv_narrow":    {64: ((32, 16, 4, 2), (32, 16, 4, 2), (32, 16, 2, 2)),
+                              128: ((32, 16, 2, 1), (32, 16, 2, 1), (32, 16, 2, 1)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
 }
 
@@ -266,6 +281,9 @@ def target_reason(device: str, head_dim: int, kernels: tuple[str, ...], dtype: t
     if cls is None:
         return (f"needs at least {_CLASSES[-1][0] // KB} KB of shared memory per block, the device offers "
                 f"{target.smem // KB} KB")
+    if target.arch not in TARGETS:
+        return (f"was never compiled for compute capability {target.arch // 10}.{target.arch % 10} ({target.name}): "
+                f"the offline compile check in CI covers {', '.join(t.name for t in TARGETS.values())} only")
     missing = [k for k in kernels if (k, cls, _width(head_dim, dtype)) not in TILE_TABLE]
     if missing:
         what = str(dtype).removeprefix("torch.")
@@ -278,7 +296,9 @@ def declared_limits(kernels: tuple[str, ...]) -> list[str]:
     """The device limits of the passes ``kernels`` as :func:`target_reason` applies them, in words (for
     ``maskattn list --backends`` and the docs)."""
     limits = [f"needs compute capability {MIN_ARCH // 10}.{MIN_ARCH % 10} or newer (bfloat16 tensor cores)",
-              f"needs at least {_CLASSES[-1][0] // KB} KB of shared memory per block"]
+              f"needs at least {_CLASSES[-1][0] // KB} KB of shared memory per block",
+              f"runs on the architectures the offline compile check compiles in CI: "
+              f"{', '.join(t.name for t in TARGETS.values())} (another compute capability is refused)"]
     for size, cls in _CLASSES:
         widths = [w for w in (64, 128, 256) if all((k, cls, w) in TILE_TABLE for k in kernels)]
         if widths and widths[-1] < MAX_HEAD_DIM:
@@ -388,14 +408,41 @@ def accumulator(dtype: torch.dtype) -> torch.dtype:
 
 def launch_constants(q: torch.Tensor, v: torch.Tensor) -> dict:
     """The compile-time constants every kernel takes for queries ``q`` and values ``v``: ``PRECISION`` of
-    ``tl.dot`` (float32 operands: IEEE unless ``torch.backends.cuda.matmul.allow_tf32``; ignored for half
-    precision), ``ACC`` (the accumulator type) and the padded head widths ``BLOCK_DK``, ``BLOCK_DV`` (powers of
-    two, at least 16)."""
+    ``tl.dot`` (float32 operands: IEEE unless PyTorch allows TF32 for float32 matrix products —
+    :func:`maskattn.kernels.precision.tf32_matmul`, which reads torch's ``fp32_precision`` API where it exists;
+    ignored for half precision), ``ACC`` (the accumulator type) and the padded head widths ``BLOCK_DK``,
+    ``BLOCK_DV`` (powers of two, at least 16)."""
     half = q.dtype in (torch.float16, torch.bfloat16)
-    precision = "tf32" if half or (q.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32) else "ieee"
+    precision = "tf32" if half or (q.dtype == torch.float32 and tf32_matmul()) else "ieee"
     return dict(PRECISION=precision,
                 ACC=load("jit_helpers").accumulator_type(str(accumulator(q.dtype)).removeprefix("torch.")),
                 BLOCK_DK=max(16, next_power_of_2(q.shape[-1])), BLOCK_DV=max(16, next_power_of_2(v.shape[-1])))
+
+
+#: the wrappers pad head features to a multiple of this many (issue 41 §1.2; docs/gpu.md, "Head widths"): the kernels
+#: then see a width and row strides divisible by 16, which Triton specialises on — their feature loads and stores
+#: are whole 16-byte vectors under a uniform mask. A width such as 72 or 150 read row by row with per-element
+#: masks spilled 152–948 bytes per thread; padded to 80 and 160 it spills none
+FEATURE_MULTIPLE = 16
+
+
+def padded_head_dim(head_dim: int) -> int:
+    """``head_dim`` rounded up to a multiple of :data:`FEATURE_MULTIPLE` (at least 16)."""
+    return max(FEATURE_MULTIPLE, cdiv(head_dim, FEATURE_MULTIPLE) * FEATURE_MULTIPLE)
+
+
+def pad_features(t: torch.Tensor, width: int) -> torch.Tensor:
+    """``t`` with its last (feature) axis zero-padded to ``width`` — ``t`` itself when it is that wide already. Zero
+    features add nothing to ``q·k`` and give zero output columns, which :func:`unpad_features` drops; autograd
+    slices the gradients back."""
+    if t.shape[-1] == width:
+        return t
+    return torch.nn.functional.pad(t, (0, width - t.shape[-1]))
+
+
+def unpad_features(t: torch.Tensor, width: int) -> torch.Tensor:
+    """The first ``width`` features of ``t`` (a view; ``t`` itself when it has no padding)."""
+    return t if t.shape[-1] == width else t[..., :width]
 
 
 def placeholder(t: torch.Tensor | None, like: torch.Tensor, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
@@ -426,15 +473,41 @@ def cdiv(a: int, b: int) -> int:
 
 @dataclass
 class Launch:
-    """One recorded launch: the ``@triton.jit`` kernel, its grid and its arguments as the launcher passed them."""
+    """One recorded launch: the ``@triton.jit`` kernel, its grid, its arguments as the launcher passed them and the
+    device it would run on (:func:`launch_device`: the tensors' device, made current around the launch)."""
 
     kernel: Any
     grid: tuple[int, ...]
     args: tuple
     kwargs: dict
+    device: torch.device | None = None
 
 
 _recorder: list[Launch] | None = None
+
+
+def launch_device(*args, **kwargs) -> torch.device | None:
+    """The device of the tensors among a launch's arguments (None when there are none). Triton launches on the
+    *current* CUDA device and its current stream; :func:`launch` makes this device current around the launch, so
+    ``cuda:1`` tensors run on GPU 1 (on its current stream) whatever device is current. Tensors on different
+    devices are refused (:class:`~maskattn.errors.InputError`): one kernel cannot read both."""
+    devices = []
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor) and value.device not in devices:
+            devices.append(value.device)
+    if len(devices) > 1:
+        from ...errors import InputError
+        raise InputError(f"a Triton launch takes tensors on one device, got tensors on "
+                         f"{', '.join(str(d) for d in devices)}: move them to one device")
+    return devices[0] if devices else None
+
+
+def _on_device(device: torch.device | None):
+    """A context that makes ``device`` CUDA's current device (and so its current stream Triton's), or nothing off
+    CUDA (the interpreter)."""
+    if device is None or device.type != "cuda":
+        return contextlib.nullcontext()
+    return torch.cuda.device(device)
 
 
 @contextlib.contextmanager
@@ -453,7 +526,8 @@ def recording(target: Target):
 def launch(kernel, programs: int, *args, **kwargs) -> None:
     """Launch ``kernel`` over ``programs`` programs on one grid axis (CUDA's ``gridDim.x``: up to 2³¹ − 1; the
     kernels decode their tile and (batch, head) pair from the program id, so no axis meets the 65,535 cap of
-    ``gridDim.y``). A failure inside the launch keeps its traceback and gains a note naming
+    ``gridDim.y``), on the tensors' device (:func:`launch_device`, made current around the launch, so the launch
+    goes to that device's current stream). A failure inside the launch keeps its traceback and gains a note naming
     :data:`DISABLE_ENV`."""
     if programs > GRID_LIMIT:
         from ...errors import InputError
@@ -461,11 +535,13 @@ def launch(kernel, programs: int, *args, **kwargs) -> None:
                          "(batch × heads × tiles): split the batch")
     if programs == 0:
         return
+    device = launch_device(*args, **kwargs)
     if _recorder is not None:
-        _recorder.append(Launch(kernel, (programs,), args, kwargs))
+        _recorder.append(Launch(kernel, (programs,), args, kwargs, device))
         return
     try:
-        kernel[(programs,)](*args, **kwargs)
+        with _on_device(device):
+            kernel[(programs,)](*args, **kwargs)
     except Exception as error:
         name = getattr(getattr(kernel, "fn", None), "__name__", str(kernel))
         note = (f"maskattn: the Triton kernel {name} failed; set {DISABLE_ENV}=1 to keep backend='auto' from choosing "

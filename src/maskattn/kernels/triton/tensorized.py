@@ -76,17 +76,16 @@ def _constants(kernel: str, q: torch.Tensor, ve: torch.Tensor, kpm, identity: bo
                 num_stages=tiles.stages)
 
 
-def _scales(d_k: int) -> tuple[float, float]:
-    """``(scale, scale·log₂e)``: the score scale ``1/√d_k`` and the same in log₂ units (the kernels' exponentials
-    are base 2)."""
-    scale = 1.0 / math.sqrt(d_k)
+def _scales(scale: float) -> tuple[float, float]:
+    """``(scale, scale·log₂e)``: the score scale (``1/√d_k`` of the unpadded head: :func:`tensorized_triton` pads
+    the features) and the same in log₂ units (the kernels' exponentials are base 2)."""
     return scale, scale * LOG2E
 
 
 @custom_op("maskattn::tensorized_triton", mutates_args=())
 def _forward(q: torch.Tensor, k: torch.Tensor, ve: torch.Tensor, e: torch.Tensor, key_padding: torch.Tensor | None,
              bands: list[int], seed: torch.Tensor | None, identity: bool,
-             dropout_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             dropout_p: float, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(out, D, row_max)``: out ``(B, H, n, d_v)`` in q's dtype, laid out as ``(B, n, H, d_v)`` (merging the
     heads is a view), the float32 (float64) denominators and with the identity scale the row maxima (log₂ units)."""
     jit = runtime.load("tensorized_jit")
@@ -102,12 +101,12 @@ def _forward(q: torch.Tensor, k: torch.Tensor, ve: torch.Tensor, e: torch.Tensor
         jit.tensorized_fwd, tiles * B * H, q, k, ve, e, runtime.placeholder(key_padding, q),
         runtime.device_table(bands, q.device), runtime.placeholder(seed, q, torch.int64), out, den,
         runtime.placeholder(row_max if identity else None, q, acc), *runtime.stride_args(q, k, ve, e, out),
-        H, n, m, d_k, d_v, tiles, _scales(d_k)[1], dropout_p, _threshold(acc), **constants)
+        H, n, m, d_k, d_v, tiles, _scales(scale)[1], dropout_p, _threshold(acc), **constants)
     return out, den, row_max
 
 
 @_forward.register_fake
-def _(q, k, ve, e, key_padding, bands, seed, identity, dropout_p):
+def _(q, k, ve, e, key_padding, bands, seed, identity, dropout_p, scale):
     B, H, n, _ = q.shape
     acc = runtime.accumulator(q.dtype)
     return (q.new_empty(B, n, H, ve.shape[-1]).transpose(1, 2), q.new_empty(B, H, n, ve.shape[-1], dtype=acc),
@@ -128,7 +127,7 @@ def output_gradients(grad_out: torch.Tensor, out: torch.Tensor, den: torch.Tenso
 def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, ve: torch.Tensor, e: torch.Tensor,
               key_padding: torch.Tensor | None, bands: list[int], seed: torch.Tensor | None, out: torch.Tensor,
               den: torch.Tensor, row_max: torch.Tensor, identity: bool,
-              dropout_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+              dropout_p: float, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, d(v⊙E), dE)``, contiguous, in the inputs' dtypes."""
     jit = runtime.load("tensorized_jit")
     B, H, n, d_k = q.shape
@@ -140,7 +139,7 @@ def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, ve: torc
               runtime.placeholder(seed, q, torch.int64), runtime.placeholder(row_max if identity else None, q, den.dtype),
               d_num, d_den)
     strides = runtime.stride_args(q, k, ve, e)
-    scale, scale2 = _scales(d_k)
+    scale, scale2 = _scales(scale)
     keys = _constants("tensorized_bwd_kv", q, ve, key_padding, identity, dropout_p)
     key_tiles = runtime.cdiv(m, keys["BLOCK_N"])
     runtime.launch(jit.tensorized_bwd_kv, key_tiles * B * H, *common, grad_k, grad_ve, grad_e, *strides,
@@ -153,22 +152,22 @@ def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, ve: torc
 
 
 @_backward.register_fake
-def _(grad_out, q, k, ve, e, key_padding, bands, seed, out, den, row_max, identity, dropout_p):
+def _(grad_out, q, k, ve, e, key_padding, bands, seed, out, den, row_max, identity, dropout_p, scale):
     return q.new_empty(q.shape), k.new_empty(k.shape), ve.new_empty(ve.shape), e.new_empty(e.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, ve, e, key_padding, bands, seed, identity, dropout_p = inputs
+    q, k, ve, e, key_padding, bands, seed, identity, dropout_p, scale = inputs
     out, den, row_max = output
     ctx.save_for_backward(q, k, ve, e, key_padding, seed, out, den, row_max)
-    ctx.arguments = (bands, identity, dropout_p)
+    ctx.arguments = (bands, identity, dropout_p, scale)
 
 
 def _backward_formula(ctx, grad_out, _grad_den, _grad_row_max):
     q, k, ve, e, key_padding, seed, out, den, row_max = ctx.saved_tensors
-    bands, identity, dropout_p = ctx.arguments
-    grads = _backward(grad_out, q, k, ve, e, key_padding, bands, seed, out, den, row_max, identity, dropout_p)
-    return (*grads, None, None, None, None, None)
+    bands, identity, dropout_p, scale = ctx.arguments
+    grads = _backward(grad_out, q, k, ve, e, key_padding, bands, seed, out, den, row_max, identity, dropout_p, scale)
+    return (*grads, None, None, None, None, None, None)
 
 
 register_autograd("maskattn::tensorized_triton", _backward_formula, setup_context=_setup_context)
@@ -202,6 +201,11 @@ def tensorized_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s2t: to
             ve = F.dropout(ve, keep_factor, training=True)  # the (key, feature) factor of Appendix A.3
         seed = torch.randint(0, 2**62, (1,), dtype=torch.int64, device=q.device) if keep_factor > 0 else None
         kpm = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
-        out, den, _ = _forward(q, k, ve.to(values), e.to(values), kpm, head_offsets(bands), seed, scale == "identity",
-                               keep_factor)
+        # features padded to a multiple of 16 (zeros change no score and give zero columns, sliced off)
+        d_k, d_v = q.shape[-1], v.shape[-1]
+        q, k = (runtime.pad_features(t, runtime.padded_head_dim(d_k)) for t in (q, k))
+        ve, e = (runtime.pad_features(t.to(values), runtime.padded_head_dim(d_v)) for t in (ve, e))
+        out, den, _ = _forward(q, k, ve, e, kpm, head_offsets(bands), seed, scale == "identity", keep_factor,
+                               1.0 / math.sqrt(d_k))
+        out, den = runtime.unpad_features(out, d_v), runtime.unpad_features(den, d_v)
     return out.to(out_dtype), ~(den <= _threshold(den.dtype))
