@@ -151,3 +151,28 @@ def test_violations_name_what_breaks_the_contract(fields, words):
                                     {"status": "unsupported", "message": "no tiles"}])
 def test_what_the_contract_allows(fields):
     assert compile_check.violations(_row(**fields)) == []
+
+
+def test_an_architecture_s_own_tiles_win_over_its_class_and_are_recorded_for_it(tmp_path):
+    """Blackwell shares the 227 KB class with sm_90, where sm_90's tiles spill (runtime.ARCH_TILES): the launchers
+    take the architecture's entry there and the class's on sm_90, and the compile check records the launches of
+    such an architecture separately (or it would compile sm_90's tiles for it)."""
+    import torch
+
+    assert runtime.ARCH_TILES, "no architecture has tiles of its own: drop this test with the mechanism"
+    for (kernel, arch, width), own in runtime.ARCH_TILES.items():
+        with runtime.assume_target(runtime.TARGETS[arch]):
+            assert runtime.tiles(kernel, width, "cuda", torch.bfloat16) == own
+        with runtime.assume_target(runtime.TARGETS[90]):
+            assert runtime.tiles(kernel, width, "cuda", torch.bfloat16) == runtime.TILE_TABLE[(kernel, "227K", width)]
+        assert own != runtime.TILE_TABLE[(kernel, "227K", width)]
+    kernel, arch, width = next(iter(runtime.ARCH_TILES))
+    family = "mtsa" if kernel.startswith("tensorized") else "band" if kernel.startswith("band") else "dman"
+    done, rows = _check(tmp_path, "--matrix", "ci", "--bind-only", "--family", family, "--archs", "90", str(arch),
+                        "--dims", str(width), "--dtypes", "bf16", "--kernels", kernel)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    warps = {(r["arch"], r["warps"], r["stages"]) for r in rows if r["status"] == "bound"}
+    own = runtime.ARCH_TILES[(kernel, arch, width)]
+    class_tiles = runtime.TILE_TABLE[(kernel, "227K", width)]
+    assert (arch, own.warps, own.stages) in warps and (arch, class_tiles.warps, class_tiles.stages) not in warps
+    assert (90, class_tiles.warps, class_tiles.stages) in warps

@@ -428,8 +428,10 @@ def _jobs(pairs: list[tuple[Case, int]], n: int, kernels=None) -> tuple[list[_Jo
     recorded: dict = {}
     for case, arch in pairs:
         # the launchers choose tiles and constants per shared-memory class (runtime.tiles), so the launches of one
-        # case are recorded once per class and bound for each architecture of it
-        record_key = (case, runtime.tile_class(runtime.TARGETS[arch]), arch >= MIN_RECORD_SPLIT)
+        # case are recorded once per class and bound for each architecture of it — once per architecture where
+        # runtime.ARCH_TILES has entries of its own
+        own = arch if any(key[1] == arch for key in runtime.ARCH_TILES) else None
+        record_key = (case, runtime.tile_class(runtime.TARGETS[arch]), arch >= MIN_RECORD_SPLIT, own)
         if record_key not in recorded:
             recorded[record_key] = record(case, arch, n)
         launches, reason = recorded[record_key]

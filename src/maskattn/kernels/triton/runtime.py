@@ -36,7 +36,7 @@ import torch
 from ..precision import tf32_matmul
 
 __all__ = ["installed", "missing_reason", "interpreted", "not_interpreted", "load", "device_reason", "dtype_reason",
-           "head_dim_reason", "call_reasons", "kernel_dtype", "Tiles", "Target", "TARGETS", "TILE_TABLE",
+           "head_dim_reason", "call_reasons", "kernel_dtype", "Tiles", "Target", "TARGETS", "TILE_TABLE", "ARCH_TILES",
            "tile_class", "target_of", "target_reason", "declared_limits", "tiles", "MAX_HEAD_DIM", "next_power_of_2", "cdiv",
            "stride_args", "accumulator", "value_dtype", "launch_constants", "FEATURE_MULTIPLE", "padded_head_dim",
            "pad_features", "unpad_features", "placeholder", "device_table", "launch",
@@ -158,7 +158,7 @@ _TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
     # pass                    width: 99 KB            163 KB            227 KB
     "tensorized_fwd":        {64: ((64, 64, 4, 2), (64, 64, 4, 2), (64, 64, 4, 2)),
                               128: ((64, 64, 8, 2), (64, 64, 8, 2), (64, 32, 4, 2)),
-                              256: ((64, 32, 8, 1), (64, 32, 8, 1), (64, 32, 8, 1))},
+                              256: ((32, 32, 8, 1), (32, 32, 8, 1), (64, 32, 8, 1))},
     # MTSA's backward on the 227 KB class (sm_90): wgmma needs 64 rows per warpgroup in the held tile (keys in
     # the key pass, queries in the query pass) — docs/gpu/offline-perf.md
     "tensorized_bwd_q":      {64: ((64, 32, 4, 2), (64, 32, 4, 2), (64, 64, 4, 2)),
@@ -166,7 +166,7 @@ _TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     "tensorized_bwd_kv":     {64: ((64, 32, 4, 2), (32, 32, 4, 2), (32, 128, 8, 2)),
                               128: ((64, 32, 8, 2), (64, 32, 8, 2), (32, 64, 8, 1)),
-                              256: ((16, 32, 4, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
+                              256: ((16, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     # DMAN (square tiles; issue 41): the first of 64 × 64 (wgmma on sm_90: 64 rows per warpgroup), then 32 × 32
     # candidates without a spill in the plain configuration and within 256 bytes with every option on every
     # architecture of the class (dman_jit of issue 41: strip of P, near / far loops); the backward's 64 × 64 tiles
@@ -186,7 +186,7 @@ _TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     "band_bwd_q":            {64: ((64, 32, 4, 2), (64, 32, 4, 2), (64, 64, 4, 2)),
                               128: ((64, 64, 8, 2), (64, 64, 8, 2), (64, 64, 8, 2)),
-                              256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
+                              256: ((32, 32, 4, 1), (32, 32, 4, 1), (32, 32, 8, 1))},
     "band_bwd_kv":           {64: ((32, 64, 4, 2), (32, 32, 4, 2), (64, 64, 8, 2)),
                               128: ((32, 64, 8, 2), (32, 64, 8, 2), (32, 64, 8, 2)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
@@ -211,6 +211,16 @@ _TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
 TILE_TABLE: dict[tuple[str, str, int], Tiles] = {
     (kernel, cls, width): Tiles(*tiles) for kernel, widths in _TABLE.items() for width, per_class in widths.items()
     for cls, tiles in zip(("99K", "163K", "227K"), per_class)}
+
+#: Entries for one architecture whose class's tiles spill there: Blackwell (sm_100 / sm_103) shares the 227 KB class
+#: with sm_90 but allocates registers otherwise — sm_90's MTSA forward (64 × 32, 4 warps; wgmma) spills 16 bytes there
+#: at width 128 and the band's dQ pass 124 bytes. ``(kernel, arch, width)`` → tiles, compiled by the offline check
+#: like every entry (the launchers record them under :func:`assume_target`).
+_ARCH_TABLE: dict[tuple[str, int, int], tuple[int, int, int, int]] = {
+    ("tensorized_fwd", 100, 128): (64, 32, 8, 2), ("tensorized_fwd", 103, 128): (64, 32, 8, 2),
+    ("band_bwd_q", 100, 128): (64, 64, 8, 1), ("band_bwd_q", 103, 128): (64, 64, 8, 1),
+}
+ARCH_TILES: dict[tuple[str, int, int], Tiles] = {key: Tiles(*tiles) for key, tiles in _ARCH_TABLE.items()}
 
 #: the target the launchers assume instead of the device's (:func:`assume_target`; the offline compile check)
 _assumed: Target | None = None
@@ -319,8 +329,8 @@ def tiles(kernel: str, head_dim: int, device: torch.device | str, dtype: torch.d
     target = target_of(device)
     if target is None or interpreted():
         return Tiles(16, 16, 1, 1)
-    cls = tile_class(target)
-    return TILE_TABLE[(kernel, cls or "99K", _width(head_dim, dtype))]
+    width = _width(head_dim, dtype)
+    return ARCH_TILES.get((kernel, target.arch, width)) or TILE_TABLE[(kernel, tile_class(target) or "99K", width)]
 
 
 # --------------------------------------------------------------------------------------------------
