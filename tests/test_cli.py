@@ -294,3 +294,22 @@ def test_eval_prints_json_even_for_non_finite_metrics(tmp_path, monkeypatch):
     assert len(warnings) == 2 and "loss is nan" in warnings[0] and "per_label.pos is inf" in warnings[1]
     body = result.output[result.output.index("{"):]
     assert json.loads(body) == {"loss": None, "accuracy": 0.5, "per_label": {"pos": None}}
+
+
+def test_help_and_the_grid_table_start_without_torch():
+    """`maskattn --help`, `maskattn train --help` and `maskattn grid table` of a committed grid import no torch
+    (issue 42: start-up; ~2 s of CPU on these machines): the packages load their API on first use (maskattn/lazy.py)
+    and the records are read without building configurations unless a cell's runs were recorded two ways."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    grid = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "table5_vectors" / "trec"
+    script = ("import sys\nfrom typer.testing import CliRunner\nfrom maskattn.cli import app\n"
+              "for args in (['--help'], ['train', '--help'], ['grid', 'table', sys.argv[1]]):\n"
+              "    result = CliRunner().invoke(app, args)\n"
+              "    assert result.exit_code == 0, (args, result.output)\n"
+              "    assert 'torch' not in sys.modules, args\n"
+              "print('ok')\n")
+    done = subprocess.run([sys.executable, "-c", script, str(grid)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr

@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING
 from ..data.text import read_yaml
 from ..errors import ArgumentError, ConfigError, MaskattnError
 from ..sections import parse_yaml, shown
-from .config import RunConfig, load_config, preset_path
 from .resumable import read_summary, write_json
 
 if TYPE_CHECKING:
+    from .config import RunConfig
     from .launchers import SlurmOptions
 
 __all__ = ["GridRun", "Grid", "define_grid", "load_grid", "run_grid", "run_one", "split_values", "parse_seeds",
@@ -195,6 +195,8 @@ class Grid:
 
     def base_path(self) -> Path | None:
         if "preset" in self.base:
+            from .config import preset_path  # torch: only where a run's configuration is built
+
             return preset_path(self.base["preset"])
         return Path(self.base["config"]) if "config" in self.base else None
 
@@ -212,6 +214,8 @@ class Grid:
         # a TensorBoard folder given to the grid is each run's sub-folder of it, so one --logdir shows the grid
         overrides = [f"{item}/{run.name}" if item.startswith("train.tensorboard=") and item.split("=", 1)[1].strip()
                      not in ("", "null", "~") else item for item in overrides]
+        from .config import load_config
+
         return load_config(self.base_path(), overrides)
 
     def plan(self) -> list[tuple[GridRun, str, str]]:

@@ -298,8 +298,14 @@ def table_rows(records: list[RunRecord]) -> tuple[list[str], list[Row]]:
     """The label columns and the rows (cells) of ``records``, in the order their first run was found. A row is
     labelled by its grid cell's name when every run has one and the names tell the cells apart, else by the settings
     that differ between the cells."""
+    signatures = {record.signature for record in records}
+    cell_names = {record.cell for record in records}
+    if len(signatures) > 1 and (None in cell_names or len(cell_names) < len(signatures)):
+        # runs one cell name (or no grid) spreads over several recorded configurations: the same run may be
+        # spelled two ways (a default and its value), so compare them resolved (this imports the models: torch)
+        records = resolved_records(records)
     cells: dict[str, Row] = {}
-    for record in resolved_records(records):
+    for record in records:
         cells.setdefault(record.signature, Row("")).runs.append(record)
     rows = list(cells.values())
     for row in rows:

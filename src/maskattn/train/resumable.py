@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from ..data.text import read_text
 from ..errors import ConfigError, DataError, MaskattnError
 from ..sections import is_sections, parse_yaml
-from .config import RunConfig, from_dict
 from .files import atomic_write
 from .run_folder import RunFolder
-from .trainer import Trainer
+
+if TYPE_CHECKING:
+    from .config import RunConfig
 
 __all__ = ["run_to_end", "check_same_run", "resolved_config", "read_summary", "write_json", "SUMMARY",
            "FREE_SETTINGS"]
@@ -62,6 +64,7 @@ def resolved_config(config: dict) -> dict | None:
     another resolved — ``model.embed_scale: null`` to the scale the model uses, ``optim.label_smoothing: null`` to
     the task's ε. ``None`` when this version of maskattn cannot read it (an unknown key or value)."""
     from ..models.factory import embedding_scale
+    from .config import RunConfig, from_dict
     from .tasks import TRANSLATION_LABEL_SMOOTHING
 
     try:
@@ -103,6 +106,8 @@ def run_to_end(cfg: RunConfig, *, console: Console | None = None, what: str = "r
     check_same_run(cfg, folder)
     if (summary := read_summary(folder, cfg.train.metric, what=what)) is not None:
         return summary, False
+    from .trainer import Trainer  # torch: imported by what trains, not by what reads records
+
     last = folder / "last.safetensors"
     if last.exists():  # interrupted earlier: continue it
         free = {key: getattr(cfg.train, key) for section, key in sorted(FREE_SETTINGS) if section == "train"}
