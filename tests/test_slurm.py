@@ -126,18 +126,19 @@ def data(tmp_path_factory):
     return write_sentiment(tmp_path_factory.mktemp("slurm-data"))
 
 
-STEPS = 12000
+STEPS = 40000
 
 
 @pytest.fixture(scope="module")
 def time_limited(slurm, data, tmp_path_factory):
-    """A run of 12,000 steps in jobs of a 1-minute limit told to stop 30 s before it, submitted before the other
-    tests run. The run needs ~50 s of one idle core (~4 ms a step), so even on a fast idle machine the first job is
-    stopped at its warning (about 25 s of training after its start-up) and requeued."""
+    """A run of 40,000 steps in jobs of a 1-minute limit (warned 5 s before it), submitted before the other tests
+    run. The run needs ~2 min of one idle core (3 ms a step: 16,000 steps finished inside one job on an idle
+    machine) and a job trains ~50 s after its start-up, so the first job reaches its time limit and is requeued
+    however fast the machine; a checkpoint every 1,000 steps lets every job get further."""
     out = tmp_path_factory.mktemp("slurm-timelimit") / "timelimit"
-    steps = tiny(max_steps=STEPS, eval_every=200, log_every=200)
+    steps = tiny(max_steps=STEPS, eval_every=1000, log_every=1000)
     code, output = grid_cli("run", "--out", out, "--data", data, *sets(steps), "--seeds", "0", "--launcher", "slurm",
-                            "--slurm-time", "1", "--slurm-signal-delay", "30")
+                            "--slurm-time", "1")
     assert code == 0 and "submitted 1 run(s)" in output, output
     return out
 
@@ -234,5 +235,5 @@ def test_a_job_at_a_one_minute_time_limit_is_requeued_and_finishes(time_limited)
     assert status(out) == {"seed0": f"finished (Slurm job {last})"}
     if last != job:  # a machine so loaded that the job wrote no checkpoint three times: the next grid run went on
         assert "not requeued: no checkpoint was written in its last 3 jobs" in log
-    assert [r["step"] for r in records(run) if r["split"] == "train"] == list(range(200, STEPS + 1, 200))  # continued
+    assert [r["step"] for r in records(run) if r["split"] == "train"] == list(range(1000, STEPS + 1, 1000))  # continued
     assert json.loads((run / "summary.json").read_text())["steps"] == STEPS
