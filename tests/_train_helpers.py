@@ -117,17 +117,17 @@ def tiny_config(data_dir, out_dir, **sections) -> RunConfig:
 def fit_killed_before_step(monkeypatch, config, step: int) -> None:
     """``Trainer(config).fit()`` stopped by a ``KeyboardInterrupt`` (what Ctrl-C / SIGTERM raise) just before
     training step ``step`` (1-based); the run folder is left as a kill would leave it."""
-    original = Trainer._train_step
+    original = Trainer.train_step
 
     def crash(self, indices):
         if self.step == step - 1:
             raise KeyboardInterrupt
         return original(self, indices)
 
-    monkeypatch.setattr(Trainer, "_train_step", crash)
+    monkeypatch.setattr(Trainer, "train_step", crash)
     with pytest.raises(KeyboardInterrupt):
         Trainer(config).fit()
-    monkeypatch.setattr(Trainer, "_train_step", original)
+    monkeypatch.setattr(Trainer, "train_step", original)
 
 
 NEWS = ["police", "said", "the", "minister", "of", "trade", "talks", "on", "monday", "china", "and", "japan", "agreed",

@@ -101,6 +101,17 @@ def test_bad_config_values_name_the_key_and_the_range(tmp_path, setting, message
     assert not (tmp_path / "run").exists()  # nothing written, not even the folder
 
 
+
+def test_patience_on_a_run_that_cannot_stop_early_is_one_line(tmp_path):
+    """Issue 45: early stopping on a run whose only dev evaluation is its last step is refused, not ignored."""
+    data = write_sentiment(tmp_path)
+    result = runner.invoke(app, ["train", "--data", str(data), "--out", str(tmp_path / "run"), "--max-steps", "20",
+                                 "--set", "train.patience=2", "--set", "train.eval_every=100"])
+    message = one_line_error(result)
+    assert "train.patience=2 can never stop this run early" in message
+    assert "evaluates every 100 steps and makes only 1 evaluation in its 20 steps" in message
+    assert not (tmp_path / "run").exists()
+
 # legal YAML of 400 bytes whose aliases expand to 9**9 values, in a key that takes any mapping
 BILLION_LAUGHS = "data:\n  hf_data_files:\n" + "".join(
     f"    {chr(97 + i)}: &{chr(97 + i)} [{', '.join([f'*{chr(96 + i)}' if i else 'lol'] * 9)}]\n" for i in range(9))

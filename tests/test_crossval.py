@@ -41,7 +41,7 @@ def test_every_fold_is_trained_and_averaged(tmp_path):
 
 def test_an_interrupted_job_continues_where_it_stopped(tmp_path, monkeypatch):
     reference = cross_validate(cv_config(tmp_path, "reference"))
-    real_step, calls = Trainer._train_step, {"n": 0}
+    real_step, calls = Trainer.train_step, {"n": 0}
 
     def killed_in_fold_1(self, batch):  # fold 0 takes 12 steps; stop at the 7th step of fold 1
         calls["n"] += 1
@@ -49,14 +49,14 @@ def test_an_interrupted_job_continues_where_it_stopped(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real_step(self, batch)
 
-    monkeypatch.setattr(Trainer, "_train_step", killed_in_fold_1)
+    monkeypatch.setattr(Trainer, "train_step", killed_in_fold_1)
     with pytest.raises(KeyboardInterrupt):
         cross_validate(cv_config(tmp_path))
     out = tmp_path / "cv"
     assert (out / "fold0" / "summary.json").exists() and (out / "fold1" / "last.safetensors").exists()
     assert not (out / "fold1" / "summary.json").exists()
     fold0_best = (out / "fold0" / "best.safetensors").stat().st_mtime_ns
-    monkeypatch.setattr(Trainer, "_train_step", real_step)
+    monkeypatch.setattr(Trainer, "train_step", real_step)
     calls["n"] = 0
     result = cross_validate(cv_config(tmp_path))
     assert (out / "fold0" / "best.safetensors").stat().st_mtime_ns == fold0_best  # not trained again

@@ -214,6 +214,43 @@ def test_generate_translate_and_eval_commands(trained, tmp_path):
     assert result.exit_code == 2 and "unknown length_penalty_kind 'wu'" in flat(result.output)
 
 
+
+def test_early_stopping_by_dev_rouge_survives_a_resume_and_tests_the_best_checkpoint(tmp_path, monkeypatch):
+    """Issue 45: ``train.patience`` on a summarization run scored by dev ROUGE. The dev ROUGE of each evaluation is
+    scripted (the real one of a tiny model moves by chance): best at step 4, then three evaluations without a better
+    one stop the run at step 10, of the 40 allowed. Killed at step 7 and resumed, the run stops at the same step
+    with the same summary; its test scores are those of the step-4 weights (``best.safetensors``), not the last."""
+    from unittest.mock import ANY
+
+    from _train_helpers import fit_killed_before_step
+    from maskattn.train import load_checkpoint, resume
+
+    scripted = {2: 10.0, 4: 12.0, 6: 11.0, 8: 11.9, 10: 12.0, 12: 30.0}  # 12.0 again at step 10 is no improvement
+    original = Trainer.evaluate
+
+    def evaluate(self, split):
+        metrics = original(self, split)
+        return {**metrics, "rouge": scripted[self.step]} if split == "dev" else metrics
+
+    monkeypatch.setattr(Trainer, "evaluate", evaluate)
+    data = write_summaries(tmp_path)
+    sections = {"train": {"max_steps": 40, "eval_every": 2, "patience": 3}}
+    whole = Trainer(summarization_config(data, tmp_path / "whole", **sections)).fit()
+    assert (whole["steps"], whole["best_step"], whole["best_dev"]) == (10, 4, 12.0)
+    dev = [row["step"] for row in read_metrics(tmp_path / "whole" / "metrics.jsonl") if row["split"] == "dev"]
+    assert dev == [2, 4, 6, 8, 10]
+    best, last = (load_checkpoint(tmp_path / "whole" / f"{name}.safetensors") for name in ("best", "last"))
+    assert (best.step, last.step) == (4, 10)
+    scores = evaluate_translation(tmp_path / "whole" / "best.safetensors", data / "test.src", data / "test.tgt")
+    assert all(scores[k] == whole["test"][k] for k in ("rouge1", "rouge2", "rougeL"))
+    assert any(not torch.equal(best.model_state[k], last.model_state[k]) for k in best.model_state)
+
+    fit_killed_before_step(monkeypatch, summarization_config(data, tmp_path / "cut", **sections), 7)
+    monkeypatch.setattr(Trainer, "evaluate", evaluate)
+    resumed = resume(tmp_path / "cut" / "last.safetensors")
+    assert resumed == {**whole, "out_dir": str(tmp_path / "cut"), "tokens_per_s": ANY, "wall_s": ANY}
+    assert (tmp_path / "cut" / "test.hyp.txt").read_text() == (tmp_path / "whole" / "test.hyp.txt").read_text()
+
 def test_decoding_a_split_during_training_shows_its_own_progress_row():
     import io
 

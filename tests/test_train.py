@@ -87,17 +87,17 @@ def test_weight_average_is_evaluated_kept_and_resumed_exactly(tmp_path, monkeypa
     data = write_sentiment(tmp_path)
     sections = dict(train={"max_steps": 10, "eval_every": 4, "ema_decay": 0.8})
     trajectory = []
-    original = Trainer._train_step
+    original = Trainer.train_step
 
     def record(self, indices):
         out = original(self, indices)
         trajectory.append({k: v.detach().clone() for k, v in self.model.named_parameters()})
         return out
 
-    monkeypatch.setattr(Trainer, "_train_step", record)
+    monkeypatch.setattr(Trainer, "train_step", record)
     trainer = Trainer(tiny_config(data, tmp_path / "full", **sections))
     summary = trainer.fit()
-    monkeypatch.setattr(Trainer, "_train_step", original)
+    monkeypatch.setattr(Trainer, "train_step", original)
     averages = [dict(trajectory[0])]  # the average starts from the first step's weights
     for weights in trajectory[1:]:
         averages.append({k: 0.8 * averages[-1][k] + 0.2 * weights[k] for k in weights})
@@ -127,6 +127,23 @@ def test_early_stopping_and_best_checkpoint(tmp_path):
                                                                          "patience": 2})
     summary = Trainer(cfg).fit()
     assert summary["steps"] == 6 and summary["best_step"] == 2  # lr 0: no improvement after the first eval
+
+
+@pytest.mark.parametrize("train, evaluations", [
+    ({"max_steps": 12, "eval_every": 12}, 1),   # the last step's evaluation only
+    ({"max_steps": 13, "eval_every": 6}, 3),    # steps 6, 12 and the last, 13
+    ({"max_steps": 0, "max_epochs": 2, "eval_every": 0}, 2),  # once per epoch
+])
+def test_patience_that_can_never_stop_the_run_is_refused(tmp_path, train, evaluations):
+    """Issue 45: ``train.patience`` needs more dev evaluations than itself; a run with fewer is an error that names
+    the option, and one more evaluation is accepted."""
+    data = write_sentiment(tmp_path)
+    with pytest.raises(ValueError, match=rf"train.patience={evaluations} can never stop this run early.* makes only "
+                                         rf"{evaluations} evaluations?"):
+        Trainer(tiny_config(data, tmp_path / "refused", train={**train, "patience": evaluations}))
+    trainer = Trainer(tiny_config(data, tmp_path / "accepted", train={**train, "patience": evaluations - 1}))
+    assert trainer.evaluations() == evaluations
+    trainer.close()
 
 
 def test_pair_and_tagger_models_train(tmp_path):

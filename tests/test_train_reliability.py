@@ -94,7 +94,7 @@ def test_a_failed_run_releases_its_folder(tmp_path, monkeypatch):
     with pytest.raises(ConfigError):
         Trainer(tiny_config(data, tmp_path / "run", train={"metric": "bleu"}))  # fails while it is built
     assert not (tmp_path / "run").exists()  # the folder it created is removed again, lock file and all
-    monkeypatch.setattr(Trainer, "_train_step", lambda self, indices: (float("nan"), len(indices)))
+    monkeypatch.setattr(Trainer, "train_step", lambda self, indices: (float("nan"), len(indices)))
     with pytest.raises(DivergenceError, match="training loss is nan at step 1"):
         Trainer(tiny_config(data, tmp_path / "diverged")).fit()  # fails while it trains
     with RunFolder(tmp_path / "diverged"):
@@ -477,7 +477,7 @@ def test_a_hand_edited_trainer_state_is_refused_on_resume(tmp_path, monkeypatch,
 def test_an_interrupt_says_what_there_is_to_resume(tmp_path, monkeypatch):
     """Issue 32 item 8: an interrupt before the first checkpoint said the checkpoints were intact."""
     data = write_sentiment(tmp_path)
-    original = Trainer._train_step
+    original = Trainer.train_step
     for stop_before, expected in ((3, "no checkpoint was written yet (the first comes at the first evaluation), so "
                                       "there is nothing to resume: run the command again with --overwrite"),
                                   (6, "are intact; resume with --resume")):
@@ -486,7 +486,7 @@ def test_an_interrupt_says_what_there_is_to_resume(tmp_path, monkeypatch):
                 raise KeyboardInterrupt
             return original(self, indices)
 
-        monkeypatch.setattr(Trainer, "_train_step", crash)
+        monkeypatch.setattr(Trainer, "train_step", crash)
         console = Console(record=True, width=400)
         with pytest.raises(KeyboardInterrupt):
             Trainer(tiny_config(data, tmp_path / f"run{stop_before}", train={"eval_every": 4}), console=console).fit()

@@ -58,7 +58,7 @@ class _Cell:
         self.scaler = torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
 
     def train_steps(self, batches: list[list[int]]) -> int:
-        """The trainer's step on each batch (:meth:`Trainer._train_step` without its bookkeeping: mixed precision,
+        """The trainer's step on each batch (:meth:`Trainer.train_step` without its bookkeeping: mixed precision,
         loss, backward, clipping, optimiser step); returns the throughput units (examples or target tokens)."""
         self.model.train()
         units = 0

@@ -130,6 +130,7 @@ class Trainer:
             raise ConfigError(f"train.metric {train_config.metric!r} is not computed for model.type {cfg.model.type!r}; "
                              f"expected one of {', '.join(self.task.metrics)}")
         self.sampler = self.task.sampler
+        self._check_patience()
         self.model = self.task.model.to(self.device)
         self.optimizer = build_optimizer(cfg.optim, self.model)
         self.scheduler = build_scheduler(cfg.optim, self.optimizer, self.total_steps())
@@ -166,6 +167,25 @@ class Trainer:
                                     tensorboard=train_config.tensorboard)
         if self.dist.is_main:
             atomic_write(self.out_dir / "config.yaml", [yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode()])
+
+    def evaluations(self) -> int:
+        """How many dev evaluations the run makes from step 0 to its last step (the last step is always one):
+        every ``train.eval_every`` steps, or at every epoch's end when it is 0."""
+        total, every = self.total_steps(), self.cfg.train.eval_every or len(self.sampler)
+        return -(-total // every)  # ceil: the last, partial interval ends in an evaluation too
+
+    def _check_patience(self) -> None:
+        """Refuse ``train.patience`` that can never stop the run: early stopping needs ``patience`` evaluations
+        after the best one, so a run of at most ``patience`` evaluations trains to its end whatever the dev metric."""
+        train_config = self.cfg.train
+        patience, evaluations = train_config.patience, self.evaluations()
+        if patience and evaluations <= patience:
+            when = (f"every {train_config.eval_every} steps" if train_config.eval_every
+                    else f"at the end of each epoch of {len(self.sampler)} steps")
+            raise ConfigError(f"train.patience={patience} can never stop this run early: it stops after {patience} "
+                              f"dev evaluations without improvement, but the run evaluates {when} and makes only "
+                              f"{evaluations} evaluation{'s' * (evaluations != 1)} in its {self.total_steps()} steps; "
+                              f"lower train.eval_every, raise train.max_steps / max_epochs, or set train.patience=0")
 
     def _warn(self, message: str) -> None:
         self.console.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False)
@@ -255,7 +275,7 @@ class Trainer:
 
     # --- one step ---------------------------------------------------------------------------------------
 
-    def _train_step(self, indices: list[int]) -> tuple[float, int]:
+    def train_step(self, indices: list[int]) -> tuple[float, int]:
         """One optimiser step on the global batch ``indices``; returns (global mean loss, throughput units:
         examples or target tokens)."""
         world, rank = self.dist.world_size, self.dist.rank
@@ -370,7 +390,7 @@ class Trainer:
             batches = self.sampler.batches(self.epoch)
             while self.position < len(batches) and not stop:
                 step_start = time.perf_counter()
-                loss, units = self._train_step(batches[self.position])
+                loss, units = self.train_step(batches[self.position])
                 self._train_seconds += time.perf_counter() - step_start
                 self._train_units += units
                 if not math.isfinite(loss):
