@@ -1,5 +1,5 @@
 """The committed grids of benchmarks/results: running one again trains nothing (``grid run --dry-run`` reports 0
-runs to train), every record's files agree with each other (summary.json, metrics.jsonl, metrics.csv, train.log),
+runs to train; a grid still in progress, only its runs without a record), every record's files agree with each other (summary.json, metrics.jsonl, metrics.csv, train.log),
 and they keep their paths relative (to the repository or the data root), so a fresh clone with the data beside it
 re-runs them. Reads the records only: no data, no training (the configurations are checked against the data
 folder only where ../shared/data is there)."""
@@ -29,6 +29,9 @@ NO_TRAIN_LOG = {
     # run's process) but by a grid worker started by hand, whose output went to a terminal
     "snli_table1/mtsa/seed2",
 }
+#: grids whose runs take several sessions (issue 45): each run's record is committed once it finishes, so a
+#: re-run trains exactly the runs without a record, and continues none (no unfinished run's files are committed)
+IN_PROGRESS = {"gigaword_convergence", "snli_convergence"}
 
 
 def _runs():
@@ -44,7 +47,9 @@ def test_a_committed_grid_runs_again_as_a_no_op(grid):
     result = CliRunner().invoke(app, ["grid", "run", "--out", str(grid), "--dry-run"])
     assert result.exit_code == 0, result.output
     manifest = json.loads((grid / "grid.json").read_text())
-    assert f"{len(manifest['runs'])} runs; 0 to train (0 new, 0 to continue)" in flat(result.output)
+    missing = sum(not (grid / run["name"] / "summary.json").is_file() for run in manifest["runs"])
+    assert missing == 0 or str(grid.relative_to(RESULTS)) in IN_PROGRESS
+    assert f"{len(manifest['runs'])} runs; {missing} to train ({missing} new, 0 to continue)" in flat(result.output)
     assert "0 refused" in flat(result.output)
 
 
