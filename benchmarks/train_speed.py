@@ -15,6 +15,8 @@ figure to compare settings by on a shared machine), per wall-clock second over a
     python benchmarks/train_speed.py --preset snli --data ../shared/data/snli --variant bilstm \
         --set data.vectors=../shared/data/glove/glove.6B.50d.txt --set model.embed_dim=50 ...
 
+    python benchmarks/train_speed.py --table benchmarks/results/train_speed/*.json   # the Markdown table
+
 Quality is checked separately, on real runs (docs/results.md, "Faster CPU training").
 """
 
@@ -74,7 +76,26 @@ def measure(preset: str, data: str, overrides: list[str], steps: int, warmup: in
             "units": sum(units), "timed_s": sum(seconds), "cpu_s": sum(cpu_seconds)}
 
 
+def markdown_table(paths: list[Path]) -> str:
+    """The rows of the reports ``paths`` as one Markdown table: each setting's throughput per CPU second, its ratio
+    to the same row's ``fp32`` and its wall-clock throughput."""
+    lines = ["| preset | setting | per CPU second | × fp32 | per second (wall) | warm-up |",
+             "|---|---|---:|---:|---:|---:|"]
+    for path in paths:
+        rows = json.loads(path.read_text())["rows"]
+        base = {r["name"]: r["per_cpu_s"] for r in rows if r["setting"] == "fp32"}
+        for r in rows:
+            unit = r["unit"].removesuffix("_per_s")
+            ratio = f"{r['per_cpu_s'] / base[r['name']]:.2f}" if r["name"] in base else "—"
+            lines.append(f"| {r['name']} | {r['setting']} | {r['per_cpu_s']:,.0f} {unit} | {ratio} | "
+                         f"{r['overall']:,.0f} | {r['warmup_s']:.0f} s |")
+    return "\n".join(lines)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--table"]:  # python benchmarks/train_speed.py --table REPORT.json [...]
+        print(markdown_table([Path(p) for p in sys.argv[2:]]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", required=True)
     parser.add_argument("--data", required=True, help="the preset's data folder (data.dir)")
