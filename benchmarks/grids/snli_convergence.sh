@@ -2,8 +2,9 @@
 # MTSA Table 1's comparison at convergence (issue 45): MTSA, Bi-LSTM and multi-head attention (+ sinusoidal
 # positions) sentence encoders on SNLI with exactly the settings of table1_snli.sh (GloVe 6B 50-d, Adam 0.001, dev
 # accuracy every 390 steps = twice an epoch), but trained until dev accuracy has not improved for 3 evaluations, at
-# most 15 epochs, under CPU bfloat16 autocast (train.amp=bf16: the fastest setting without a quality change,
-# docs/results.md "Faster CPU training"; evaluation stays float32). Seeds 0-2.
+# most 15 epochs, under CPU bfloat16 autocast (train.amp=bf16: the fastest setting, docs/results.md "Faster CPU
+# training", where the runs' dev accuracy over their first 3 epochs is compared with the float32 Table 1 grid's at the
+# same steps; evaluation stays float32). Seeds 0-2.
 # Records committed as each run finishes (benchmarks/results/snli_convergence/); run again to continue.
 # GRID_ARGS=--dry-run checks every run's configuration and trains none.
 #
