@@ -285,29 +285,53 @@ def test_unsupported_reasons():
     assert unsupported(device=DEVICE, dtype=torch.int32, head_dims={"d_k": 64, "d_v": 64})
 
 
-def test_distance_gradient_reduction_maps_slots_to_clipped_buckets():
-    """_distance_gradient against a direct scatter of the same diagonal sums (q_offset not a tile multiple)."""
-    from maskattn.kernels.triton.dman import _distance_gradient, near_offsets
+@pytest.mark.parametrize("block_m, block_n", [(4, 4), (8, 4), (16, 4)])
+def test_distance_gradient_reduction_maps_slots_to_clipped_buckets(block_m, block_n):
+    """_distance_gradient against a direct scatter of the same diagonal sums (q_offset not a tile multiple), with
+    the slots :func:`square_offsets` gives square tiles and query tiles of several squares (whose outer squares may
+    lie wholly beyond ``±D``: their sums go to the edge entries)."""
+    from maskattn.kernels.triton.dman import _distance_gradient, square_offsets
 
-    block, D, q_offset = 4, 5, 3
-    r_lo, r_hi = near_offsets(D, q_offset, block)
+    D, q_offset = 5, 3
+    r_lo, r_hi = square_offsets(D, q_offset, block_m, block_n)
     slots = r_hi - r_lo + 1
     g = torch.Generator().manual_seed(0)
-    near = torch.randn(3, 2, slots, 2 * block, generator=g, dtype=torch.float64)
+    near = torch.randn(3, 2, slots, 2 * block_n, generator=g, dtype=torch.float64)
     near[..., -1] = 0  # the padding column
     far = torch.randn(3, 2, 2, generator=g, dtype=torch.float64)
     expected = torch.zeros(2 * D + 1, dtype=torch.float64)
     totals = near.sum((0, 1))
     for slot in range(slots):
-        r = r_lo + slot
-        lowest = r * block + q_offset - (block - 1)
-        assert lowest < D and lowest + 2 * block - 2 > -D  # every slot is near: a distance inside (−D, D)
-        for c in range(2 * block - 1):
+        lowest = (r_lo + slot) * block_n + q_offset - (block_n - 1)
+        if block_m == block_n:  # square tiles: every slot is a near tile's (a distance inside (−D, D))
+            assert lowest < D and lowest + 2 * block_n - 2 > -D
+        for c in range(2 * block_n - 1):
             expected[min(max(lowest + c, -D), D) + D] += totals[slot, c]
     expected[2 * D] += far.sum((0, 1))[0]
     expected[0] += far.sum((0, 1))[1]
-    torch.testing.assert_close(_distance_gradient(near, far, r_lo, q_offset, D, block), expected)
+    torch.testing.assert_close(_distance_gradient(near, far, r_lo, q_offset, D, block_n), expected)
     assert math.isclose(float(expected.sum()), float(totals.sum() + far.sum()), rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("block_m, block_n", [(16, 16), (32, 16), (64, 16), (128, 32)])
+@pytest.mark.parametrize("D, q_offset", [(1, 0), (3, 0), (5, 3), (20, 7), (40, 70)])
+def test_square_offsets_cover_exactly_the_squares_of_near_tiles(block_m, block_n, D, q_offset):
+    """The query pass writes the diagonal sums of every square of ``block_n`` queries in each near tile at slot
+    ``square − key tile − r_min``: :func:`square_offsets` bounds those offsets tightly — over query and key tiles
+    of a long sequence, near as the kernel decides (some distance ``t − s`` inside ``(−D, D)``), the smallest and
+    largest offsets are exactly ``r_lo`` and ``r_hi``."""
+    from maskattn.kernels.triton.dman import square_offsets
+
+    r_lo, r_hi = square_offsets(D, q_offset, block_m, block_n)
+    offsets = set()
+    for qt in range(40):
+        i0 = qt * block_m
+        for kt in range(40 * block_m // block_n + 10):
+            j0 = kt * block_n
+            lowest, highest = q_offset + i0 - j0 - (block_n - 1), q_offset + i0 - j0 + block_m - 1
+            if lowest < D and highest > -D:
+                offsets.update(qt * (block_m // block_n) + g - kt for g in range(block_m // block_n))
+    assert (min(offsets), max(offsets)) == (r_lo, r_hi)
 
 
 @pytest.mark.parametrize("q_offset", [0, 7, 40])

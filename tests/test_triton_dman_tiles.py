@@ -1,12 +1,13 @@
-"""DMAN's Triton tiles (issue 41 §2; docs/design.md §3, docs/gpu.md): square tiles sized per architecture and head
-width in ``runtime.TILE_TABLE`` (64 × 64 and wider where tensor cores want them: sm_90's wgmma needs 64-row
-warpgroups), the distance bias ``P`` read once per near tile as a strip of ``2·BLOCK`` entries, and the kernels'
-near / far loops — checked against the float64 oracle with the tiles a GPU would use.
+"""DMAN's Triton tiles (issue 41 §2; docs/design.md §3, docs/gpu.md): tiles sized per architecture and head width in
+``runtime.TILE_TABLE`` (64 × 64 forward tiles where tensor cores want them; sm_90's backward holds 128 rows and
+streams 32, FlashAttention-2's shapes — wgmma needs 64 rows per warpgroup in the held tile), the distance bias ``P``
+read once per near tile as a strip, the query pass's diagonal sums per square of ``BLOCK_N`` queries, and the
+kernels' near / far loops — checked against the float64 oracle with the tiles a GPU would use.
 
-Under Triton's interpreter the launchers take 16 × 16 tiles (``runtime.tiles``); here every DMAN pass is given
-64 × 64 tiles instead, so the strip of 128 distances, the near offsets of 64-wide tiles with query offsets
-that are not tile multiples, and the near loop / far loop split run at the size they have on a GPU. On CUDA the
-table's own tiles run."""
+Under Triton's interpreter the launchers take 16 × 16 tiles (``runtime.tiles``); here every DMAN pass is given the
+table's tiles of a shared-memory class instead (sm_80's square ones, sm_90's 128 × 32 / 32 × 128 backward), so the
+strip of P, the near tiles of wide and rectangular tiles with query offsets that are not tile multiples, and the
+near loop / far loop split run at the size they have on a GPU. On CUDA the table's own tiles run."""
 
 from __future__ import annotations
 
@@ -22,17 +23,24 @@ GRAD_NAMES = ("q", "k", "v", "a", "P", "U")
 DMAN = ("dman_fwd", "dman_bwd_kv", "dman_bwd_q")
 
 
-def test_dman_tiles_are_square_and_sized_for_tensor_cores():
-    """Every DMAN entry is square (the diagonal sums of ``dz`` and the near offsets assume it) and a power of two
-    (``tl.arange``); on the 227 KB class (sm_90) and the 163 KB class (sm_80) the forward's tiles of 16-bit heads up
-    to 128 wide are at least 64 × 64 with whole warpgroups (wgmma: 64 rows per group of 4 warps)."""
+def test_dman_tiles_fit_the_kernels_and_sm_90s_wgmma():
+    """Every DMAN entry is a power of two per side (``tl.arange``), and the query pass's ``BLOCK_M`` a multiple of
+    its ``BLOCK_N`` (its diagonal sums are per square of ``BLOCK_N`` queries). On the 227 KB class (sm_90) and the
+    163 KB class (sm_80) the forward's tiles of 16-bit heads up to 128 wide are at least 64 × 64 with whole
+    warpgroups; on the 227 KB class the backward passes of those heads hold 64 rows per warpgroup (wgmma: the key
+    pass's keys, the query pass's queries — every product has the held tile as its M dimension)."""
     for (kernel, cls, width), tiles in runtime.TILE_TABLE.items():
         if kernel not in DMAN:
             continue
-        assert tiles.block_m == tiles.block_n, (kernel, cls, width)
-        assert tiles.block_m & (tiles.block_m - 1) == 0 and tiles.block_m >= 16, (kernel, cls, width)
+        for side in (tiles.block_m, tiles.block_n):
+            assert side & (side - 1) == 0 and side >= 16, (kernel, cls, width, tiles)
+        if kernel == "dman_bwd_q":
+            assert tiles.block_m % tiles.block_n == 0, (kernel, cls, width, tiles)
         if kernel == "dman_fwd" and cls in ("227K", "163K") and width <= 128:
-            assert tiles.block_m >= 64 and tiles.warps % 4 == 0, (kernel, cls, width, tiles)
+            assert tiles.block_m >= 64 and tiles.block_n >= 64 and tiles.warps % 4 == 0, (kernel, cls, width, tiles)
+        if kernel != "dman_fwd" and cls == "227K" and width <= 128:
+            held = tiles.block_n if kernel == "dman_bwd_kv" else tiles.block_m
+            assert tiles.warps % 4 == 0 and held >= 64 * (tiles.warps // 4), (kernel, cls, width, tiles)
 
 
 def _inputs(n, m, D, *, B=1, H=2, d=16, seed=0):
@@ -44,20 +52,23 @@ def _inputs(n, m, D, *, B=1, H=2, d=16, seed=0):
     return [rand(B, H, n, d), rand(B, H, m, d), rand(B, H, m, d), rand(B, n), rand(2 * D + 1), rand(H)]
 
 
-@pytest.fixture
-def gpu_tiles(monkeypatch):
-    """64 × 64 tiles (the forward's on sm_80 / sm_90, wgmma's smallest with 4 warps) for every DMAN pass under the
-    interpreter; on CUDA the device's own (:data:`runtime.TILE_TABLE`)."""
+@pytest.fixture(params=["163K", "227K"])
+def gpu_tiles(request, monkeypatch):
+    """The tiles :data:`runtime.TILE_TABLE` gives 16-bit heads of width 64 on a shared-memory class (163 KB: sm_80's
+    square tiles; 227 KB: sm_90's 64 × 64 forward, 128 × 32 query pass and 32 × 128 key pass) for every DMAN pass
+    under the interpreter; on CUDA the device's own. Returns the launches' ``(BLOCK_M, BLOCK_N)`` per pass."""
     if INTERPRETED:
         original = runtime.tiles
 
         def tiles(kernel, head_dim, device, dtype=torch.float16):
-            return runtime.Tiles(64, 64, 4, 1) if kernel in DMAN else original(kernel, head_dim, device, dtype)
+            return runtime.TILE_TABLE[(kernel, request.param, 64)] if kernel in DMAN else original(kernel, head_dim,
+                                                                                                    device, dtype)
 
         monkeypatch.setattr(runtime, "tiles", tiles)
     from maskattn.kernels.triton.dman import _constants
     probe = torch.empty(1, 1, 1, 16, dtype=EXACT, device=DEVICE)
-    return _constants("dman_fwd", probe, probe, None, False, 0.0, None)["BLOCK"]
+    chosen = {kernel: _constants(kernel, probe, probe, None, False, 0.0, None) for kernel in DMAN}
+    return {kernel: (c["BLOCK_M"], c["BLOCK_N"]) for kernel, c in chosen.items()}
 
 
 # (n, m, D, causal, q_offset): D below, inside and beyond a 64-wide tile; query offsets that are not tile multiples
@@ -74,7 +85,7 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_matches_float64_reference_with_gpu_tiles(case, gpu_tiles):
     n, m, D, causal, q_offset = CASES[case]
-    assert gpu_tiles >= 64 or not INTERPRETED
+    assert min(gpu_tiles["dman_fwd"]) >= 64 or not INTERPRETED
     from maskattn.kernels.triton.dman import dman_triton
     inputs = _inputs(n, m, D)
     out = dman_triton(*inputs, causal=causal, key_padding_mask=None, q_offset=q_offset, dropout_p=0.0,

@@ -10,7 +10,8 @@ units inside (``exp2``). Key tiles wholly beyond the clip distance (every
 
 Backward is two passes without atomics (keys: dK, dV; queries: dQ), deterministic: the query pass also returns
 ``dz = dS ⊙ (1 − σ(z))`` (0 where the floor holds) reduced per row (→ the gradients of ``a`` and ``U``) and, per
-query tile, the diagonal sums of each near tile and one sum per far side (→ the gradient of ``P``); PyTorch
+query tile, the diagonal sums of each near tile (per square of its queries) and one sum per far side (→ the
+gradient of ``P``); PyTorch
 finishes those sums with plain reductions (:func:`_distance_gradient`). Attention dropout is FlashAttention-2's:
 the keep-mask is drawn in the kernel from a seed and redrawn by backward.
 
@@ -31,7 +32,7 @@ from . import runtime
 
 LOG2E = 1.4426950408889634  # log₂ e: the kernels' exponentials are base 2
 
-__all__ = ["dman_triton", "unsupported", "near_offsets", "KERNELS"]
+__all__ = ["dman_triton", "unsupported", "square_offsets", "KERNELS"]
 
 #: the kernel passes of one DMAN call (:data:`.runtime.TILE_TABLE`)
 KERNELS = ("dman_fwd", "dman_bwd_kv", "dman_bwd_q")
@@ -47,32 +48,35 @@ def unsupported(*, device: str, dtype: torch.dtype, head_dims: dict[str, int], r
     return reasons
 
 
-def near_offsets(max_distance: int, q_offset: int, block: int) -> tuple[int, int]:
-    """``(r_lo, r_hi)``: the relative block offsets ``r = query tile − key tile`` of the *near* tiles, those with
-    a distance ``t − s`` strictly inside ``(−D, D)``. A tile at offset ``r`` covers the distances
-    ``r·block + q_offset − (block − 1) … r·block + q_offset + (block − 1)``; for ``r > r_hi`` all are ``>= D``,
-    for ``r < r_lo`` all are ``<= −D``."""
-    r_hi = (max_distance - q_offset + block - 2) // block
-    r_lo = -((max_distance + q_offset + block - 2) // block)
+def square_offsets(max_distance: int, q_offset: int, block_m: int, block_n: int) -> tuple[int, int]:
+    """``(r_lo, r_hi)``: the bounds of the offsets ``r = query square − key tile`` (in units of ``block_n``) of the
+    squares of ``block_n`` queries × ``block_n`` keys inside the query pass's *near* tiles (``block_m`` queries ×
+    ``block_n`` keys, ``block_m`` a multiple of ``block_n``; near: some distance ``t − s`` strictly inside
+    ``(−D, D)``, as ``dman_jit._near_keys`` decides). A square at offset ``r`` covers the distances
+    ``r·block_n + q_offset − (block_n − 1) … r·block_n + q_offset + (block_n − 1)``; with ``block_m > block_n`` a
+    near tile may hold squares whose distances all lie at or beyond ``±D`` (their diagonal sums go to ``P``'s edge
+    entries)."""
+    squares = block_m // block_n
+    r_hi = squares - 1 + (block_n - 2 + max_distance - q_offset) // block_n
+    r_lo = -((q_offset + block_m + max_distance - 2) // block_n)
     return r_lo, r_hi
 
 
 def _constants(kernel: str, q: torch.Tensor, v: torch.Tensor, kpm, causal: bool, dropout_p: float,
                mask_floor) -> dict:
     tiles = runtime.tiles(kernel, max(q.shape[-1], v.shape[-1]), q.device, q.dtype)
-    # square tiles: the diagonal sums of dz need BLOCK_M == BLOCK_N (the table's DMAN entries are square)
+    # the query pass's diagonal sums of dz are taken per square of BLOCK_N queries: BLOCK_M a multiple of BLOCK_N
+    assert kernel != "dman_bwd_q" or tiles.block_m % tiles.block_n == 0, tiles
     return dict(runtime.launch_constants(q, v), CAUSAL=bool(causal), HAS_KPM=kpm is not None,
-                HAS_FLOOR=mask_floor is not None, DROPOUT=dropout_p > 0, BLOCK=tiles.block_m, num_warps=tiles.warps,
-                num_stages=tiles.stages)
+                HAS_FLOOR=mask_floor is not None, DROPOUT=dropout_p > 0, BLOCK_M=tiles.block_m,
+                BLOCK_N=tiles.block_n, num_warps=tiles.warps, num_stages=tiles.stages)
 
 
-def _sizes(q, k, v, table, q_offset: int, block: int):
-    """The kernels' size arguments after the strides: ``H, N, M, D_K, D_V, num_tiles, D, q_offset, R_LO, R_HI``
-    (``num_tiles``: of queries; the key pass replaces it)."""
+def _sizes(q, k, v, table, q_offset: int, tiles: int):
+    """The kernels' size arguments after the strides: ``H, N, M, D_K, D_V, num_tiles, D, q_offset`` (``num_tiles``
+    programs per (batch, head) pair: ``tiles`` of the sequence the pass holds)."""
     D = (table.numel() - 1) // 2
-    r_lo, r_hi = near_offsets(D, q_offset, block)
-    return [q.shape[1], q.shape[2], k.shape[2], q.shape[-1], v.shape[-1], runtime.cdiv(q.shape[2], block), D,
-            q_offset, r_lo, r_hi]
+    return [q.shape[1], q.shape[2], k.shape[2], q.shape[-1], v.shape[-1], tiles, D, q_offset]
 
 
 def _floor(mask_floor) -> float:
@@ -98,7 +102,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
     if out.numel() == 0:
         return out, lse
     constants = _constants("dman_fwd", q, v, key_padding, causal, dropout_p, mask_floor)
-    sizes = _sizes(q, k, v, table, q_offset, constants["BLOCK"])
+    sizes = _sizes(q, k, v, table, q_offset, runtime.cdiv(n, constants["BLOCK_M"]))
     runtime.launch(
         runtime.load("dman_jit").dman_fwd, sizes[5] * B * H, q, k, v, a, table, u,
         runtime.placeholder(key_padding, q), runtime.placeholder(seed, q, torch.int64), out, lse,
@@ -118,9 +122,10 @@ def _distance_gradient(near: torch.Tensor, far: torch.Tensor, r_min: int, q_offs
                        block: int) -> torch.Tensor:
     """The gradient of ``P`` ``(2D + 1,)`` from the query pass's buffers, with plain (deterministic) sums.
 
-    ``near`` ``(B·H, query tiles, slots, 2·block)``: slot ``σ`` holds the diagonal sums of the near tile at
-    offset ``r = r_min + σ``, column ``c`` the distance ``base_r + c`` with ``base_r = r·block + q_offset −
-    (block − 1)`` (column ``2·block − 1`` is padding, always 0). Consecutive slots overlap by ``block − 1``
+    ``near`` ``(B·H, query squares, slots, 2·block)``: slot ``σ`` holds the diagonal sums of the square of
+    ``block`` queries × ``block`` keys at offset ``r = r_min + σ`` (query square − key tile), column ``c`` the
+    distance ``base_r + c`` with ``base_r = r·block + q_offset − (block − 1)`` (column ``2·block − 1`` is padding,
+    always 0). Consecutive slots overlap by ``block − 1``
     distances, so the first half of slot ``σ`` and the second half of slot ``σ − 1`` add up into one dense run
     of distances ``base_{r_min} + x``. ``far`` ``(B·H, query tiles, 2)``: the far-left (``t − s >= D``) and
     far-right (``t − s <= −D``) sums. Distances past ``±D`` go to the edge entries."""
@@ -161,23 +166,24 @@ def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     common = (q, k, v, a, table, u, runtime.placeholder(key_padding, q), runtime.placeholder(seed, q, torch.int64),
               lse, delta, grad_out)
     strides = (*runtime.stride_args(q, k, v, grad_out), *_parameter_strides(a, table, u))
-    key_sizes = _sizes(q, k, v, table, q_offset, keys["BLOCK"])
-    key_sizes[5] = runtime.cdiv(m, keys["BLOCK"])
+    key_sizes = _sizes(q, k, v, table, q_offset, runtime.cdiv(m, keys["BLOCK_N"]))
     runtime.launch(jit.dman_bwd_kv, key_sizes[5] * B * H, *common, grad_k, grad_v, *strides, *key_sizes, *tail,
                    **keys)
-    block = queries["BLOCK"]
-    sizes = _sizes(q, k, v, table, q_offset, block)
-    D, query_tiles, (r_lo, r_hi) = sizes[6], sizes[5], sizes[8:10]
-    r_min, r_max = max(r_lo, 1 - runtime.cdiv(m, block)), min(r_hi, query_tiles - 1)
+    block_m, block_n = queries["BLOCK_M"], queries["BLOCK_N"]
+    sizes = _sizes(q, k, v, table, q_offset, runtime.cdiv(n, block_m))
+    D, query_tiles = sizes[6], sizes[5]
+    squares = query_tiles * (block_m // block_n)  # squares of block_n queries (the diagonal sums' rows)
+    r_lo, r_hi = square_offsets(D, q_offset, block_m, block_n)
+    r_min, r_max = max(r_lo, 1 - runtime.cdiv(m, block_n)), min(r_hi, squares - 1)
     slots = max(1, r_max - r_min + 1)
     row_grad = q.new_empty(B * H, n, dtype=acc)
-    near = q.new_empty(B * H, query_tiles, slots, 2 * block, dtype=acc)  # every slot written by the kernel
+    near = q.new_empty(B * H, squares, slots, 2 * block_n, dtype=acc)  # every slot written by the kernel
     far = q.new_empty(B * H, query_tiles, 2, dtype=acc)
-    runtime.launch(jit.dman_bwd_q, query_tiles * B * H, *common, grad_q, row_grad, near, far, *strides, *sizes[:10],
+    runtime.launch(jit.dman_bwd_q, query_tiles * B * H, *common, grad_q, row_grad, near, far, *strides, *sizes,
                    r_min, slots, *tail, **queries)
     row_grad = row_grad.view(B, H, n)
     return (grad_q, grad_k, grad_v, row_grad.sum(1).to(a.dtype),
-            _distance_gradient(near, far, r_min, q_offset, D, block).to(table.dtype),
+            _distance_gradient(near, far, r_min, q_offset, D, block_n).to(table.dtype),
             row_grad.sum((0, 2)).to(u.dtype))
 
 

@@ -14,35 +14,39 @@ The mask enters in log form, so the softmax stays exact when ``σ(z)`` underflow
 ``dS = p ⊙ (d ⊙ dO·vᵀ − Δ)`` with ``Δ_i = dO_i·out_i`` (computed before the kernels) and
 ``dz = dS ⊙ (1 − σ(z))`` (0 where the floor ``ε`` holds), with ``1 − σ(z) = exp(logσ(z) − z)``.
 
-Keys past the sequence and padded keys are set to ``−inf`` per column (one select per score); only the *near*
+Keys past the sequence and padded keys are set to ``−inf`` per key (one select per score); only the *near*
 tiles, which hold the causal diagonal, compute a two-dimensional mask.
 
-Tiles are square (``BLOCK`` queries × ``BLOCK`` keys). A key tile at relative block offset ``r = query tile −
-key tile`` covers the distances ``r·BLOCK + q_offset − (BLOCK − 1) … r·BLOCK + q_offset + (BLOCK − 1)``,
-whatever the query tile; ``R_LO <= r <= R_HI`` are the *near* offsets, where some distance lies inside
-``(−D, D)``. Beyond them a tile is *far*: every distance is ``>= D`` (far left, ``r > R_HI``) or ``<= −D``
-(far right, ``r < R_LO``), ``z`` is constant along each row and the tile uses one gate value per row (no
-transcendental per score besides the softmax's ``exp2``). A near tile reads ``P`` once, as the strip of its
-``2·BLOCK − 1`` distances (one load of ``2·BLOCK`` clipped entries spread over the program's threads), and builds
-its ``BLOCK × BLOCK`` bias from the strip with one ``tl.gather`` (``bias[i, j] = strip[i − j + BLOCK − 1]``, a
-Toeplitz tile; Triton stages the strip in shared memory: one shared load per score, no global load per score).
+Tiles are ``BLOCK_M`` queries × ``BLOCK_N`` keys (the held tile of a backward pass the larger: the key pass holds
+keys, the query pass queries — sm_90's wgmma needs 64 rows per warpgroup in the held tile, and a narrower streamed
+tile keeps the per-tile working set small; docs/gpu/offline-perf.md). A tile of queries ``i0 …`` and keys ``j0 …``
+covers the distances ``t − s`` from ``q_offset + i0 − j0 − (BLOCK_N − 1)`` to ``q_offset + i0 − j0 +
+(BLOCK_M − 1)``; it is *near* when some of them lie inside ``(−D, D)`` (:func:`_near_keys`, :func:`_near_queries`).
+Beyond the near tiles a tile is *far*: every distance is ``>= D`` (far left) or ``<= −D`` (far right), ``z`` is
+constant along each query and the tile uses one gate value per query (no transcendental per score besides the
+softmax's ``exp2``). A near tile reads ``P`` once, as the strip of its ``BLOCK_M + BLOCK_N − 1`` distances (one
+load spread over the program's threads), and builds its bias from the strip with one ``tl.gather``
+(``bias[i, j] = strip[i − j + BLOCK_N − 1]``, a Toeplitz tile; Triton stages the strip in shared memory: one shared
+load per score, no global load per score).
 
-Each pass runs two loops over its tiles, each free of branches on the tile's kind: the near tiles (a contiguous run
-of offsets), then the far tiles of both sides as one index range (the side a per-tile scalar). One loop with a
-branch on the kind made ptxas serialise sm_90's wgmma at 64 × 64 tiles (C7515: "non wgmma instructions defining
-accumulator registers"); the two loops compile without the advisory (offline compile check, docs/gpu.md). Key tiles
-enter the online softmax near ones first, which the result does not depend on beyond rounding; dropout draws by
-position, so the order changes no keep-mask.
+Each pass runs two loops over its tiles, each free of branches on the tile's kind: the near tiles (a contiguous run),
+then the far tiles of both sides as one index range (the side a per-tile scalar). One loop with a branch on the
+kind made ptxas serialise sm_90's wgmma (C7515: "non wgmma instructions defining accumulator registers"); the two
+loops compile without the advisory (offline compile check, docs/gpu.md). Key tiles enter the online softmax near
+ones first, which the result does not depend on beyond rounding; dropout draws by position, so the order changes no
+keep-mask.
 
 Per score (head dims d, FLOPs of ``tl.dot``): forward 4d, backward 6d (key pass) + 6d (query pass), as
 FlashAttention-2 with the same two-pass split; transcendentals per score: far tiles 1 forward, 1 backward per pass;
 near tiles 3 forward (``logσ``: ``exp2`` and ``log2``; the softmax's ``exp2``) and 3–4 per backward pass (with
 ``1 − σ(z)``), FlashAttention-2 1.
 
-The query pass writes ``Σ_j dz`` per row, per near tile the ``2·BLOCK`` diagonal sums of ``dz`` (slot ``r −
-R_MIN``, column ``c = (i − j) + BLOCK − 1`` within the tile, the last column 0; one ``tl.gather``) — and zeros in
-the slots of near tiles it does not visit, so its buffer needs no fill — and one sum per far side; the wrapper
-reduces them to the gradients of ``a``, ``P`` and ``U`` with deterministic PyTorch sums.
+The query pass writes ``Σ_j dz`` per row, per near tile the diagonal sums of ``dz`` — per *square* of ``BLOCK_N``
+queries × ``BLOCK_N`` keys (``BLOCK_M`` is a multiple of ``BLOCK_N``: the tile is ``BLOCK_M / BLOCK_N`` squares
+stacked), ``2·BLOCK_N`` sums in the slot of the square's offset ``r = query square − key tile`` (column ``c = (i − j)
++ BLOCK_N − 1`` within the square, the last column 0; one ``tl.gather``) — and zeros in the slots of squares it
+does not visit, so its buffer needs no fill, and one sum per far side; the wrapper reduces them to the gradients of
+``a``, ``P`` and ``U`` with deterministic PyTorch sums.
 """
 
 import triton
@@ -52,7 +56,7 @@ from .jit_helpers import (LOG2E, dropout_keep, head_base, load_tile, log_sigmoid
                           store_tile)
 
 #: never specialised on == 1 (a new length, offset or distance must not recompile)
-_SIZES = ["H", "N", "M", "num_tiles", "D", "q_offset", "R_LO", "R_HI"]
+_SIZES = ["H", "N", "M", "num_tiles", "D", "q_offset"]
 
 
 @triton.jit
@@ -69,24 +73,53 @@ def _gate(z, log_floor, HAS_FLOOR: tl.constexpr):
 
 
 @triton.jit
-def _near_gate(row_bias, i0, j0, P, sp, D, q_offset, log_floor, HAS_FLOOR: tl.constexpr, BLOCK: tl.constexpr):
-    """``(log M, d log M / dz)`` of the near tile of queries ``i0 …`` and keys ``j0 …``, from ``z = row_bias +
-    P[clip(t − s) + D]`` (``row_bias`` per query, in its type). ``P`` is read once, as the strip of the tile's
-    distances ``base + c`` (``base = q_offset + i0 − j0 − (BLOCK − 1)``, ``c < 2·BLOCK``, the last one unused), and
-    the tile's bias ``strip[i − j + BLOCK − 1]`` (a Toeplitz tile) is gathered from it (docs/design.md §3: one global
-    load per tile, not one per score)."""
-    base = q_offset + i0 - j0 - (BLOCK - 1)
-    strip = tl.load(P + (tl.minimum(tl.maximum(base + tl.arange(0, 2 * BLOCK), -D), D) + D) * sp)
-    idx = tl.arange(0, BLOCK)
-    diagonal = tl.reshape(idx[:, None] - idx[None, :] + (BLOCK - 1), (BLOCK * BLOCK,))
-    bias = tl.reshape(tl.gather(strip.to(row_bias.dtype), diagonal, axis=0), (BLOCK, BLOCK))
-    return _gate(row_bias[:, None] + bias, log_floor, HAS_FLOOR)
+def _near_keys(i0, q_offset, D, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``(near_start, far_right_start)`` of the query tile ``i0``: its key tiles ``near_start <= j0 <
+    far_right_start`` (multiples of ``BLOCK_N``) are near — some distance inside ``(−D, D)``; before them every
+    distance is ``>= D`` (far left), from ``far_right_start`` on every one is ``<= −D`` (far right)."""
+    near_start = tl.cdiv(tl.maximum(q_offset + i0 + 2 - BLOCK_N - D, 0), BLOCK_N) * BLOCK_N
+    return near_start, tl.cdiv(q_offset + i0 + BLOCK_M - 1 + D, BLOCK_N) * BLOCK_N
+
+
+@triton.jit
+def _near_queries(j0, q_offset, D, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``(near_start, far_left_start)`` of the key tile ``j0``: its query tiles ``near_start <= i0 <
+    far_left_start`` (multiples of ``BLOCK_M``) are near; before them the key tile is far right of the queries
+    (every distance ``<= −D``), from ``far_left_start`` on far left (every distance ``>= D``) — the inverse of
+    :func:`_near_keys`."""
+    near_start = tl.cdiv(tl.maximum(j0 + 2 - BLOCK_M - D - q_offset, 0), BLOCK_M) * BLOCK_M
+    return near_start, tl.cdiv(tl.maximum(j0 + BLOCK_N - 1 + D - q_offset, 0), BLOCK_M) * BLOCK_M
+
+
+@triton.jit
+def _near_gate(query_bias, i0, j0, P, sp, D, q_offset, log_floor, HAS_FLOOR: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, KEYS_FIRST: tl.constexpr):
+    """``(log M, d log M / dz)`` of the near tile of queries ``i0 …`` and keys ``j0 …``, ``(BLOCK_M, BLOCK_N)`` —
+    or transposed, ``(BLOCK_N, BLOCK_M)`` with ``KEYS_FIRST`` (the key pass) — from ``z = query_bias +
+    P[clip(t − s) + D]`` (``query_bias`` per query, in its type). ``P`` is read once, as the strip of the tile's
+    distances ``base + c`` (``base = q_offset + i0 − j0 − (BLOCK_N − 1)``, ``c < BLOCK_M + BLOCK_N − 1``; the strip
+    is ``2·max(BLOCK_M, BLOCK_N)`` long, a power of two, its tail unused), and the tile's bias ``strip[i − j +
+    BLOCK_N − 1]`` (a Toeplitz tile) is gathered from it (docs/design.md §3: one global load per tile, not one per
+    score)."""
+    STRIP: tl.constexpr = 2 * max(BLOCK_M, BLOCK_N)
+    base = q_offset + i0 - j0 - (BLOCK_N - 1)
+    strip = tl.load(P + (tl.minimum(tl.maximum(base + tl.arange(0, STRIP), -D), D) + D) * sp).to(query_bias.dtype)
+    queries = tl.arange(0, BLOCK_M)
+    keys = tl.arange(0, BLOCK_N)
+    if KEYS_FIRST:
+        diagonal = tl.reshape(queries[None, :] - keys[:, None] + (BLOCK_N - 1), (BLOCK_N * BLOCK_M,))
+        bias = tl.reshape(tl.gather(strip, diagonal, axis=0), (BLOCK_N, BLOCK_M))
+        return _gate(query_bias[None, :] + bias, log_floor, HAS_FLOOR)
+    else:
+        diagonal = tl.reshape(queries[:, None] - keys[None, :] + (BLOCK_N - 1), (BLOCK_M * BLOCK_N,))
+        bias = tl.reshape(tl.gather(strip, diagonal, axis=0), (BLOCK_M, BLOCK_N))
+        return _gate(query_bias[:, None] + bias, log_floor, HAS_FLOOR)
 
 
 @triton.jit
 def _keep_keys(s2, cols, M, kpm_row, HAS_KPM: tl.constexpr):
-    """The scores ``s2`` with ``−inf`` at keys past the sequence and at padded keys (a select, not an added bias: a
-    non-finite padded key stays out, as on the reference backend)."""
+    """The scores ``s2`` (queries × keys) with ``−inf`` at keys past the sequence and at padded keys (a select, not
+    an added bias: a non-finite padded key stays out, as on the reference backend)."""
     keep = cols < M
     if HAS_KPM:
         keep = keep & (tl.load(kpm_row + cols, mask=cols < M, other=1) == 0)
@@ -94,11 +127,12 @@ def _keep_keys(s2, cols, M, kpm_row, HAS_KPM: tl.constexpr):
 
 
 @triton.jit
-def _near_scores(s2, row_bias, rows, cols, i0, j0, P, sp, D, q_offset, log_floor, CAUSAL: tl.constexpr,
-                 HAS_FLOOR: tl.constexpr, BLOCK: tl.constexpr):
-    """``(score, d log M / dz)`` of a near tile in log₂ units: the scaled scores plus ``log M``, ``−inf`` past the
-    causal diagonal."""
-    log_m, grad_gate = _near_gate(row_bias, i0, j0, P, sp, D, q_offset, log_floor, HAS_FLOOR, BLOCK)
+def _near_scores(s2, query_bias, rows, cols, i0, j0, P, sp, D, q_offset, log_floor, CAUSAL: tl.constexpr,
+                 HAS_FLOOR: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``(score, d log M / dz)`` of a near tile (queries × keys) in log₂ units: the scaled scores plus ``log M``,
+    ``−inf`` past the causal diagonal."""
+    log_m, grad_gate = _near_gate(query_bias, i0, j0, P, sp, D, q_offset, log_floor, HAS_FLOOR, BLOCK_M, BLOCK_N,
+                                  False)
     score = s2 + log_m * LOG2E
     if CAUSAL:
         score = tl.where(cols[None, :] <= q_offset + rows[:, None], score, float("-inf"))
@@ -115,10 +149,10 @@ def _far_tile(t, n_first, first_start, second_start, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, i0, j0, rows, idx_n, fk, fv, row_bias, far_log_m2, P, sp, D,
-              q_offset, log_floor, skn, skd, svn, svd, N, M, D_K, D_V, kpm_row, seed, bh, scale2, drop_p,
+def _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, i0, j0, rows, idx_n, fk, fv, query_bias, far_log_m2, P, sp,
+              D, q_offset, log_floor, skn, skd, svn, svd, N, M, D_K, D_V, kpm_row, seed, bh, scale2, drop_p,
               NEAR: tl.constexpr, CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr,
-              DROPOUT: tl.constexpr, PRECISION: tl.constexpr, BLOCK: tl.constexpr):
+              DROPOUT: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """One key tile of the online softmax: returns the updated ``(acc, row_max, row_sum)``. ``NEAR``: the tile
     holds distances inside ``(−D, D)`` — a gate per score, and the causal diagonal; else one gate per row,
     ``far_log_m2``."""
@@ -128,14 +162,14 @@ def _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, i0, j0, rows, idx_n, fk,
     s2 = _keep_keys(tl.dot(q, tl.trans(k), input_precision=PRECISION).to(acc.dtype) * scale2, cols, M, kpm_row,
                     HAS_KPM)
     if NEAR:
-        score = _near_scores(s2, row_bias, rows, cols, i0, j0, P, sp, D, q_offset, log_floor, CAUSAL, HAS_FLOOR,
-                             BLOCK)[0]
+        score = _near_scores(s2, query_bias, rows, cols, i0, j0, P, sp, D, q_offset, log_floor, CAUSAL, HAS_FLOOR,
+                             BLOCK_M, BLOCK_N)[0]
     else:
         score = s2 + far_log_m2[:, None]
     p, alpha, new_max = online_softmax(score, row_max)
     row_sum = row_sum * alpha + tl.sum(p, axis=1)
     if DROPOUT:
-        p = tl.where(dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK, BLOCK), p / (1.0 - drop_p), 0.0)
+        p = tl.where(dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK_M, BLOCK_N), p / (1.0 - drop_p), 0.0)
     acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
     return acc, new_max, row_sum
 
@@ -143,123 +177,120 @@ def _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, i0, j0, rows, idx_n, fk,
 @triton.jit(do_not_specialize=_SIZES)
 def dman_fwd(Q, K, V, A, P, U, KPM, SEED, OUT, LSE,
              sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, son, sod, sab, san, sp, su,
-             H, N, M, D_K, D_V, num_tiles, D, q_offset, R_LO, R_HI, scale2, drop_p, log_floor,
+             H, N, M, D_K, D_V, num_tiles, D, q_offset, scale2, drop_p, log_floor,
              CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr,
-             PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr, BLOCK_DK: tl.constexpr,
-             BLOCK_DV: tl.constexpr):
+             PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr):
     """``num_tiles · B · H`` programs: one query tile of one (batch, head) pair each. LSE is contiguous
     ``(B·H, N)`` in ACC, log₂ units (0 for rows with no allowed key, whose output is 0)."""
     qt, bh = program_tile(num_tiles)
-    i0 = qt * BLOCK
+    i0 = qt * BLOCK_M
     b = bh // H
     h = bh % H
-    idx = tl.arange(0, BLOCK)
-    rows = i0 + idx
+    idx_m = tl.arange(0, BLOCK_M)
+    idx_n = tl.arange(0, BLOCK_N)
+    rows = i0 + idx_m
     fk = tl.arange(0, BLOCK_DK)
     fv = tl.arange(0, BLOCK_DV)
-    q = load_tile(head_base(Q, b, h, sqb, sqh), i0, sqn, sqd, idx, fk, N, D_K)
-    row_bias = (tl.load(A + b.to(tl.int64) * sab + rows * san, mask=rows < N, other=0.0).to(ACC)
-                + tl.load(U + h * su).to(ACC))
-    left_log_m, _ = _gate(row_bias + tl.load(P + 2 * D * sp).to(ACC), log_floor, HAS_FLOOR)  # t − s >= D
-    right_log_m, _ = _gate(row_bias + tl.load(P).to(ACC), log_floor, HAS_FLOOR)  # t − s <= −D
+    q = load_tile(head_base(Q, b, h, sqb, sqh), i0, sqn, sqd, idx_m, fk, N, D_K)
+    query_bias = (tl.load(A + b.to(tl.int64) * sab + rows * san, mask=rows < N, other=0.0).to(ACC)
+                  + tl.load(U + h * su).to(ACC))
+    left_log_m, _ = _gate(query_bias + tl.load(P + 2 * D * sp).to(ACC), log_floor, HAS_FLOOR)  # t − s >= D
+    right_log_m, _ = _gate(query_bias + tl.load(P).to(ACC), log_floor, HAS_FLOOR)  # t − s <= −D
     k_base = head_base(K, b, h, skb, skh)
     v_base = head_base(V, b, h, svb, svh)
     kpm_row = KPM + b.to(tl.int64) * M
     seed = tl.load(SEED) if DROPOUT else 0
-    acc = tl.zeros((BLOCK, BLOCK_DV), dtype=ACC)
-    row_max = tl.full((BLOCK,), float("-inf"), dtype=ACC)
-    row_sum = tl.zeros((BLOCK,), dtype=ACC)
+    acc = tl.zeros((BLOCK_M, BLOCK_DV), dtype=ACC)
+    row_max = tl.full((BLOCK_M,), float("-inf"), dtype=ACC)
+    row_sum = tl.zeros((BLOCK_M,), dtype=ACC)
     key_end = M
     if CAUSAL:  # key tiles wholly in the future are skipped
-        key_end = tl.minimum(M, q_offset + tl.minimum(i0 + BLOCK, N))
-    near_start = tl.maximum((qt - R_HI) * BLOCK, 0)  # key tiles [near_start, far_right_start) are near
-    far_right_start = tl.maximum((qt - R_LO + 1) * BLOCK, 0)
+        key_end = tl.minimum(M, q_offset + tl.minimum(i0 + BLOCK_M, N))
+    near_start, far_right_start = _near_keys(i0, q_offset, D, BLOCK_M, BLOCK_N)
     left_log_m2 = left_log_m * LOG2E
     right_log_m2 = right_log_m * LOG2E
-    for j0 in range(near_start, tl.minimum(far_right_start, key_end), BLOCK):  # near tiles
-        acc, row_max, row_sum = _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, i0, j0, rows, idx, fk, fv,
-                                          row_bias, left_log_m2, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N,
-                                          M, D_K, D_V, kpm_row, seed, bh, scale2, drop_p, True, CAUSAL, HAS_KPM,
-                                          HAS_FLOOR, DROPOUT, PRECISION, BLOCK)
-    n_left = tl.cdiv(tl.minimum(near_start, key_end), BLOCK)  # far tiles: left [0, near_start), right from
-    n_far = n_left + tl.cdiv(tl.maximum(key_end - far_right_start, 0), BLOCK)  # far_right_start, one range
+    for j0 in range(near_start, tl.minimum(far_right_start, key_end), BLOCK_N):  # near tiles
+        acc, row_max, row_sum = _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, i0, j0, rows, idx_n, fk, fv,
+                                          query_bias, left_log_m2, P, sp, D, q_offset, log_floor, skn, skd, svn, svd,
+                                          N, M, D_K, D_V, kpm_row, seed, bh, scale2, drop_p, True, CAUSAL, HAS_KPM,
+                                          HAS_FLOOR, DROPOUT, PRECISION, BLOCK_M, BLOCK_N)
+    n_left = tl.cdiv(tl.minimum(near_start, key_end), BLOCK_N)  # far tiles: left [0, near_start), right from
+    n_far = n_left + tl.cdiv(tl.maximum(key_end - far_right_start, 0), BLOCK_N)  # far_right_start, one range
     for t in range(0, n_far):
-        j0, left = _far_tile(t, n_left, 0, far_right_start, BLOCK)
-        acc, row_max, row_sum = _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, i0, j0, rows, idx, fk, fv,
-                                          row_bias, tl.where(left, left_log_m2, right_log_m2), P, sp, D, q_offset,
+        j0, left = _far_tile(t, n_left, 0, far_right_start, BLOCK_N)
+        acc, row_max, row_sum = _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, i0, j0, rows, idx_n, fk, fv,
+                                          query_bias, tl.where(left, left_log_m2, right_log_m2), P, sp, D, q_offset,
                                           log_floor, skn, skd, svn, svd, N, M, D_K, D_V, kpm_row, seed, bh, scale2,
-                                          drop_p, False, CAUSAL, HAS_KPM, HAS_FLOOR, DROPOUT, PRECISION, BLOCK)
+                                          drop_p, False, CAUSAL, HAS_KPM, HAS_FLOOR, DROPOUT, PRECISION, BLOCK_M,
+                                          BLOCK_N)
     empty = row_sum == 0  # no allowed key (a NaN sum is not empty: NaN inputs give NaN, as on the reference)
     out = tl.where(empty[:, None], 0.0, acc / tl.where(empty, 1.0, row_sum)[:, None])
-    store_tile(head_base(OUT, b, h, sob, soh), i0, son, sod, idx, fv, N, D_V, out.to(OUT.dtype.element_ty))
+    store_tile(head_base(OUT, b, h, sob, soh), i0, son, sod, idx_m, fv, N, D_V, out.to(OUT.dtype.element_ty))
     lse = tl.where(empty, 0.0, row_max + tl.log2(tl.where(empty, 1.0, row_sum)))
     tl.store(LSE + bh.to(tl.int64) * N + rows, lse, mask=rows < N)
 
 
 @triton.jit
-def _bwd_tile(v_t, do, lse, delta, rows, j0, score, N, M, seed, bh, drop_p, DROPOUT: tl.constexpr,
-              PRECISION: tl.constexpr, BLOCK: tl.constexpr):
-    """``(dS, dropped p)`` of a tile from its scores (log₂ units, ``−inf`` where not allowed) and its values
-    transposed: the gradient of the natural scores and the probabilities that weighted ``v``."""
-    p = tl.exp2(score - lse[:, None])
-    dp = tl.dot(do, v_t, input_precision=PRECISION).to(lse.dtype)
+def _bwd_kv_tile(grad_k, grad_v, k, v, kept, q_base, do_base, i0, j0, idx_m, cols, fk, fv, a_row, u_h, edge, P, sp,
+                 D, q_offset, log_floor, LSE, DELTA, san, sqn, sqd, sgn, sgd, N, M, D_K, D_V, seed, bh, scale2,
+                 drop_p, NEAR: tl.constexpr, CAUSAL: tl.constexpr, HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr,
+                 PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One query tile's contribution to a key tile's ``(dK / scale, dV)`` (``NEAR`` as in :func:`_fwd_tile`;
+    ``edge`` the table entry of the far side), computed transposed — keys along the rows, ``(BLOCK_N, BLOCK_M)``,
+    FlashAttention-2's key pass: every product has the held key tile as its M dimension (``k·qᵀ``, ``v·dOᵀ``,
+    ``pᵀ·dO``, ``dSᵀ·q``), which wgmma on sm_90 needs 64 rows of, and the transposed probabilities and ``dS`` are
+    the A operands of the gradient products as they are (no transpose through shared memory)."""
+    rows = i0 + idx_m
+    in_rows = rows < N
+    q = load_tile(q_base, i0, sqn, sqd, idx_m, fk, N, D_K)
+    do = load_tile(do_base, i0, sgn, sgd, idx_m, fv, N, D_V)
+    lse = tl.load(LSE + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
+    delta = tl.load(DELTA + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
+    query_bias = tl.load(a_row + rows * san, mask=in_rows, other=0.0).to(lse.dtype) + u_h
+    s2 = tl.where(kept[:, None], tl.dot(k, tl.trans(q), input_precision=PRECISION).to(lse.dtype) * scale2,
+                  float("-inf"))  # (BLOCK_N keys, BLOCK_M queries)
+    if NEAR:
+        log_m = _near_gate(query_bias, i0, j0, P, sp, D, q_offset, log_floor, HAS_FLOOR, BLOCK_M, BLOCK_N, True)[0]
+        score = s2 + log_m * LOG2E
+        if CAUSAL:
+            score = tl.where(cols[:, None] <= q_offset + rows[None, :], score, float("-inf"))
+    else:
+        score = s2 + (_gate(query_bias + edge.to(lse.dtype), log_floor, HAS_FLOOR)[0] * LOG2E)[None, :]
+    p = tl.exp2(score - lse[None, :])
+    dp = tl.dot(v, tl.trans(do), input_precision=PRECISION).to(lse.dtype)
     if DROPOUT:
-        keep = dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK, BLOCK)
+        keep = tl.trans(dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK_M, BLOCK_N))
         dp = tl.where(keep, dp / (1.0 - drop_p), 0.0)
         dropped = tl.where(keep, p / (1.0 - drop_p), 0.0)
     else:
         dropped = p
-    return p * (dp - delta[:, None]), dropped
-
-
-@triton.jit
-def _bwd_kv_tile(grad_k, grad_v, k_t, v_t, kept, q_base, do_base, i0, j0, idx, cols, fk, fv, a_row, u_h, edge, P, sp,
-                 D, q_offset, log_floor, LSE, DELTA, san, sqn, sqd, sgn, sgd, N, M, D_K, D_V, seed, bh, scale2,
-                 drop_p, NEAR: tl.constexpr, CAUSAL: tl.constexpr, HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr,
-                 PRECISION: tl.constexpr, BLOCK: tl.constexpr):
-    """One query tile's contribution to a key tile's ``(dK / scale, dV)`` (``NEAR`` as in :func:`_fwd_tile`;
-    ``edge`` the table entry of the far side; ``k_t``, ``v_t`` the key tile transposed once per program: transposed
-    inside the loop, k and v stayed in registers and were stored to shared memory on every tile). Computing the
-    tile transposed (keys along the rows, FlashAttention-2's key pass) spilled more on sm_90."""
-    rows = i0 + idx
-    in_rows = rows < N
-    q = load_tile(q_base, i0, sqn, sqd, idx, fk, N, D_K)
-    do = load_tile(do_base, i0, sgn, sgd, idx, fv, N, D_V)
-    lse = tl.load(LSE + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
-    delta = tl.load(DELTA + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
-    row_bias = tl.load(a_row + rows * san, mask=in_rows, other=0.0).to(lse.dtype) + u_h
-    s2 = tl.where(kept[None, :], tl.dot(q, k_t, input_precision=PRECISION).to(lse.dtype) * scale2,
-                  float("-inf"))
-    if NEAR:
-        score = _near_scores(s2, row_bias, rows, cols, i0, j0, P, sp, D, q_offset, log_floor, CAUSAL, HAS_FLOOR,
-                             BLOCK)[0]
-    else:
-        score = s2 + (_gate(row_bias + edge.to(lse.dtype), log_floor, HAS_FLOOR)[0] * LOG2E)[:, None]
-    ds, dropped = _bwd_tile(v_t, do, lse, delta, rows, j0, score, N, M, seed, bh, drop_p, DROPOUT, PRECISION, BLOCK)
-    grad_v = tl.dot(tl.trans(dropped).to(do.dtype), do, grad_v, input_precision=PRECISION)
-    grad_k = tl.dot(tl.trans(ds).to(q.dtype), q, grad_k, input_precision=PRECISION)
+    ds = p * (dp - delta[None, :])
+    grad_v = tl.dot(dropped.to(do.dtype), do, grad_v, input_precision=PRECISION)
+    grad_k = tl.dot(ds.to(q.dtype), q, grad_k, input_precision=PRECISION)
     return grad_k, grad_v
 
 
 @triton.jit(do_not_specialize=_SIZES)
 def dman_bwd_kv(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, DK, DV,
                 sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sgb, sgh, sgn, sgd, sab, san, sp, su,
-                H, N, M, D_K, D_V, num_tiles, D, q_offset, R_LO, R_HI, scale, scale2, drop_p, log_floor,
+                H, N, M, D_K, D_V, num_tiles, D, q_offset, scale, scale2, drop_p, log_floor,
                 CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr,
-                PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr, BLOCK_DK: tl.constexpr,
-                BLOCK_DV: tl.constexpr):
-    """``num_tiles · B · H`` programs: the gradients of one key tile (k, v) over the query tiles that see it (far
-    right of it, near, far left). DK, DV are contiguous ``(B·H, M, ·)``."""
+                PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """``num_tiles · B · H`` programs: the gradients of one key tile (``BLOCK_N`` keys: k, v) over the query tiles
+    (``BLOCK_M`` queries) that see it (far right of it, near, far left). DK, DV are contiguous ``(B·H, M, ·)``."""
     kt, bh = program_tile(num_tiles)
-    j0 = kt * BLOCK
+    j0 = kt * BLOCK_N
     b = bh // H
     h = bh % H
-    idx = tl.arange(0, BLOCK)
-    cols = j0 + idx
+    idx_m = tl.arange(0, BLOCK_M)
+    idx_n = tl.arange(0, BLOCK_N)
+    cols = j0 + idx_n
     fk = tl.arange(0, BLOCK_DK)
     fv = tl.arange(0, BLOCK_DV)
-    k_t = tl.trans(load_tile(head_base(K, b, h, skb, skh), j0, skn, skd, idx, fk, M, D_K))
-    v_t = tl.trans(load_tile(head_base(V, b, h, svb, svh), j0, svn, svd, idx, fv, M, D_V))
+    k = load_tile(head_base(K, b, h, skb, skh), j0, skn, skd, idx_n, fk, M, D_K)
+    v = load_tile(head_base(V, b, h, svb, svh), j0, svn, svd, idx_n, fv, M, D_V)
     kept = cols < M  # the key tile's keys inside the sequence and not padded
     if HAS_KPM:
         kept = kept & (tl.load(KPM + b.to(tl.int64) * M + cols, mask=cols < M, other=1) == 0)
@@ -270,81 +301,89 @@ def dman_bwd_kv(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, DK, DV,
     left_edge = tl.load(P + 2 * D * sp)
     right_edge = tl.load(P)
     seed = tl.load(SEED) if DROPOUT else 0
-    grad_k = tl.zeros((BLOCK, BLOCK_DK), dtype=ACC)
-    grad_v = tl.zeros((BLOCK, BLOCK_DV), dtype=ACC)
+    grad_k = tl.zeros((BLOCK_N, BLOCK_DK), dtype=ACC)
+    grad_v = tl.zeros((BLOCK_N, BLOCK_DV), dtype=ACC)
     query_start = 0
     if CAUSAL:  # query tiles wholly before the key tile are skipped
-        query_start = (tl.maximum(j0 - q_offset, 0) // BLOCK) * BLOCK
-    near_start = (kt + R_LO) * BLOCK  # query tiles [near_start, far_left_start) are near; before: the key tile
-    far_left_start = (kt + R_HI + 1) * BLOCK  # is far right of them, after: far left
-    for i0 in range(tl.maximum(near_start, query_start), tl.minimum(far_left_start, N), BLOCK):  # near tiles
-        grad_k, grad_v = _bwd_kv_tile(grad_k, grad_v, k_t, v_t, kept, q_base, do_base, i0, j0, idx, cols, fk, fv,
+        query_start = (tl.maximum(j0 - q_offset, 0) // BLOCK_M) * BLOCK_M
+    near_start, far_left_start = _near_queries(j0, q_offset, D, BLOCK_M, BLOCK_N)
+    for i0 in range(tl.maximum(near_start, query_start), tl.minimum(far_left_start, N), BLOCK_M):  # near tiles
+        grad_k, grad_v = _bwd_kv_tile(grad_k, grad_v, k, v, kept, q_base, do_base, i0, j0, idx_m, cols, fk, fv,
                                       a_row, u_h, left_edge, P, sp, D, q_offset, log_floor, LSE, DELTA, san, sqn, sqd,
                                       sgn, sgd, N, M, D_K, D_V, seed, bh, scale2, drop_p, True, CAUSAL, HAS_FLOOR,
-                                      DROPOUT, PRECISION, BLOCK)
+                                      DROPOUT, PRECISION, BLOCK_M, BLOCK_N)
     # far tiles: those before near_start (the key tile is far right of them), then those from far_left_start
-    n_right = tl.cdiv(tl.maximum(tl.minimum(near_start, N) - query_start, 0), BLOCK)
+    n_right = tl.cdiv(tl.maximum(tl.minimum(near_start, N) - query_start, 0), BLOCK_M)
     left_start = tl.maximum(far_left_start, query_start)
-    n_far = n_right + tl.cdiv(tl.maximum(N - left_start, 0), BLOCK)
+    n_far = n_right + tl.cdiv(tl.maximum(N - left_start, 0), BLOCK_M)
     for t in range(0, n_far):
-        i0, right = _far_tile(t, n_right, query_start, left_start, BLOCK)
-        grad_k, grad_v = _bwd_kv_tile(grad_k, grad_v, k_t, v_t, kept, q_base, do_base, i0, j0, idx, cols, fk, fv,
+        i0, right = _far_tile(t, n_right, query_start, left_start, BLOCK_M)
+        grad_k, grad_v = _bwd_kv_tile(grad_k, grad_v, k, v, kept, q_base, do_base, i0, j0, idx_m, cols, fk, fv,
                                       a_row, u_h, tl.where(right, right_edge, left_edge), P, sp, D, q_offset,
                                       log_floor, LSE, DELTA, san, sqn, sqd, sgn, sgd, N, M, D_K, D_V, seed, bh, scale2,
-                                      drop_p, False, CAUSAL, HAS_FLOOR, DROPOUT, PRECISION, BLOCK)
+                                      drop_p, False, CAUSAL, HAS_FLOOR, DROPOUT, PRECISION, BLOCK_M, BLOCK_N)
     key_base = bh.to(tl.int64) * M
-    store_tile(DK + key_base * D_K, j0, D_K, 1, idx, fk, M, D_K, (grad_k * scale).to(DK.dtype.element_ty))
-    store_tile(DV + key_base * D_V, j0, D_V, 1, idx, fv, M, D_V, grad_v.to(DV.dtype.element_ty))
+    store_tile(DK + key_base * D_K, j0, D_K, 1, idx_n, fk, M, D_K, (grad_k * scale).to(DK.dtype.element_ty))
+    store_tile(DV + key_base * D_V, j0, D_V, 1, idx_n, fv, M, D_V, grad_v.to(DV.dtype.element_ty))
 
 
 @triton.jit
-def _diagonal_sums(dz, near_out, slot, BLOCK: tl.constexpr):
-    """Write the ``2·BLOCK`` diagonal sums of a near tile's ``dz`` to its slot: column ``c < BLOCK`` holds
-    ``i − j = c − (BLOCK − 1)``, column ``BLOCK + c`` holds ``i − j = c + 1`` (the last one 0)."""
-    # column c < BLOCK holds j = i + BLOCK − 1 − c (if < BLOCK), column BLOCK + c holds j = i − 1 − c (if >= 0) — the
-    # same j modulo BLOCK, and exactly one of the two exists, so one gather G[i, c] = dz[i, (i + BLOCK − 1 − c) mod
-    # BLOCK] serves both halves (gathered from the flattened tile: Triton stages it in shared memory, where a gather
-    # along the rows took ~2.5 warp shuffles per score and more registers)
-    i_local = tl.arange(0, BLOCK)[:, None]
-    c_local = tl.arange(0, BLOCK)[None, :]
-    source = i_local * BLOCK + (i_local + (BLOCK - 1) - c_local) % BLOCK
-    skewed = tl.reshape(tl.gather(tl.reshape(dz, (BLOCK * BLOCK,)), tl.reshape(source, (BLOCK * BLOCK,)), axis=0),
-                        (BLOCK, BLOCK))
-    lower = tl.sum(tl.where(i_local <= c_local, skewed, 0.0), axis=0)  # i − j = c − (BLOCK − 1) <= 0
-    upper = tl.sum(tl.where(i_local > c_local, skewed, 0.0), axis=0)  # i − j = c + 1 >= 1
-    out = near_out + slot * (2 * BLOCK) + tl.arange(0, BLOCK)  # the slot offset is small: near_out is int64-based
-    tl.store(out, lower)
-    tl.store(out + BLOCK, upper)
+def _diagonal_sums(dz, out, square_stride, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Write the diagonal sums of a near tile's ``dz`` (``BLOCK_M`` queries × ``BLOCK_N`` keys), per square of
+    ``BLOCK_N`` queries (``G = BLOCK_M / BLOCK_N`` of them, stacked): square ``g``'s ``2·BLOCK_N`` sums go to
+    ``out + g·square_stride`` — column ``c < BLOCK_N`` holds ``i − j = c − (BLOCK_N − 1)`` within the square,
+    column ``BLOCK_N + c`` holds ``i − j = c + 1`` (the last one 0)."""
+    # column c < BLOCK_N holds j = i + BLOCK_N − 1 − c (if < BLOCK_N), column BLOCK_N + c holds j = i − 1 − c (if
+    # >= 0), i the row within its square — the same j modulo BLOCK_N, and exactly one of the two exists, so one gather
+    # S[i, c] = dz[i, (i + BLOCK_N − 1 − c) mod BLOCK_N] serves both halves (gathered from the flattened tile: Triton
+    # stages it in shared memory, where a gather along the rows took ~2.5 warp shuffles per score and more registers)
+    G: tl.constexpr = BLOCK_M // BLOCK_N
+    i = tl.arange(0, BLOCK_M)[:, None]
+    c = tl.arange(0, BLOCK_N)[None, :]
+    source = i * BLOCK_N + (i % BLOCK_N + (BLOCK_N - 1) - c) % BLOCK_N
+    skewed = tl.reshape(tl.gather(tl.reshape(dz, (BLOCK_M * BLOCK_N,)), tl.reshape(source, (BLOCK_M * BLOCK_N,)),
+                                  axis=0), (G, BLOCK_N, BLOCK_N))  # (square, row in it, c)
+    i_local = tl.arange(0, BLOCK_N)[None, :, None]
+    c_local = tl.arange(0, BLOCK_N)[None, None, :]
+    lower = tl.sum(tl.where(i_local <= c_local, skewed, 0.0), axis=1)  # (G, BLOCK_N): i − j = c − (BLOCK_N − 1) <= 0
+    upper = tl.sum(tl.where(i_local > c_local, skewed, 0.0), axis=1)  # i − j = c + 1 >= 1
+    where = out + tl.arange(0, G)[:, None] * square_stride + tl.arange(0, BLOCK_N)[None, :]
+    tl.store(where, lower)
+    tl.store(where + BLOCK_N, upper)
 
 
 @triton.jit
-def _bwd_q_tile(grad_q, left_ds, near_dz, right_ds, q, do, lse, delta, k_base, v_base, i0, j0, qt, rows, idx, fk, fv,
-                row_bias, left_log_m2, right_log_m2, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N, M, D_K, D_V,
-                kpm_row, seed, bh, scale2, drop_p, near_out, R_MIN, left, NEAR: tl.constexpr, CAUSAL: tl.constexpr,
-                HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
-                BLOCK: tl.constexpr):
+def _bwd_q_tile(grad_q, left_ds, near_dz, right_ds, q, do, lse, delta, k_base, v_base, i0, j0, rows, idx_n, fk, fv,
+                query_bias, left_log_m2, right_log_m2, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N, M, D_K,
+                D_V, kpm_row, seed, bh, scale2, drop_p, near_out, N_SLOTS, left, NEAR: tl.constexpr,
+                CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr,
+                PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """One key tile's contribution to a query tile's ``dQ / scale`` and to its row sums: a near tile (``NEAR``) adds
-    ``Σ_j dz`` per row to ``near_dz`` and writes its ``2·BLOCK`` diagonal sums of ``dz`` to its slot of
-    ``near_out``; a far tile adds ``Σ_j dS`` per row to ``left_ds`` or ``right_ds`` (``left``: a scalar; times the
-    row's ``1 − σ(z)`` later)."""
-    cols = j0 + idx
-    k = load_tile(k_base, j0, skn, skd, idx, fk, M, D_K)
-    v = load_tile(v_base, j0, svn, svd, idx, fv, M, D_V)
+    ``Σ_j dz`` per row to ``near_dz`` and writes the diagonal sums of ``dz`` of its squares (``near_out``: the slot
+    of the first square, offset by ``−j0 / BLOCK_N`` slots here); a far tile adds ``Σ_j dS`` per row to
+    ``left_ds`` or ``right_ds`` (``left``: a scalar; times the row's ``1 − σ(z)`` later)."""
+    cols = j0 + idx_n
+    k = load_tile(k_base, j0, skn, skd, idx_n, fk, M, D_K)
+    v = load_tile(v_base, j0, svn, svd, idx_n, fv, M, D_V)
     s2 = _keep_keys(tl.dot(q, tl.trans(k), input_precision=PRECISION).to(lse.dtype) * scale2, cols, M, kpm_row,
                     HAS_KPM)
     if NEAR:
-        score, grad_gate = _near_scores(s2, row_bias, rows, cols, i0, j0, P, sp, D, q_offset, log_floor, CAUSAL,
-                                        HAS_FLOOR, BLOCK)
+        score, grad_gate = _near_scores(s2, query_bias, rows, cols, i0, j0, P, sp, D, q_offset, log_floor, CAUSAL,
+                                        HAS_FLOOR, BLOCK_M, BLOCK_N)
     else:
         score = s2 + tl.where(left, left_log_m2, right_log_m2)[:, None]
         grad_gate = s2  # unused on far tiles
-    ds, _ = _bwd_tile(tl.trans(v), do, lse, delta, rows, j0, score, N, M, seed, bh, drop_p, DROPOUT, PRECISION,
-                      BLOCK)
+    p = tl.exp2(score - lse[:, None])
+    dp = tl.dot(do, tl.trans(v), input_precision=PRECISION).to(lse.dtype)
+    if DROPOUT:
+        dp = tl.where(dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK_M, BLOCK_N), dp / (1.0 - drop_p), 0.0)
+    ds = p * (dp - delta[:, None])
     grad_q = tl.dot(ds.to(k.dtype), k, grad_q, input_precision=PRECISION)
     if NEAR:
         dz = ds * grad_gate
         near_dz += tl.sum(dz, axis=1)
-        _diagonal_sums(dz, near_out, qt - j0 // BLOCK - R_MIN, BLOCK)
+        _diagonal_sums(dz, near_out - (j0 // BLOCK_N) * (2 * BLOCK_N), (N_SLOTS + 1) * (2 * BLOCK_N), BLOCK_M,
+                       BLOCK_N)
     else:
         ds_sum = tl.sum(ds, axis=1)
         left_ds += tl.where(left, ds_sum, 0.0)
@@ -355,73 +394,79 @@ def _bwd_q_tile(grad_q, left_ds, near_dz, right_ds, q, do, lse, delta, k_base, v
 @triton.jit(do_not_specialize=_SIZES + ["R_MIN", "N_SLOTS"])
 def dman_bwd_q(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, DQ, ROW_GRAD, NEAR_GRAD, FAR_GRAD,
                sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sgb, sgh, sgn, sgd, sab, san, sp, su,
-               H, N, M, D_K, D_V, num_tiles, D, q_offset, R_LO, R_HI, R_MIN, N_SLOTS, scale, scale2, drop_p,
+               H, N, M, D_K, D_V, num_tiles, D, q_offset, R_MIN, N_SLOTS, scale, scale2, drop_p,
                log_floor, CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr,
-               DROPOUT: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
-               BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr):
+               DROPOUT: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr):
     """``num_tiles · B · H`` programs: the gradient of one query tile over the key tiles it sees, and of its mask
-    logits. DQ is contiguous ``(B·H, N, D_K)``; ROW_GRAD ``(B·H, N)`` gets ``Σ_j dz`` per row; NEAR_GRAD
-    ``(B·H, num_tiles, N_SLOTS, 2·BLOCK)`` the diagonal sums of the near tiles at slot ``r − R_MIN`` (zeros in the
-    slots this program does not visit); FAR_GRAD ``(B·H, num_tiles, 2)`` the sums of ``dz`` over the far-left and
-    far-right tiles."""
+    logits. ``BLOCK_M`` is a multiple of ``BLOCK_N``: the tile is ``G = BLOCK_M / BLOCK_N`` squares of ``BLOCK_N``
+    queries. DQ is contiguous ``(B·H, N, D_K)``; ROW_GRAD ``(B·H, N)`` gets ``Σ_j dz`` per row; NEAR_GRAD
+    ``(B·H, num_tiles·G, N_SLOTS, 2·BLOCK_N)`` per square of queries the diagonal sums of its near key tiles at slot
+    ``r − R_MIN``, ``r`` = square − key tile (zeros in the slots this program does not visit); FAR_GRAD
+    ``(B·H, num_tiles, 2)`` the sums of ``dz`` over the far-left and far-right tiles."""
+    G: tl.constexpr = BLOCK_M // BLOCK_N
     qt, bh = program_tile(num_tiles)
-    i0 = qt * BLOCK
+    i0 = qt * BLOCK_M
     b = bh // H
     h = bh % H
-    idx = tl.arange(0, BLOCK)
-    rows = i0 + idx
+    idx_m = tl.arange(0, BLOCK_M)
+    idx_n = tl.arange(0, BLOCK_N)
+    rows = i0 + idx_m
     in_rows = rows < N
     fk = tl.arange(0, BLOCK_DK)
     fv = tl.arange(0, BLOCK_DV)
-    q = load_tile(head_base(Q, b, h, sqb, sqh), i0, sqn, sqd, idx, fk, N, D_K)
-    do = load_tile(head_base(DO, b, h, sgb, sgh), i0, sgn, sgd, idx, fv, N, D_V)
+    q = load_tile(head_base(Q, b, h, sqb, sqh), i0, sqn, sqd, idx_m, fk, N, D_K)
+    do = load_tile(head_base(DO, b, h, sgb, sgh), i0, sgn, sgd, idx_m, fv, N, D_V)
     lse = tl.load(LSE + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
     delta = tl.load(DELTA + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
-    row_bias = (tl.load(A + b.to(tl.int64) * sab + rows * san, mask=in_rows, other=0.0).to(ACC)
-                + tl.load(U + h * su).to(ACC))
-    left_log_m, left_gate = _gate(row_bias + tl.load(P + 2 * D * sp).to(ACC), log_floor, HAS_FLOOR)
-    right_log_m, right_gate = _gate(row_bias + tl.load(P).to(ACC), log_floor, HAS_FLOOR)
+    query_bias = (tl.load(A + b.to(tl.int64) * sab + rows * san, mask=in_rows, other=0.0).to(ACC)
+                  + tl.load(U + h * su).to(ACC))
+    left_log_m, left_gate = _gate(query_bias + tl.load(P + 2 * D * sp).to(ACC), log_floor, HAS_FLOOR)
+    right_log_m, right_gate = _gate(query_bias + tl.load(P).to(ACC), log_floor, HAS_FLOOR)
     k_base = head_base(K, b, h, skb, skh)
     v_base = head_base(V, b, h, svb, svh)
     kpm_row = KPM + b.to(tl.int64) * M
     seed = tl.load(SEED) if DROPOUT else 0
-    near_out = NEAR_GRAD + (bh.to(tl.int64) * num_tiles + qt) * N_SLOTS * (2 * BLOCK)
-    grad_q = tl.zeros((BLOCK, BLOCK_DK), dtype=ACC)
-    left_ds = tl.zeros((BLOCK,), dtype=ACC)
-    near_dz = tl.zeros((BLOCK,), dtype=ACC)
-    right_ds = tl.zeros((BLOCK,), dtype=ACC)
+    # this program's squares of queries qt·G … qt·G + G − 1 (consecutive rows of NEAR_GRAD); key tile kt of
+    # square qt·G + g sits at slot qt·G + g − kt − R_MIN
+    squares = NEAR_GRAD + (bh.to(tl.int64) * num_tiles * G + qt * G) * N_SLOTS * (2 * BLOCK_N)
+    grad_q = tl.zeros((BLOCK_M, BLOCK_DK), dtype=ACC)
+    left_ds = tl.zeros((BLOCK_M,), dtype=ACC)
+    near_dz = tl.zeros((BLOCK_M,), dtype=ACC)
+    right_ds = tl.zeros((BLOCK_M,), dtype=ACC)
     key_end = M
     if CAUSAL:
-        key_end = tl.minimum(M, q_offset + tl.minimum(i0 + BLOCK, N))
-    near_start = tl.maximum((qt - R_HI) * BLOCK, 0)  # key tiles [near_start, far_right_start) are near
-    far_right_start = tl.maximum((qt - R_LO + 1) * BLOCK, 0)
+        key_end = tl.minimum(M, q_offset + tl.minimum(i0 + BLOCK_M, N))
+    near_start, far_right_start = _near_keys(i0, q_offset, D, BLOCK_M, BLOCK_N)
     near_end = tl.minimum(far_right_start, key_end)
-    zeros = tl.zeros((2 * BLOCK,), dtype=ACC)
-    for slot in range(N_SLOTS):  # the slots of near tiles this program does not visit hold 0
-        j0 = (qt - R_MIN - slot) * BLOCK
-        if (j0 < near_start) | (j0 >= near_end):
-            tl.store(near_out + slot * (2 * BLOCK) + tl.arange(0, 2 * BLOCK), zeros)
+    zeros = tl.zeros((2 * BLOCK_N,), dtype=ACC)
+    for g in tl.static_range(G):  # the slots of key tiles this program does not visit hold 0
+        for slot in range(N_SLOTS):
+            j0 = (qt * G + g - R_MIN - slot) * BLOCK_N
+            if (j0 < near_start) | (j0 >= near_end):
+                tl.store(squares + (g * N_SLOTS + slot) * (2 * BLOCK_N) + tl.arange(0, 2 * BLOCK_N), zeros)
+    near_out = squares + (qt * G - R_MIN) * (2 * BLOCK_N)  # + g·(N_SLOTS + 1) − kt slots: square g, key tile kt
     left_log_m2 = left_log_m * LOG2E
     right_log_m2 = right_log_m * LOG2E
-    for j0 in range(near_start, near_end, BLOCK):  # near tiles
+    for j0 in range(near_start, near_end, BLOCK_N):  # near tiles
         grad_q, left_ds, near_dz, right_ds = _bwd_q_tile(
-            grad_q, left_ds, near_dz, right_ds, q, do, lse, delta, k_base, v_base, i0, j0, qt, rows, idx, fk, fv,
-            row_bias, left_log_m2, right_log_m2, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N, M, D_K, D_V,
-            kpm_row, seed, bh, scale2, drop_p, near_out, R_MIN, False, True, CAUSAL, HAS_KPM, HAS_FLOOR, DROPOUT,
-            PRECISION, BLOCK)
-    n_left = tl.cdiv(tl.minimum(near_start, key_end), BLOCK)  # far tiles: left [0, near_start), right from
-    n_far = n_left + tl.cdiv(tl.maximum(key_end - far_right_start, 0), BLOCK)  # far_right_start, one range
+            grad_q, left_ds, near_dz, right_ds, q, do, lse, delta, k_base, v_base, i0, j0, rows, idx_n, fk, fv,
+            query_bias, left_log_m2, right_log_m2, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N, M, D_K, D_V,
+            kpm_row, seed, bh, scale2, drop_p, near_out, N_SLOTS, False, True, CAUSAL, HAS_KPM, HAS_FLOOR, DROPOUT,
+            PRECISION, BLOCK_M, BLOCK_N)
+    n_left = tl.cdiv(tl.minimum(near_start, key_end), BLOCK_N)  # far tiles: left [0, near_start), right from
+    n_far = n_left + tl.cdiv(tl.maximum(key_end - far_right_start, 0), BLOCK_N)  # far_right_start, one range
     for t in range(0, n_far):
-        j0, left = _far_tile(t, n_left, 0, far_right_start, BLOCK)
+        j0, left = _far_tile(t, n_left, 0, far_right_start, BLOCK_N)
         grad_q, left_ds, near_dz, right_ds = _bwd_q_tile(
-            grad_q, left_ds, near_dz, right_ds, q, do, lse, delta, k_base, v_base, i0, j0, qt, rows, idx, fk, fv,
-            row_bias, left_log_m2, right_log_m2, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N, M, D_K, D_V,
-            kpm_row, seed, bh, scale2, drop_p, near_out, R_MIN, left, False, CAUSAL, HAS_KPM, HAS_FLOOR, DROPOUT,
-            PRECISION, BLOCK)
+            grad_q, left_ds, near_dz, right_ds, q, do, lse, delta, k_base, v_base, i0, j0, rows, idx_n, fk, fv,
+            query_bias, left_log_m2, right_log_m2, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N, M, D_K, D_V,
+            kpm_row, seed, bh, scale2, drop_p, near_out, N_SLOTS, left, False, CAUSAL, HAS_KPM, HAS_FLOOR, DROPOUT,
+            PRECISION, BLOCK_M, BLOCK_N)
     left_dz = left_ds * left_gate
     right_dz = right_ds * right_gate
     tl.store(ROW_GRAD + bh.to(tl.int64) * N + rows, left_dz + near_dz + right_dz, mask=in_rows)
     far_out = FAR_GRAD + (bh.to(tl.int64) * num_tiles + qt) * 2
     tl.store(far_out, tl.sum(left_dz, axis=0))
     tl.store(far_out + 1, tl.sum(right_dz, axis=0))
-    store_tile(DQ + bh.to(tl.int64) * N * D_K, i0, D_K, 1, idx, fk, N, D_K, (grad_q * scale).to(DQ.dtype.element_ty))
+    store_tile(DQ + bh.to(tl.int64) * N * D_K, i0, D_K, 1, idx_m, fk, N, D_K, (grad_q * scale).to(DQ.dtype.element_ty))

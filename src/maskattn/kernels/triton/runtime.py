@@ -153,7 +153,7 @@ class Tiles:
 #: (block_m, block_n, warps, stages) per kernel pass and head width, for the 99 KB (sm_86, sm_89), 163 KB (sm_80) and
 #: 227 KB (sm_90) classes — chosen by compiling candidates for each architecture with the offline check and keeping the
 #: first that meets its contract (half precision, every option set; docs/gpu.md "Offline compile check"). In the key
-#: passes (``*_bwd_kv``) ``block_n`` keys are held and ``block_m`` queries stream; DMAN's tiles are square.
+#: passes (``*_bwd_kv``) ``block_n`` keys are held and ``block_m`` queries stream.
 _TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
     # pass                    width: 99 KB            163 KB            227 KB
     "tensorized_fwd":        {64: ((64, 64, 4, 2), (64, 64, 4, 2), (64, 64, 4, 2)),
@@ -167,19 +167,22 @@ _TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
     "tensorized_bwd_kv":     {64: ((64, 32, 4, 2), (32, 32, 4, 2), (32, 128, 8, 2)),
                               128: ((64, 32, 8, 2), (64, 32, 8, 2), (32, 64, 8, 1)),
                               256: ((16, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
-    # DMAN (square tiles; issue 41): the first of 64 × 64 (wgmma on sm_90: 64 rows per warpgroup), then 32 × 32
-    # candidates without a spill in the plain configuration and within 256 bytes with every option on every
-    # architecture of the class (dman_jit of issue 41: strip of P, near / far loops); the backward's 64 × 64 tiles
-    # still spill in bwd_q everywhere, in bwd_kv at d 128 on sm_90 and at d 64 on sm_86 / sm_87, and bwd_q's 32 × 32
-    # tiles at d 256 spill 4–8 bytes on sm_100 / sm_120 (docs/gpu.md)
-    "dman_fwd":              {64: ((64, 64, 8, 1), (64, 64, 8, 2), (64, 64, 4, 2)),
+    # DMAN (issue 41; dman_jit: strip of P, near / far loops): the forward's first of 64 × 64 (wgmma on sm_90: 64
+    # rows per warpgroup), then 32 × 32 candidates without a spill in the plain configuration and within 256 bytes
+    # with every option on every architecture of the class. The backward on the 227 KB class holds 128 rows and
+    # streams 32 (FlashAttention-2's shapes: the query pass 128 queries × 32 keys, the key pass 32 queries × 128
+    # keys, 8 warps = two warpgroups of 64 held rows each): wgmma in every product, no spill in the plain
+    # configuration at d 64 and 128, where square 64 × 64 tiles spilled 72–380 bytes (docs/gpu/offline-perf.md).
+    # The query pass's BLOCK_M is a multiple of its BLOCK_N (its diagonal sums of dz are per square of BLOCK_N
+    # queries); at d 256 bwd_q takes 16 × 16 tiles (32 × 32 spill 4–8 bytes on sm_87 / sm_100 / sm_120)
+    "dman_fwd":              {64: ((64, 64, 8, 1), (64, 64, 8, 1), (64, 64, 4, 2)),
                               128: ((64, 64, 8, 1), (64, 64, 8, 1), (64, 64, 8, 2)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
-    "dman_bwd_q":            {64: ((32, 32, 4, 2), (32, 32, 4, 2), (32, 32, 4, 2)),
-                              128: ((32, 32, 8, 2), (32, 32, 8, 2), (32, 32, 8, 2)),
-                              256: ((16, 16, 4, 1), (32, 32, 8, 1), (16, 16, 2, 1))},
-    "dman_bwd_kv":           {64: ((32, 32, 4, 2), (32, 32, 4, 2), (64, 64, 8, 2)),
-                              128: ((64, 64, 8, 1), (64, 64, 8, 1), (32, 32, 4, 1)),
+    "dman_bwd_q":            {64: ((32, 32, 4, 2), (32, 32, 4, 2), (128, 32, 8, 2)),
+                              128: ((32, 32, 8, 2), (32, 32, 8, 2), (128, 32, 8, 2)),
+                              256: ((16, 16, 4, 1), (16, 16, 4, 1), (16, 16, 2, 1))},
+    "dman_bwd_kv":           {64: ((32, 32, 4, 2), (32, 32, 4, 2), (32, 128, 8, 2)),
+                              128: ((64, 64, 8, 1), (64, 64, 8, 1), (32, 128, 8, 2)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     "band_fwd":              {64: ((64, 64, 4, 2), (64, 64, 4, 2), (64, 64, 4, 2)),
                               128: ((64, 64, 8, 2), (64, 64, 8, 2), (64, 64, 8, 2)),
