@@ -67,6 +67,71 @@ def test_outputs_and_gradients_match_float64_reference(n, H, mask_kind, keep, sc
         assert (out[1] == 0).all()
 
 
+# heads of every kind: strict forward, a window(3), everything, a window of 33 positions (the widest narrow band) and
+# one of 34 (too wide for the narrow tiles)
+GROUPED_BANDS = [(math.inf, -1), (3, 3), (math.inf, math.inf), (0, 32), (16, 17)]
+
+
+def test_window_heads_take_a_narrow_launch_of_their_own():
+    """MTSA's heads share their launch's tiles: heads whose band spans at most NARROW_BAND positions (windows) run in
+    a launch of their own of every pass with the table's narrow tiles (16 rows), their key (query) tiles starting
+    where the band starts, so a window(3) head computes 32 keys per 16 queries instead of the directional heads'
+    64–128-row tiles (docs/gpu/offline-perf.md); the other heads keep the wide tiles. Every head is in exactly one
+    launch of each pass, and each launch has one program per tile, batch and head of its own."""
+    from maskattn.kernels.triton.tensorized import head_groups, head_offsets
+
+    assert head_groups(head_offsets(GROUPED_BANDS)) == [("", [0, 2, 4]), ("_narrow", [1, 3])]
+    assert head_groups(head_offsets([(math.inf, 0)] * 2)) == [("", [0, 1])]
+    assert head_groups(head_offsets([(2, 2)])) == [("_narrow", [0])]
+    B, H, n = 2, len(GROUPED_BANDS), 96
+    with runtime.recording(runtime.TARGETS[90]) as recorded:
+        q, k, v, s2t = (torch.randn(B, n, H, 64).to(torch.bfloat16).transpose(1, 2).requires_grad_()
+                        for _ in range(4))
+        out, _ = tensorized_triton(q, k, v, s2t, GROUPED_BANDS, None, scale="log_sigmoid", dropout_p=0.0)
+        torch.autograd.grad(out.float().sum(), (q, k, v, s2t))
+    for kernel in ("tensorized_fwd", "tensorized_bwd_kv", "tensorized_bwd_q"):
+        launches = [la for la in recorded if la.kernel.fn.__name__ == kernel]
+        assert sorted(bool(la.kwargs["BAND_START"]) for la in launches) == [False, True], kernel
+        for launch in launches:
+            narrow = launch.kwargs["BAND_START"]
+            tiles = runtime.TILE_TABLE[(kernel + ("_narrow" if narrow else ""), "227K", 64)]
+            assert (launch.kwargs["BLOCK_M"], launch.kwargs["BLOCK_N"], launch.kwargs["num_warps"]) == (
+                tiles.block_m, tiles.block_n, tiles.warps), (kernel, narrow)
+            heads = dict(zip(launch.kernel.arg_names, launch.args))["HEADS"].tolist()
+            assert heads == ([1, 3] if narrow else [0, 2, 4]), (kernel, narrow)
+            held = tiles.block_n if kernel == "tensorized_bwd_kv" else tiles.block_m
+            assert launch.grid == (runtime.cdiv(n, held) * B * len(heads),), (kernel, narrow)
+
+
+@pytest.mark.parametrize("scale", ["log_sigmoid", "identity"])
+def test_heads_in_two_launches_with_the_gpus_tiles_match_float64_reference(monkeypatch, scale):
+    """The launches of :func:`test_window_heads_take_a_narrow_launch_of_their_own` with the tiles sm_90 runs (wide:
+    64 × 64, 32 × 128 and 64 × 64; narrow: 16 × 32 started at the band start, 32 queries × 16 keys) under the
+    interpreter: outputs and every gradient match the float64 reference, with key padding and lengths that end
+    inside a tile; and a second backward is bit-identical (no atomics: the two launches write disjoint heads)."""
+    if runtime.interpreted():
+        original = runtime.tiles
+
+        def tiles(kernel, head_dim, device, dtype=torch.float16):
+            if kernel.startswith("tensorized"):
+                return runtime.TILE_TABLE[(kernel, "227K", 64)]
+            return original(kernel, head_dim, device, dtype)
+
+        monkeypatch.setattr(runtime, "tiles", tiles)
+    q, k, v, s2t = inputs(2, len(GROUPED_BANDS), 70)
+    mask = M.per_head([M.forward_mask(False), M.window(3), M.full(), M.band(0, 32), M.band(16, 17)])
+    kpm = padding(2, 70, (70, 61))
+    out = tensorized_attention(q, k, v, s2t, mask, scale=scale, key_padding_mask=kpm, backend="triton")
+    expected = tensorized_attention_reference(q, k, v, s2t, mask, scale=scale, key_padding_mask=kpm)
+    torch.testing.assert_close(out, expected, atol=tol(1e-12), rtol=tol(1e-10))
+    first = grads(out, (q, k, v, s2t))
+    for got, want in zip(first, grads(expected, (q, k, v, s2t))):
+        torch.testing.assert_close(got, want, atol=tol(1e-11), rtol=tol(1e-9))
+    again = tensorized_attention(q, k, v, s2t, mask, scale=scale, key_padding_mask=kpm, backend="triton")
+    for a, b in zip(first, grads(again, (q, k, v, s2t))):
+        assert torch.equal(a, b)
+
+
 def test_rows_without_a_key_are_zero_with_zero_finite_gradients():
     q, k, v, s2t = inputs(2, 2, 20, dtype=torch.float32)
     kpm = padding(2, 20, (20, 0))

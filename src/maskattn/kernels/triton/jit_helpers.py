@@ -93,23 +93,26 @@ def dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK_M: tl.constexpr, BLOCK_
 
 
 @triton.jit
-def key_range(i0, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, lo, hi, N, M):
+def key_range(i0, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, lo, hi, N, M, ALIGNED: tl.constexpr):
     """``(start, end)``: the key tiles that queries ``i0 … i0 + BLOCK_M − 1`` (below N) reach through the band
-    ``lo <= j − i <= hi``; ``start`` is aligned to a tile. Tiles outside are skipped."""
+    ``lo <= j − i <= hi``; ``start`` is aligned to a tile (``ALIGNED``) or the band's first key (no visited tile
+    starts before the band: a narrow band fills one tile). Tiles outside are skipped."""
     last = tl.minimum(i0 + BLOCK_M, N) - 1
     start = tl.maximum(i0 + lo, 0)
-    start = (start // BLOCK_N) * BLOCK_N
+    if ALIGNED:
+        start = (start // BLOCK_N) * BLOCK_N
     end = tl.minimum(last + hi + 1, M)
     return start, end
 
 
 @triton.jit
-def query_range(j0, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, lo, hi, N, M):
+def query_range(j0, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, lo, hi, N, M, ALIGNED: tl.constexpr):
     """``(start, end)``: the query tiles that reach keys ``j0 … j0 + BLOCK_N − 1`` (below M) through the band
-    ``lo <= j − i <= hi``; ``start`` is aligned to a tile."""
+    ``lo <= j − i <= hi``; ``start`` is aligned to a tile (``ALIGNED``) or the band's first query."""
     last = tl.minimum(j0 + BLOCK_N, M) - 1
     start = tl.maximum(j0 - hi, 0)
-    start = (start // BLOCK_M) * BLOCK_M
+    if ALIGNED:
+        start = (start // BLOCK_M) * BLOCK_M
     end = tl.minimum(last - lo + 1, N)
     return start, end
 

@@ -325,13 +325,14 @@ def _band_mask(lo: int, hi: int, n: int):
 
 
 def visited_tiles(kernel: str, n: int, block_m: int, block_n: int, band: tuple[int, int] = (-(1 << 30), 1 << 30),
-                  causal: bool = False, distance: tuple[int, int] = (1, 0)):
+                  causal: bool = False, distance: tuple[int, int] = (1, 0), aligned: bool = True):
     """``(tiles, allowed)`` for one (batch, head) pair at length ``n``: every tile ``(i0, j0, heavy)`` the kernel
     ``kernel`` visits (``i0`` the first query, ``j0`` the first key of a ``block_m × block_n`` tile, ``heavy``:
     it runs the masked / near path), mirrored from the kernel's loop bounds; ``allowed(i, j)`` the mask (band
     ``lo <= j − i <= hi`` for MTSA and the local band; ``causal`` for DMAN and the anchor; DMAN's clip distance and
     query offset ``distance = (D, q_offset)``, which decide its near tiles as ``dman_jit._near_keys`` /
-    ``_near_queries`` do)."""
+    ``_near_queries`` do). MTSA's tiles start at a tile multiple (``aligned``) or where the band starts (its narrow
+    launch, ``BAND_START``)."""
     lo, hi = band
     tiles: list[tuple[int, int, bool]] = []
     family, _, kind = kernel.partition("_")
@@ -340,14 +341,14 @@ def visited_tiles(kernel: str, n: int, block_m: int, block_n: int, band: tuple[i
         if kind == "bwd_kv":
             for j0 in range(0, n, block_n):
                 last = min(j0 + block_n, n) - 1
-                start = max(j0 - hi, 0) // block_m * block_m
+                start = max(j0 - hi, 0) // block_m * block_m if aligned else max(j0 - hi, 0)
                 end = min(last - lo + 1, n)
                 first, stop = _aligned_run(start, end, j0 + block_n - 1 - hi, j0 - block_m + 1 - lo, block_m)
                 tiles += [(i0, j0, i0 < first or i0 >= stop or j0 + block_n > n) for i0 in range(start, end, block_m)]
         else:
             for i0 in range(0, n, block_m):
                 last = min(i0 + block_m, n) - 1
-                start = max(i0 + lo, 0) // block_n * block_n
+                start = max(i0 + lo, 0) // block_n * block_n if aligned else max(i0 + lo, 0)
                 end = min(last + hi + 1, n)
                 first, stop = _aligned_run(start, end, i0 + block_m - 1 + lo, i0 + hi - block_n + 1, block_n)
                 tiles += [(i0, j0, j0 < first or j0 >= stop or j0 + block_n > n) for j0 in range(start, end, block_n)]
@@ -547,7 +548,8 @@ def _geometry(family: str, kernel: str, args: dict, head: int, block_m: int, blo
     n = int(args["N"])
     if family == "mtsa":
         bands = [int(x) for x in args["BANDS"].tolist()]
-        return visited_tiles(kernel, n, block_m, block_n, band=(bands[2 * head], bands[2 * head + 1]))
+        return visited_tiles(kernel, n, block_m, block_n, band=(bands[2 * head], bands[2 * head + 1]),
+                             aligned=not args["BAND_START"])
     if family.startswith("band"):
         return visited_tiles(kernel, n, block_m, block_n, band=(-int(args["left"]), int(args["right"])))
     if family == "dman":
@@ -570,11 +572,12 @@ def measure(p: Pass, head_dim: int, arch: int, lengths=SHAPES, _cache: dict | No
         row = Row(p.family, p.kernel, p.mask, head_dim, arch, n)
         rows.append(row)
         try:
-            launches = [la for la in _recorded(p.family, head_dim, arch, n) if la.kernel.fn.__name__ == p.kernel]
+            launches = [la for la in _recorded(p.family, head_dim, arch, n) if la.kernel.fn.__name__ == p.kernel
+                        and ("HEADS" not in _args(la) or p.head in _args(la)["HEADS"].tolist())]
             if not launches:
                 raise RuntimeError(f"{p.kernel} was not launched")
-            launch = launches[0]
-            key = (p.family, p.kernel, head_dim, arch)
+            launch = launches[0]  # MTSA: the launch that runs the row's head (its heads share its tiles)
+            key = (p.family, p.kernel, head_dim, arch, bool(_args(launch).get("BAND_START")))
             if key not in cache:
                 cubin, smem, named, options = _compile(launch, arch)
                 sass, registers = disassemble(cubin)
@@ -628,7 +631,7 @@ def measure(p: Pass, head_dim: int, arch: int, lengths=SHAPES, _cache: dict | No
 def passes() -> list[Pass]:
     from . import band, dman, tensorized
     anchor = _anchor_module()
-    kernels = {"anchor": anchor.KERNELS, "anchor-causal": anchor.KERNELS, "mtsa": tensorized.KERNELS,
+    kernels = {"anchor": anchor.KERNELS, "anchor-causal": anchor.KERNELS, "mtsa": tensorized.KERNELS[:3],
                "dman": dman.KERNELS, "band": band.KERNELS[:3], "band-narrow": band.KERNELS[:3]}
     return [Pass(family, kernel, mask, head) for family, mask, head in FAMILIES for kernel in kernels[family]]
 
@@ -804,7 +807,8 @@ Triton would, disassembled, and read:
 
 **Shapes.** One (batch, head) pair's loop bounds at n = 1024 and 2048 (the launches are recorded with B·H = 8;
 per-score figures do not depend on B·H). MTSA's rows are two of its heads from the same launch: a *forward* head
-(keys `j < i`) and a *window(3)* head (`|i − j| ≤ 3`); tiles are shared by all heads of a launch.
+(keys `j < i`) and a *window(3)* head (`|i − j| ≤ 3`), each read from the launch that runs it (the window head's
+launch of its own, with the narrow tiles: `tensorized.head_groups`).
 """
 
 _PREDICTS = """## What each ratio predicts for GPU time — and what it cannot

@@ -167,6 +167,18 @@ _TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
     "tensorized_bwd_kv":     {64: ((64, 32, 4, 2), (32, 32, 4, 2), (32, 128, 8, 2)),
                               128: ((64, 32, 8, 2), (64, 32, 8, 2), (32, 64, 8, 1)),
                               256: ((16, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
+    # MTSA's window heads (bands of at most 33 positions; tensorized.head_groups) in a launch of their own, key
+    # (query) tiles started at the band start: 16 queries × 32 keys (key pass: 16 keys × 32 queries), as the band's
+    # narrow tiles (width 128: 4 warps; 2 spilled 8–52 bytes); width 256 keeps the wide entries
+    "tensorized_fwd_narrow": {64: ((16, 32, 2, 1), (16, 32, 2, 1), (16, 32, 2, 1)),
+                              128: ((16, 32, 4, 1), (16, 32, 4, 1), (16, 32, 4, 1)),
+                              256: ((32, 32, 8, 1), (32, 32, 8, 1), (64, 32, 8, 1))},
+    "tensorized_bwd_q_narrow": {64: ((16, 32, 2, 2), (16, 32, 2, 2), (16, 32, 2, 2)),
+                                128: ((16, 32, 4, 1), (16, 32, 4, 1), (16, 32, 4, 1)),
+                                256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
+    "tensorized_bwd_kv_narrow": {64: ((32, 16, 2, 2), (32, 16, 2, 2), (32, 16, 2, 2)),
+                                 128: ((32, 16, 4, 2), (32, 16, 4, 2), (32, 16, 4, 2)),
+                                 256: ((16, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     # DMAN (issue 41; dman_jit: strip of P, near / far loops): the forward's first of 64 × 64 (wgmma on sm_90: 64
     # rows per warpgroup), then 32 × 32 candidates without a spill in the plain configuration and within 256 bytes
     # with every option on every architecture of the class. The backward on the 227 KB class holds 128 rows and

@@ -6,7 +6,8 @@ the denominator ``Σ w·E`` (``w = σ(R)`` for the log-sigmoid scale: no running
 they cancel in the ratio; ``d`` the weights' dropout mask), and divides at the end. Each head's mask is a band
 ``lo <= j − i <= hi`` (forward, backward, with or without the diagonal, a window, everything); tiles outside a
 head's band are skipped, so MTSA's directional heads cost half of full attention, and tiles wholly inside it run
-without a mask. ``q``, ``k`` are ``tl.dot`` operands in the inputs' dtype; ``v ⊙ E`` and ``E`` in
+without a mask. Heads share the tiles of their launch, so window heads (narrow bands) run in a launch of their own
+with 16-row tiles started at the band start (:func:`head_groups`; docs/gpu/offline-perf.md). ``q``, ``k`` are ``tl.dot`` operands in the inputs' dtype; ``v ⊙ E`` and ``E`` in
 :func:`.runtime.value_dtype` (bfloat16 for half-precision inputs: E's range needs float32's exponent). Backward is
 a pre-pass ``dN = dO / D``, ``dD = −dN ⊙ out`` (:func:`output_gradients`) and two kernels without atomics (keys,
 then queries).
@@ -29,7 +30,8 @@ from torch.library import custom_op, register_autograd
 
 from . import runtime
 
-__all__ = ["tensorized_triton", "head_offsets", "unsupported", "output_gradients", "BAND_SENTINEL", "KERNELS"]
+__all__ = ["tensorized_triton", "head_offsets", "head_groups", "unsupported", "output_gradients", "BAND_SENTINEL",
+           "KERNELS", "NARROW_BAND"]
 
 LOG2E = 1.4426950408889634  # log₂ e: the kernels' exponentials are base 2
 
@@ -47,8 +49,24 @@ def head_offsets(bands) -> list[int]:
     return flat
 
 
-#: the kernel passes of one MTSA call (:data:`.runtime.TILE_TABLE`)
-KERNELS = ("tensorized_fwd", "tensorized_bwd_kv", "tensorized_bwd_q")
+#: the kernel passes of one MTSA call (:data:`.runtime.TILE_TABLE`; the narrow variants share the kernels)
+KERNELS = ("tensorized_fwd", "tensorized_bwd_kv", "tensorized_bwd_q", "tensorized_fwd_narrow",
+           "tensorized_bwd_kv_narrow", "tensorized_bwd_q_narrow")
+#: heads whose band spans at most this many positions (MTSA's window heads) run in a launch of their own with the
+#: ``tensorized_*_narrow`` tiles of :data:`.runtime.TILE_TABLE`, as the band kernel's narrow bands do
+NARROW_BAND = 33
+
+
+def head_groups(bands: list[int]) -> list[tuple[str, list[int]]]:
+    """The launches of a call with per-head bands ``bands`` (:func:`head_offsets`' flat list): ``(suffix, heads)``
+    — the heads whose band spans more than :data:`NARROW_BAND` positions (directional, full: tiles of 64–128 rows,
+    aligned) with the suffix ``""``, those of at most :data:`NARROW_BAND` (windows) with ``"_narrow"``: 16-row
+    tiles whose key (query) tiles start where the band starts, so a window(3) head fills 7 of 32 computed scores per
+    row (21.9 %, the most a tensor-core tile holds: docs/gpu/offline-perf.md) instead of 4–7 % in the shared tiles.
+    Empty groups are left out."""
+    narrow = [h for h in range(len(bands) // 2) if bands[2 * h + 1] - bands[2 * h] + 1 <= NARROW_BAND]
+    wide = [h for h in range(len(bands) // 2) if h not in narrow]
+    return [(suffix, heads) for suffix, heads in (("", wide), ("_narrow", narrow)) if heads]
 
 
 def unsupported(*, device: str, dtype: torch.dtype, head_dims: dict[str, int], head_bands: bool, scale: str) -> list[str]:
@@ -69,11 +87,13 @@ def _threshold(acc: torch.dtype) -> float:
     return info.tiny / info.eps
 
 
-def _constants(kernel: str, q: torch.Tensor, ve: torch.Tensor, kpm, identity: bool, dropout_p: float) -> dict:
-    tiles = runtime.tiles(kernel, max(q.shape[-1], ve.shape[-1]), q.device, q.dtype)
+def _constants(kernel: str, suffix: str, q: torch.Tensor, ve: torch.Tensor, kpm, identity: bool,
+               dropout_p: float) -> dict:
+    """The launch constants of pass ``kernel`` for a head group of :func:`head_groups` (``suffix``)."""
+    tiles = runtime.tiles(kernel + suffix, max(q.shape[-1], ve.shape[-1]), q.device, q.dtype)
     return dict(runtime.launch_constants(q, ve), HAS_KPM=kpm is not None, IDENTITY=identity,
-                DROPOUT=dropout_p > 0, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, num_warps=tiles.warps,
-                num_stages=tiles.stages)
+                DROPOUT=dropout_p > 0, BAND_START=suffix == "_narrow", BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
+                num_warps=tiles.warps, num_stages=tiles.stages)
 
 
 def _scales(scale: float) -> tuple[float, float]:
@@ -95,13 +115,15 @@ def _forward(q: torch.Tensor, k: torch.Tensor, ve: torch.Tensor, e: torch.Tensor
     acc = runtime.accumulator(q.dtype)
     den = q.new_empty(B, H, n, d_v, dtype=acc)
     row_max = q.new_empty((B, H, n) if identity else (0,), dtype=acc)
-    constants = _constants("tensorized_fwd", q, ve, key_padding, identity, dropout_p)
-    tiles = runtime.cdiv(n, constants["BLOCK_M"])
-    runtime.launch(
-        jit.tensorized_fwd, tiles * B * H, q, k, ve, e, runtime.placeholder(key_padding, q),
-        runtime.device_table(bands, q.device), runtime.placeholder(seed, q, torch.int64), out, den,
-        runtime.placeholder(row_max if identity else None, q, acc), *runtime.stride_args(q, k, ve, e, out),
-        H, n, m, d_k, d_v, tiles, _scales(scale)[1], dropout_p, _threshold(acc), **constants)
+    for suffix, heads in head_groups(bands):  # disjoint heads: each launch writes its own
+        constants = _constants("tensorized_fwd", suffix, q, ve, key_padding, identity, dropout_p)
+        tiles = runtime.cdiv(n, constants["BLOCK_M"])
+        runtime.launch(
+            jit.tensorized_fwd, tiles * B * len(heads), q, k, ve, e, runtime.placeholder(key_padding, q),
+            runtime.device_table(bands, q.device), runtime.device_table(heads, q.device),
+            runtime.placeholder(seed, q, torch.int64), out, den,
+            runtime.placeholder(row_max if identity else None, q, acc), *runtime.stride_args(q, k, ve, e, out),
+            H, n, m, d_k, d_v, tiles, len(heads), _scales(scale)[1], dropout_p, _threshold(acc), **constants)
     return out, den, row_max
 
 
@@ -135,19 +157,20 @@ def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, ve: torc
     grad_q, grad_k = q.new_empty(B, H, n, d_k), k.new_empty(B, H, m, d_k)
     grad_ve, grad_e = ve.new_empty(B, H, m, d_v), e.new_empty(B, H, m, d_v)
     d_num, d_den = output_gradients(grad_out, out, den, ve.dtype)
-    common = (q, k, ve, e, runtime.placeholder(key_padding, q), runtime.device_table(bands, q.device),
-              runtime.placeholder(seed, q, torch.int64), runtime.placeholder(row_max if identity else None, q, den.dtype),
-              d_num, d_den)
     strides = runtime.stride_args(q, k, ve, e)
     scale, scale2 = _scales(scale)
-    keys = _constants("tensorized_bwd_kv", q, ve, key_padding, identity, dropout_p)
-    key_tiles = runtime.cdiv(m, keys["BLOCK_N"])
-    runtime.launch(jit.tensorized_bwd_kv, key_tiles * B * H, *common, grad_k, grad_ve, grad_e, *strides,
-                   H, n, m, d_k, d_v, key_tiles, scale, scale2, dropout_p, **keys)
-    queries = _constants("tensorized_bwd_q", q, ve, key_padding, identity, dropout_p)
-    query_tiles = runtime.cdiv(n, queries["BLOCK_M"])
-    runtime.launch(jit.tensorized_bwd_q, query_tiles * B * H, *common, grad_q, *strides,
-                   H, n, m, d_k, d_v, query_tiles, scale, scale2, dropout_p, **queries)
+    for suffix, heads in head_groups(bands):  # disjoint heads: each launch writes its own gradients
+        common = (q, k, ve, e, runtime.placeholder(key_padding, q), runtime.device_table(bands, q.device),
+                  runtime.device_table(heads, q.device), runtime.placeholder(seed, q, torch.int64),
+                  runtime.placeholder(row_max if identity else None, q, den.dtype), d_num, d_den)
+        keys = _constants("tensorized_bwd_kv", suffix, q, ve, key_padding, identity, dropout_p)
+        key_tiles = runtime.cdiv(m, keys["BLOCK_N"])
+        runtime.launch(jit.tensorized_bwd_kv, key_tiles * B * len(heads), *common, grad_k, grad_ve, grad_e, *strides,
+                       H, n, m, d_k, d_v, key_tiles, len(heads), scale, scale2, dropout_p, **keys)
+        queries = _constants("tensorized_bwd_q", suffix, q, ve, key_padding, identity, dropout_p)
+        query_tiles = runtime.cdiv(n, queries["BLOCK_M"])
+        runtime.launch(jit.tensorized_bwd_q, query_tiles * B * len(heads), *common, grad_q, *strides,
+                       H, n, m, d_k, d_v, query_tiles, len(heads), scale, scale2, dropout_p, **queries)
     return grad_q, grad_k, grad_ve, grad_e
 
 

@@ -13,7 +13,10 @@ to the head's band ``lo <= j − i <= hi``::
 ``dN = dO / D`` and ``dD = −dN·out`` from a pre-pass (the wrapper: FlashAttention-2's Δ, here per feature) and
 computes ``dW_ij = d_ij·(dN_i·(v⊙E)_j) + dD_i·E_j`` and ``dR = dW ⊙ σ(1 − σ)`` (identity: ``dW ⊙ w``).
 
-Key tiles outside a query tile's band are never visited; tiles wholly inside it (and inside the sequence) skip the
+A launch runs the heads listed in its ``HEADS`` table (``tensorized.head_groups``: the wide-band heads with tiles
+aligned to tile multiples; the window heads in a launch of their own with 16-row tiles whose key — in the key pass,
+query — tiles start where the band starts, ``BAND_START``, so a narrow band is one tile per row of tiles). Key tiles
+outside a query tile's band are never visited; tiles wholly inside it (and inside the sequence) skip the
 mask (a branch uniform over the program inside one loop: one loop keeps one wgmma pipeline on sm_90, where three
 loops serialised it). Rows past the sequence are never stored; with key padding a select per key column keeps a
 non-finite padded key out of the sums (their ``v⊙E`` and ``E`` are 0 anyway — the wrapper zeroes them). Scores are in log₂ units (``scale`` holds ``log₂e``).
@@ -31,7 +34,17 @@ from .jit_helpers import (aligned_run, dropout_keep, head_base, key_range, load_
 
 #: never specialised on == 1 (a new length must not recompile); the head widths stay specialised: their divisibility
 #: by 16 lets the feature masks vectorise the loads (and pipeline them)
-_SIZES = ["H", "N", "M", "num_tiles"]
+_SIZES = ["H", "N", "M", "num_tiles", "num_heads"]
+
+
+@triton.jit
+def _program(num_tiles, num_heads, H, HEADS, BANDS):
+    """``(tile, b, h, bh, lo, hi)`` of this program: its tile, batch, head (``HEADS``: the heads of this launch, by
+    launch-local index — a launch runs the heads that share its tiles), pair ``b·H + h`` and the head's band."""
+    tile, pair = program_tile(num_tiles)
+    b = pair // num_heads
+    h = tl.load(HEADS + pair % num_heads)
+    return tile, b, h, b * H + h, tl.load(BANDS + 2 * h), tl.load(BANDS + 2 * h + 1)
 
 
 @triton.jit
@@ -83,20 +96,17 @@ def _fwd_tile(num, den, row_max, q, k_base, ve_base, e_base, j0, rows, idx_n, fk
 
 
 @triton.jit(do_not_specialize=_SIZES)
-def tensorized_fwd(Q, K, VE, E, KPM, BANDS, SEED, OUT, DEN, ROW_MAX,
+def tensorized_fwd(Q, K, VE, E, KPM, BANDS, HEADS, SEED, OUT, DEN, ROW_MAX,
                    sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, seb, seh, sen, sed,
-                   sob, soh, son, sod, H, N, M, D_K, D_V, num_tiles, scale2, drop_p, threshold,
-                   HAS_KPM: tl.constexpr, IDENTITY: tl.constexpr, DROPOUT: tl.constexpr,
+                   sob, soh, son, sod, H, N, M, D_K, D_V, num_tiles, num_heads, scale2, drop_p, threshold,
+                   HAS_KPM: tl.constexpr, IDENTITY: tl.constexpr, DROPOUT: tl.constexpr, BAND_START: tl.constexpr,
                    PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr):
-    """``num_tiles · B · H`` programs: one query tile of one (batch, head) pair each. DEN is contiguous
-    ``(B·H, N, D_V)`` in ACC; ROW_MAX ``(B·H, N)`` (identity scale: the final row maxima, log₂ units)."""
-    tile, bh = program_tile(num_tiles)
+    """``num_tiles · B · num_heads`` programs: one query tile of one (batch, head) pair each (the heads listed in
+    ``HEADS``; ``BAND_START``: key tiles start where the query tile's band starts, not at a tile multiple). DEN is
+    contiguous ``(B·H, N, D_V)`` in ACC; ROW_MAX ``(B·H, N)`` (identity scale: the final row maxima, log₂ units)."""
+    tile, b, h, bh, lo, hi = _program(num_tiles, num_heads, H, HEADS, BANDS)
     i0 = tile * BLOCK_M
-    b = bh // H
-    h = bh % H
-    lo = tl.load(BANDS + 2 * h)
-    hi = tl.load(BANDS + 2 * h + 1)
     idx_m = tl.arange(0, BLOCK_M)
     idx_n = tl.arange(0, BLOCK_N)
     fk = tl.arange(0, BLOCK_DK)
@@ -111,7 +121,7 @@ def tensorized_fwd(Q, K, VE, E, KPM, BANDS, SEED, OUT, DEN, ROW_MAX,
     num = tl.zeros((BLOCK_M, BLOCK_DV), dtype=ACC)
     den = tl.zeros((BLOCK_M, BLOCK_DV), dtype=ACC)
     row_max = tl.full((BLOCK_M,), float("-inf"), dtype=ACC)
-    start, end = key_range(i0, BLOCK_M, BLOCK_N, lo, hi, N, M)
+    start, end = key_range(i0, BLOCK_M, BLOCK_N, lo, hi, N, M, not BAND_START)
     if IDENTITY:
         first, stop = end, end  # every tile masked: the maximum must skip padding and keys past M
     else:
@@ -187,20 +197,17 @@ def _bwd_kv_tile(grad_k, grad_ve, grad_e, k, ve, e, q_base, dn_base, dd_base, i0
 
 
 @triton.jit(do_not_specialize=_SIZES)
-def tensorized_bwd_kv(Q, K, VE, E, KPM, BANDS, SEED, ROW_MAX, DN, DD, DK, DVE, DE,
+def tensorized_bwd_kv(Q, K, VE, E, KPM, BANDS, HEADS, SEED, ROW_MAX, DN, DD, DK, DVE, DE,
                       sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, seb, seh, sen, sed,
-                      H, N, M, D_K, D_V, num_tiles, scale, scale2, drop_p,
-                      HAS_KPM: tl.constexpr, IDENTITY: tl.constexpr, DROPOUT: tl.constexpr,
+                      H, N, M, D_K, D_V, num_tiles, num_heads, scale, scale2, drop_p,
+                      HAS_KPM: tl.constexpr, IDENTITY: tl.constexpr, DROPOUT: tl.constexpr, BAND_START: tl.constexpr,
                       PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr):
-    """``num_tiles · B · H`` programs: the gradients of one key tile (k, v⊙E, E) over the query tiles that see it.
-    DN, DD ``(B·H, N, D_V)`` and DK, DVE, DE ``(B·H, M, ·)`` are contiguous."""
-    tile, bh = program_tile(num_tiles)
+    """``num_tiles · B · num_heads`` programs: the gradients of one key tile (k, v⊙E, E) over the query tiles that
+    see it (``HEADS``, ``BAND_START`` as in :func:`tensorized_fwd`: query tiles start where the key tile's band
+    starts). DN, DD ``(B·H, N, D_V)`` and DK, DVE, DE ``(B·H, M, ·)`` are contiguous."""
+    tile, b, h, bh, lo, hi = _program(num_tiles, num_heads, H, HEADS, BANDS)
     j0 = tile * BLOCK_N
-    b = bh // H
-    h = bh % H
-    lo = tl.load(BANDS + 2 * h)
-    hi = tl.load(BANDS + 2 * h + 1)
     idx_m = tl.arange(0, BLOCK_M)
     idx_n = tl.arange(0, BLOCK_N)
     fk = tl.arange(0, BLOCK_DK)
@@ -218,7 +225,7 @@ def tensorized_bwd_kv(Q, K, VE, E, KPM, BANDS, SEED, ROW_MAX, DN, DD, DK, DVE, D
     grad_k = tl.zeros((BLOCK_N, BLOCK_DK), dtype=ACC)
     grad_ve = tl.zeros((BLOCK_N, BLOCK_DV), dtype=ACC)
     grad_e = tl.zeros((BLOCK_N, BLOCK_DV), dtype=ACC)
-    start, end = query_range(j0, BLOCK_M, BLOCK_N, lo, hi, N, M)
+    start, end = query_range(j0, BLOCK_M, BLOCK_N, lo, hi, N, M, not BAND_START)
     if IDENTITY:
         first, stop = end, end
     else:  # query tiles wholly inside the band of this key tile
@@ -266,20 +273,17 @@ def _bwd_q_tile(grad_q, q, d_num, d_den, k_base, ve_base, e_base, j0, rows, idx_
 
 
 @triton.jit(do_not_specialize=_SIZES)
-def tensorized_bwd_q(Q, K, VE, E, KPM, BANDS, SEED, ROW_MAX, DN, DD, DQ,
+def tensorized_bwd_q(Q, K, VE, E, KPM, BANDS, HEADS, SEED, ROW_MAX, DN, DD, DQ,
                      sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, seb, seh, sen, sed,
-                     H, N, M, D_K, D_V, num_tiles, scale, scale2, drop_p,
-                     HAS_KPM: tl.constexpr, IDENTITY: tl.constexpr, DROPOUT: tl.constexpr,
+                     H, N, M, D_K, D_V, num_tiles, num_heads, scale, scale2, drop_p,
+                     HAS_KPM: tl.constexpr, IDENTITY: tl.constexpr, DROPOUT: tl.constexpr, BAND_START: tl.constexpr,
                      PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr):
-    """``num_tiles · B · H`` programs: the gradient of one query tile over the key tiles it sees. DN, DD
-    ``(B·H, N, D_V)`` and DQ ``(B·H, N, D_K)`` are contiguous."""
-    tile, bh = program_tile(num_tiles)
+    """``num_tiles · B · num_heads`` programs: the gradient of one query tile over the key tiles it sees
+    (``HEADS``, ``BAND_START`` as in :func:`tensorized_fwd`). DN, DD ``(B·H, N, D_V)`` and DQ ``(B·H, N, D_K)`` are
+    contiguous."""
+    tile, b, h, bh, lo, hi = _program(num_tiles, num_heads, H, HEADS, BANDS)
     i0 = tile * BLOCK_M
-    b = bh // H
-    h = bh % H
-    lo = tl.load(BANDS + 2 * h)
-    hi = tl.load(BANDS + 2 * h + 1)
     idx_m = tl.arange(0, BLOCK_M)
     idx_n = tl.arange(0, BLOCK_N)
     fk = tl.arange(0, BLOCK_DK)
@@ -295,7 +299,7 @@ def tensorized_bwd_q(Q, K, VE, E, KPM, BANDS, SEED, ROW_MAX, DN, DD, DQ,
     kpm_row = KPM + b.to(tl.int64) * M
     seed = tl.load(SEED) if DROPOUT else 0
     grad_q = tl.zeros((BLOCK_M, BLOCK_DK), dtype=ACC)
-    start, end = key_range(i0, BLOCK_M, BLOCK_N, lo, hi, N, M)
+    start, end = key_range(i0, BLOCK_M, BLOCK_N, lo, hi, N, M, not BAND_START)
     if IDENTITY:
         first, stop = end, end
     else:
