@@ -1,12 +1,12 @@
 """DMAN's Triton tiles (issue 41 §2; docs/design.md §3, docs/gpu.md): tiles sized per architecture and head width in
-``runtime.TILE_TABLE`` (64 × 64 forward tiles where tensor cores want them; sm_90's backward holds 128 rows and
+``runtime.TILE_TABLE`` (128-query forward tiles, 16 rows per warp; sm_90's backward holds 128 rows and
 streams 32, FlashAttention-2's shapes — wgmma needs 64 rows per warpgroup in the held tile), the distance bias ``P``
 read once per near tile as a strip, the query pass's diagonal sums per square of ``BLOCK_N`` queries, and the
 kernels' near / far loops — checked against the float64 oracle with the tiles a GPU would use.
 
 Under Triton's interpreter the launchers take 16 × 16 tiles (``runtime.tiles``); here every DMAN pass is given the
-table's tiles of a shared-memory class instead (sm_80's square ones, sm_90's 128 × 32 / 32 × 128 backward), so the
-strip of P, the near tiles of wide and rectangular tiles with query offsets that are not tile multiples, and the
+table's tiles of a shared-memory class instead (128 × 64 forward; sm_80's square backward, sm_90's 128 × 32 /
+32 × 128), so the strip of P, the near tiles of wide and rectangular tiles with query offsets that are not tile multiples, and the
 near loop / far loop split run at the size they have on a GPU. On CUDA the table's own tiles run."""
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ DMAN = ("dman_fwd", "dman_bwd_kv", "dman_bwd_q")
 def test_dman_tiles_fit_the_kernels_and_sm_90s_wgmma():
     """Every DMAN entry is a power of two per side (``tl.arange``), and the query pass's ``BLOCK_M`` a multiple of
     its ``BLOCK_N`` (its diagonal sums are per square of ``BLOCK_N`` queries). On the 227 KB class (sm_90) and the
-    163 KB class (sm_80) the forward's tiles of 16-bit heads up to 128 wide are at least 64 × 64 with whole
-    warpgroups; on the 227 KB class the backward passes of those heads hold 64 rows per warpgroup (wgmma: the key
-    pass's keys, the query pass's queries — every product has the held tile as its M dimension)."""
+    163 KB class (sm_80) the forward of 16-bit heads up to 128 wide gives each warp 16 query rows of its own
+    (Triton puts the warps of a chained dot along the rows: 64 rows on 8 warps ran every product twice), in whole
+    warpgroups of 64 rows on the 227 KB class; there the backward passes of those heads hold 64 rows per warpgroup
+    (wgmma: the key pass's keys, the query pass's queries — every product has the held tile as its M dimension)."""
     for (kernel, cls, width), tiles in runtime.TILE_TABLE.items():
         if kernel not in DMAN:
             continue
@@ -37,7 +38,9 @@ def test_dman_tiles_fit_the_kernels_and_sm_90s_wgmma():
         if kernel == "dman_bwd_q":
             assert tiles.block_m % tiles.block_n == 0, (kernel, cls, width, tiles)
         if kernel == "dman_fwd" and cls in ("227K", "163K") and width <= 128:
-            assert tiles.block_m >= 64 and tiles.block_n >= 64 and tiles.warps % 4 == 0, (kernel, cls, width, tiles)
+            assert tiles.block_m >= 16 * tiles.warps and tiles.warps % 4 == 0, (kernel, cls, width, tiles)
+            if cls == "227K":
+                assert tiles.block_m >= 64 * (tiles.warps // 4), (kernel, cls, width, tiles)
         if kernel != "dman_fwd" and cls == "227K" and width <= 128:
             held = tiles.block_n if kernel == "dman_bwd_kv" else tiles.block_m
             assert tiles.warps % 4 == 0 and held >= 64 * (tiles.warps // 4), (kernel, cls, width, tiles)
@@ -55,7 +58,8 @@ def _inputs(n, m, D, *, B=1, H=2, d=16, seed=0):
 @pytest.fixture(params=["163K", "227K"])
 def gpu_tiles(request, monkeypatch):
     """The tiles :data:`runtime.TILE_TABLE` gives 16-bit heads of width 64 on a shared-memory class (163 KB: sm_80's
-    square tiles; 227 KB: sm_90's 64 × 64 forward, 128 × 32 query pass and 32 × 128 key pass) for every DMAN pass
+    128 × 64 forward and square backward tiles; 227 KB: sm_90's 128 × 64 forward, 128 × 32 query pass and 32 × 128
+    key pass) for every DMAN pass
     under the interpreter; on CUDA the device's own. Returns the launches' ``(BLOCK_M, BLOCK_N)`` per pass."""
     if INTERPRETED:
         original = runtime.tiles

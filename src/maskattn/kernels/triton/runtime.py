@@ -160,9 +160,10 @@ _TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
                               128: ((64, 64, 8, 2), (64, 64, 8, 2), (64, 32, 4, 2)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (64, 32, 8, 1))},
     # MTSA's backward on the 227 KB class (sm_90): wgmma needs 64 rows per warpgroup in the held tile (keys in
-    # the key pass, queries in the query pass) — docs/gpu/offline-perf.md
+    # the key pass, queries in the query pass) — docs/gpu/offline-perf.md. Below it the query pass at d 128 holds
+    # 64 queries on 4 warps (8 warps ran every product twice: Triton puts a chained dot's warps along the rows)
     "tensorized_bwd_q":      {64: ((64, 32, 4, 2), (64, 32, 4, 2), (64, 64, 4, 2)),
-                              128: ((64, 32, 8, 2), (64, 32, 8, 2), (128, 32, 8, 2)),
+                              128: ((64, 32, 4, 2), (64, 32, 4, 2), (128, 32, 8, 2)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     "tensorized_bwd_kv":     {64: ((64, 32, 4, 2), (32, 32, 4, 2), (32, 128, 8, 2)),
                               128: ((64, 32, 8, 2), (64, 32, 8, 2), (32, 64, 8, 1)),
@@ -179,16 +180,18 @@ _TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
     "tensorized_bwd_kv_narrow": {64: ((32, 16, 2, 2), (32, 16, 2, 2), (32, 16, 2, 2)),
                                  128: ((32, 16, 4, 2), (32, 16, 4, 2), (32, 16, 4, 2)),
                                  256: ((16, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
-    # DMAN (issue 41; dman_jit: strip of P, near / far loops): the forward's first of 64 × 64 (wgmma on sm_90: 64
-    # rows per warpgroup), then 32 × 32 candidates without a spill in the plain configuration and within 256 bytes
-    # with every option on every architecture of the class. The backward on the 227 KB class holds 128 rows and
+    # DMAN (issue 41; dman_jit: strip of P, near / far loops): the forward holds 128 queries on 8 warps, 16 rows
+    # per warp as FlashAttention-2 (Triton puts every warp of a chained dot along the rows: 64 rows on 8 warps ran
+    # each product twice, 1.5–2× the tensor work of the anchor), 64 keys (32 at d 128 below the 227 KB class,
+    # where 64 spilled 280–316 bytes); no spill in the plain configuration, within 256 bytes with every option on
+    # every architecture of the class (docs/gpu/offline-perf.md). The backward on the 227 KB class holds 128 rows and
     # streams 32 (FlashAttention-2's shapes: the query pass 128 queries × 32 keys, the key pass 32 queries × 128
     # keys, 8 warps = two warpgroups of 64 held rows each): wgmma in every product, no spill in the plain
     # configuration at d 64 and 128, where square 64 × 64 tiles spilled 72–380 bytes (docs/gpu/offline-perf.md).
     # The query pass's BLOCK_M is a multiple of its BLOCK_N (its diagonal sums of dz are per square of BLOCK_N
     # queries); at d 256 bwd_q takes 16 × 16 tiles (32 × 32 spill 4–8 bytes on sm_87 / sm_100 / sm_120)
-    "dman_fwd":              {64: ((64, 64, 8, 1), (64, 64, 8, 1), (64, 64, 4, 2)),
-                              128: ((64, 64, 8, 1), (64, 64, 8, 1), (64, 64, 8, 2)),
+    "dman_fwd":              {64: ((128, 64, 8, 1), (128, 64, 8, 1), (128, 64, 8, 2)),
+                              128: ((128, 32, 8, 1), (128, 32, 8, 1), (128, 64, 8, 2)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     "dman_bwd_q":            {64: ((32, 32, 4, 2), (32, 32, 4, 2), (128, 32, 8, 2)),
                               128: ((32, 32, 8, 2), (32, 32, 8, 2), (128, 32, 8, 2)),
