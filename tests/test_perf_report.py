@@ -75,6 +75,52 @@ def test_the_hot_loop_and_its_light_and_heavy_paths():
     assert dict(classify(light).mufu) == {"EX2": 1}
 
 
+# DMAN's shape: a near loop and a far loop, each with the same two products (one of them heavier: its gate), and a
+# third innermost loop with one product (a tail) that is not hot; the last loop nests an inner loop (not innermost).
+TWO_LOOPS = """
+        .text.dman:
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+.L_x_near:
+        /*0010*/                   HMMA.16816.F32.BF16 R16, R12, R14, R16 ;
+        /*0020*/                   MUFU.EX2 R20, R20 ;
+        /*0030*/                   LDG.E R8, desc[UR4][R2.64] ;
+        /*0040*/                   HMMA.16816.F32.BF16 R24, R12, R14, R24 ;
+        /*0050*/               @P0 BRA `(.L_x_near) ;
+.L_x_far:
+        /*0060*/                   HMMA.16816.F32.BF16 R16, R12, R14, R16 ;
+        /*0070*/                   HMMA.16816.F32.BF16 R24, R12, R14, R24 ;
+        /*0080*/               @P1 BRA `(.L_x_far) ;
+.L_x_tail:
+        /*0090*/                   HMMA.16816.F32.BF16 R16, R12, R14, R16 ;
+        /*00a0*/               @P2 BRA `(.L_x_tail) ;
+.L_x_outer:
+        /*00b0*/                   FADD R20, R20, R21 ;
+.L_x_inner:
+        /*00c0*/                   FADD R21, R21, R22 ;
+        /*00d0*/               @P3 BRA `(.L_x_inner) ;
+        /*00e0*/               @P4 BRA `(.L_x_outer) ;
+        /*00f0*/                   EXIT ;
+"""
+
+
+def test_hot_loops_finds_every_innermost_loop_with_the_hot_loops_products():
+    """The report counts DMAN's near and far loops both (the far tiles run the second): every innermost loop with as
+    many tensor-core instructions as the hot one, in address order; a loop with fewer products and a loop that nests
+    another are not hot; a kernel without a loop has none."""
+    from maskattn.kernels.triton.perf_report import hot_loop, hot_loops, parse_sass
+    code = parse_sass(TWO_LOOPS)
+    spans = [(code[a].address, code[b].address) for a, b in hot_loops(code)]
+    assert spans == [(0x10, 0x50), (0x60, 0x80)]
+    first = hot_loop(code)
+    assert (code[first[0]].address, code[first[1]].address) == (0x10, 0x50)  # the longer of the two
+    assert hot_loops(parse_sass(SAMPLE)) == [hot_loop(parse_sass(SAMPLE))]
+    straight = parse_sass("""
+        /*0000*/                   HMMA.16816.F32.BF16 R16, R12, R14, R16 ;
+        /*0010*/                   EXIT ;
+""")
+    assert hot_loops(straight) == [] and hot_loop(straight) is None
+
+
 def test_occupancy_from_registers_warps_and_shared_memory():
     from maskattn.kernels.triton.perf_report import occupancy
     assert occupancy(90, 128, 4, 0) == (4, 0.25)  # 128 regs x 128 threads = 16K: 4 blocks by registers
