@@ -912,9 +912,22 @@ NOTES = """## What changed for these targets, and what the figures say
   (`perf_report.hot_loops`: near tiles the near loop, far tiles the far loop; the report read only the near loop
   before, which overstated `MUFU` and warp instructions). Interpreter parity with the float64 oracle for the
   output and every gradient, and bit-identical backward runs, with sm_80's square and sm_90's rectangular tiles
-  (`tests/test_triton_dman_tiles.py`). On the 163 KB class (sm_80) the forward at d = 64 takes 64 × 64 tiles with
-  8 warps and one stage (two stages spilled 4 B once the near bounds moved into the kernel, 4 warps 372 B with
-  every option on).
+  (`tests/test_triton_dman_tiles.py`).
+* **16 query rows per warp in DMAN's forward** (`runtime.TILE_TABLE`). Triton places every warp of a chained dot
+  (scores → softmax → `p·v`) along the rows, so the forward's 64 × 64 tiles on 8 warps (sm_80 at d = 64 and 128,
+  sm_90 at d = 128) gave each warp 8 rows of a 16-row `mma`: tensor FLOPs per score 2.0× the anchor's on sm_80 at
+  d = 64 and 1.5× on sm_90 at d = 128. Now 128 queries on 8 warps, FlashAttention-2's shape: 128 × 64 with two
+  stages on sm_90, 128 × 64 (d = 64) and 128 × 32 (d = 128; 128 × 64 spilled 280–316 B) with one stage on the
+  163 KB and 99 KB classes; no spill in the plain configuration, 8–96 B with every option on (sm_100 / 103 the
+  most; the compile check's budget is 256 B). Per score at
+  n = 2048 (before → now): tensor FLOPs 512 → 256 (sm_80, d = 64) and 768 → 512 (sm_90, d = 128), the anchor's
+  everywhere; `MUFU` 2.44 → 1.25 and 2.45 → 1.25; bytes loaded from L2 halved on every row (128-row tiles load
+  each key tile half as often: 4.1–8.7 → 2.1–4.4); warp instructions per 1k scores 1325 → 693, 1391 → 761,
+  1458 → 1017 (sm_80, d = 128) and 665 → 663 (sm_90, d = 64). The same cause doubled the products of MTSA's
+  query pass at d = 128 on the 163 KB and 99 KB classes (64 × 32 on 8 warps): now 4 warps, tensor FLOPs per score
+  1536 → 1024 (the pass's own 1.33× of the anchor), shared-memory bytes 226 → 132, warp instructions 1871 → 1336
+  per 1k scores, no spill. Interpreter parity and bit-identical backward with the new tiles:
+  `tests/test_triton_dman_tiles.py`.
 * **Narrow bands: tiles sized to the band** (`band_*_narrow`: 16 queries × 32 keys forward and in the query pass,
   16 keys × 32 queries in the key pass; bands of at most 33 positions, `band.band_tiles`). A window-11 band fills
   34 % of the computed scores instead of 11 %: per useful score a third of the tensor work, half the `MUFU`,
@@ -930,10 +943,20 @@ NOTES = """## What changed for these targets, and what the figures say
   position (4·d·2 bytes) for 4·d·w useful FLOPs — 5.5 FLOPs per DRAM byte, 16–48 with the computed ones, below the
   ~300 FLOPs per byte at which an H100 (~150 on an A100) stops being bound by DRAM; the warp instructions per
   useful score (issue) and the L2 traffic are what the smaller tiles change.
-* **MTSA's window(3) heads stay at 4–7 %**: MTSA runs every head of a layer in one launch, so a window head takes
-  the directional heads' 64–128-row tiles. A per-head narrow path (16-row sub-tiles with key tiles started at the
-  band start, as in the band kernel) or routing window heads to the band kernel (the wrapper's choice) would reach
-  the 21.9 % bound above; not done here.
+* **MTSA's window(3) heads: a launch of their own at the 21.9 % bound** (`tensorized.head_groups`). MTSA ran every
+  head of a layer in one launch, so a window head took the directional heads' 64–128-row tiles (3.7–7.4 % of the
+  computed scores inside its band). Heads whose band spans at most 33 positions now run in a second launch of each
+  pass (a `HEADS` table per launch; the heads are disjoint, so there are no atomics and the backward stays
+  bit-identical) with the band kernel's narrow shapes — 16 queries × 32 keys in the forward and the query pass,
+  16 keys × 32 queries in the key pass — and key (query) tiles started where the band starts: 21.9 % on every row
+  below, the most a tensor-core tile holds. Per useful score, before → now at n = 2048: tensor work 3–6× less,
+  `MUFU` 1.5–4.8× less (the epilogue's per-feature `N / D` is now spread over 32 keys per row, so per *computed*
+  score it rises to 2.3–4.5 `rcp`), warp instructions 1.4–1.9× fewer (the forward at d = 128 on sm_90: the same),
+  shared-memory traffic up to 3.4× less; bytes loaded from L2 1.1–1.8× fewer in the forward but up to 1.85× more
+  in the backward on sm_90 (the old key pass held 128 keys and the query pass 64–128 queries, so the streamed side
+  was reloaded less often) — and no wgmma (M = 16), as in the band kernel's narrow tiles. Parity with the float64
+  oracle, with the GPU's tiles of both launches, and a bit-identical second backward:
+  `tests/test_triton_tensorized.py::test_heads_in_two_launches_with_the_gpus_tiles_match_float64_reference`.
 * **The anchor** compiles without spilling everywhere in this report (on sm_80 at d = 128 its backward takes 64 × 64
   and 128 × 32 one-stage tiles; the before tables were measured against 128-key tiles that spilled 392 B there).
 """
