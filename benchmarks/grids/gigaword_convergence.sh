@@ -8,8 +8,8 @@
 # GRID_ARGS=--dry-run checks every run's configuration and trains none.
 #
 #   bash benchmarks/grids/gigaword_convergence.sh [DATA_ROOT] [JOBS]     # default ../shared/data, 1 run at a time
-#   maskattn grid compare benchmarks/results/gigaword_convergence --metric rouge1,rouge2,rougeL \
-#     architecture=man architecture=transformer
+#   maskattn grid compare benchmarks/results/gigaword_convergence --metric rouge1 \
+#     architecture=man architecture=transformer          # and --metric rouge2, rougeL
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA=${1:-../shared/data}
