@@ -52,7 +52,7 @@ does not visit, so its buffer needs no fill, and one sum per far side; the wrapp
 import triton
 import triton.language as tl
 
-from .jit_helpers import (LOG2E, dropout_keep, head_base, load_tile, log_sigmoid, online_softmax, program_tile,
+from .jit_helpers import (LOG2E, dropout_keep, dropout_key_pass, head_base, load_tile, log_sigmoid, online_softmax, program_tile,
                           store_tile)
 
 #: never specialised on == 1 (a new length, offset or distance must not recompile)
@@ -260,9 +260,7 @@ def _bwd_kv_tile(grad_k, grad_v, k, v, kept, q_base, do_base, i0, j0, idx_m, col
     p = tl.exp2(score - lse[None, :])
     dp = tl.dot(v, tl.trans(do), input_precision=PRECISION).to(lse.dtype)
     if DROPOUT:
-        keep = tl.trans(dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK_M, BLOCK_N))
-        dp = tl.where(keep, dp / (1.0 - drop_p), 0.0)
-        dropped = tl.where(keep, p / (1.0 - drop_p), 0.0)
+        dp, dropped = dropout_key_pass(seed, bh, rows, j0, N, M, drop_p, dp, p, BLOCK_M, BLOCK_N)
     else:
         dropped = p
     ds = p * (dp - delta[None, :])

@@ -93,6 +93,15 @@ def dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK_M: tl.constexpr, BLOCK_
 
 
 @triton.jit
+def dropout_key_pass(seed, bh, rows, j0, N, M, drop_p, grad, probs, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Attention dropout in a key pass (keys along the tile's rows: the forward's tile transposed): ``(grad,
+    probs)`` with the dropped scores zeroed and the kept ones scaled by ``1 / (1 − p)``, drawn by
+    :func:`dropout_keep` at the same positions as the forward."""
+    keep = tl.trans(dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK_M, BLOCK_N))
+    return tl.where(keep, grad / (1.0 - drop_p), 0.0), tl.where(keep, probs / (1.0 - drop_p), 0.0)
+
+
+@triton.jit
 def key_range(i0, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, lo, hi, N, M, ALIGNED: tl.constexpr):
     """``(start, end)``: the key tiles that queries ``i0 … i0 + BLOCK_M − 1`` (below N) reach through the band
     ``lo <= j − i <= hi``; ``start`` is aligned to a tile (``ALIGNED``) or the band's first key (no visited tile

@@ -29,7 +29,7 @@ Per score (head dims d_k = d_v = d, FLOPs of ``tl.dot``): forward 2d (scores) + 
 import triton
 import triton.language as tl
 
-from .jit_helpers import (aligned_run, dropout_keep, head_base, key_range, load_tile, online_softmax, program_tile,
+from .jit_helpers import (aligned_run, dropout_key_pass, dropout_keep, head_base, key_range, load_tile, online_softmax, program_tile,
                           query_range, sigmoid_log2_fma, store_tile)
 
 #: never specialised on == 1 (a new length must not recompile); the head widths stay specialised: their divisibility
@@ -183,9 +183,7 @@ def _bwd_kv_tile(grad_k, grad_ve, grad_e, k, ve, e, q_base, dn_base, dd_base, i0
     w = _weights_t(k, q, rows, cols, lo, hi, M, kpm_row, row_max, scale2, masked, IDENTITY, HAS_KPM, PRECISION)
     grad_w = tl.dot(ve, tl.trans(d_num), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M)
     if DROPOUT:
-        keep = tl.trans(dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK_M, BLOCK_N))
-        grad_w = tl.where(keep, grad_w / (1.0 - drop_p), 0.0)
-        dropped = tl.where(keep, w / (1.0 - drop_p), 0.0)
+        grad_w, dropped = dropout_key_pass(seed, bh, rows, j0, N, M, drop_p, grad_w, w, BLOCK_M, BLOCK_N)
     else:
         dropped = w
     grad_w = tl.dot(e, tl.trans(d_den), grad_w, input_precision=PRECISION)
