@@ -103,18 +103,19 @@ def test_window_heads_take_a_narrow_launch_of_their_own():
             assert launch.grid == (runtime.cdiv(n, held) * B * len(heads),), (kernel, narrow)
 
 
-@pytest.mark.parametrize("scale", ["log_sigmoid", "identity"])
-def test_heads_in_two_launches_with_the_gpus_tiles_match_float64_reference(monkeypatch, scale):
-    """The launches of :func:`test_window_heads_take_a_narrow_launch_of_their_own` with the tiles sm_90 runs (wide:
-    64 × 64, 32 × 128 and 64 × 64; narrow: 16 × 32 started at the band start, 32 queries × 16 keys) under the
-    interpreter: outputs and every gradient match the float64 reference, with key padding and lengths that end
-    inside a tile; and a second backward is bit-identical (no atomics: the two launches write disjoint heads)."""
+@pytest.mark.parametrize("scale, width", [("log_sigmoid", 64), ("identity", 64), ("log_sigmoid", 128)])
+def test_heads_in_two_launches_with_the_gpus_tiles_match_float64_reference(monkeypatch, scale, width):
+    """The launches of :func:`test_window_heads_take_a_narrow_launch_of_their_own` with the tiles sm_90 runs at head
+    width ``width`` (64 — wide: 64 × 64, 32 × 128 and 64 × 64; narrow: 16 × 32 started at the band start, 32 queries
+    × 16 keys; 128 — the key pass holds 128 keys and streams 16 queries) under the interpreter: outputs and every
+    gradient match the float64 reference, with key padding and lengths that end inside a tile; and a second backward
+    is bit-identical (no atomics: the two launches write disjoint heads)."""
     if runtime.interpreted():
         original = runtime.tiles
 
         def tiles(kernel, head_dim, device, dtype=torch.float16):
             if kernel.startswith("tensorized"):
-                return runtime.TILE_TABLE[(kernel, "227K", 64)]
+                return runtime.TILE_TABLE[(kernel, "227K", width)]
             return original(kernel, head_dim, device, dtype)
 
         monkeypatch.setattr(runtime, "tiles", tiles)
