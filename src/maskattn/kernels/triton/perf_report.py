@@ -910,7 +910,9 @@ NOTES = """## What changed for these targets, and what the figures say
   250 registers). Per score at n = 2048 (64 → 128 keys): tensor FLOPs 2048 → 1536 (the pass's own 1.5× of the
   anchor), bytes loaded from L2 12.8 → 6.8, shared-memory bytes 32 (+112 wgmma) → 8 (+72), warp instructions per
   1k scores 2122 → 1492; the in-mask share of a forward head drops from 96.9 % to 94.1 % (wider tiles cross the
-  diagonal more often).
+  diagonal more often). The same 16 × 128 tile on 8 warps replaced 32 × 32 at d = 64 on the 163 KB class (sm_80:
+  bytes loaded from L2 per score 12.8 → 3.4, shared-memory bytes 109 → 76, warp instructions 1371 → 1160 per 1k;
+  no spill with any option); on the 99 KB class it spills 24 B on sm_120, so 64 × 32 stays there.
 * **DMAN's backward on sm_90: 128 held rows, wgmma in every product, no spill** (`dman_jit`, `runtime.TILE_TABLE`,
   227 KB class). Tiles are `BLOCK_M` queries × `BLOCK_N` keys (they were square): the query pass holds 128 queries
   and streams 32 keys, the key pass holds 128 keys and streams 32 queries (8 warps = two warpgroups of 64 held rows,

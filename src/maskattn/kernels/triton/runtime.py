@@ -161,13 +161,15 @@ _TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (64, 32, 8, 1))},
     # MTSA's backward on the 227 KB class (sm_90): wgmma needs 64 rows per warpgroup in the held tile (keys in
     # the key pass, queries in the query pass) — docs/gpu/offline-perf.md. The key pass at d 128 holds 128 keys on
-    # 8 warps (64 keys on 8 warps ran part of every product twice; 16 streamed queries keep 128 keys spill-free).
+    # 8 warps (64 keys on 8 warps ran part of every product twice; 16 streamed queries keep 128 keys spill-free),
+    # as at d 64 on the 163 KB class (32 held keys reloaded the queries 4× as often; on the 99 KB class 128 keys
+    # spill 24 bytes on sm_120).
     # Below it the query pass at d 128 holds 64 queries on 4 warps (8 warps ran every product twice: Triton puts a
     # chained dot's warps along the rows)
     "tensorized_bwd_q":      {64: ((64, 32, 4, 2), (64, 32, 4, 2), (64, 64, 4, 2)),
                               128: ((64, 32, 4, 2), (64, 32, 4, 2), (128, 32, 8, 2)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
-    "tensorized_bwd_kv":     {64: ((64, 32, 4, 2), (32, 32, 4, 2), (32, 128, 8, 2)),
+    "tensorized_bwd_kv":     {64: ((64, 32, 4, 2), (16, 128, 8, 2), (32, 128, 8, 2)),
                               128: ((64, 32, 8, 2), (64, 32, 8, 2), (16, 128, 8, 2)),
                               256: ((16, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     # MTSA's window heads (bands of at most 33 positions; tensorized.head_groups) in a launch of their own, key
