@@ -947,7 +947,12 @@ NOTES = """## What changed for these targets, and what the figures say
   1458 → 1017 (sm_80, d = 128) and 665 → 663 (sm_90, d = 64). The same cause doubled the products of MTSA's
   query pass at d = 128 on the 163 KB and 99 KB classes (64 × 32 on 8 warps): now 4 warps, tensor FLOPs per score
   1536 → 1024 (the pass's own 1.33× of the anchor), shared-memory bytes 226 → 132, warp instructions 1871 → 1336
-  per 1k scores, no spill. Interpreter parity and bit-identical backward with the new tiles:
+  per 1k scores, no spill. And DMAN's query pass below the 227 KB class: at d = 128 its 32 × 32 tiles ran on
+  8 warps (tensor FLOPs per score 1280, 1.67× the anchor's; `MUFU` 2.33) — now 4 warps: 768, 1.30, warp
+  instructions per 1k scores 2593 → 1562 (sm_80); at d = 64 it holds 128 queries (128 × 32 on 8 warps, one stage,
+  as on sm_90; 32 × 32 before): bytes loaded from L2 per score 8.6 → 2.2 (the anchor's), warp instructions 1208 →
+  881. No spill in the plain configuration on any architecture, at most 48 B with every option. Interpreter parity
+  and bit-identical backward with the new tiles (sm_80's at d = 64 and 128, sm_90's):
   `tests/test_triton_dman_tiles.py`.
 * **Narrow bands: tiles sized to the band** (`band_*_narrow`: 16 queries × 32 keys forward and in the query pass,
   16 keys × 32 queries in the key pass; bands of at most 33 positions, `band.band_tiles`). A window-11 band fills
