@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from _triton_device import (DEVICE, EXACT, assert_within_roundings, gpu_operand_dtypes, interpreter_only,
-                            needs_kernels, tol)
+from _triton_device import (DEVICE, EXACT, INTERPRETED, assert_within_roundings, gpu_operand_dtypes,
+                            interpreter_only, needs_kernels, tol)
 from maskattn.functional.local import _reference, banded_attention, head_area, local_attention, local_attention_maps
-from maskattn.kernels.triton import band
+from maskattn.kernels.triton import band, runtime
 
 pytestmark = needs_kernels
 
@@ -283,6 +283,35 @@ def test_backward_is_deterministic():
     first = torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
     second = torch.autograd.grad(out, (q, k, v), grad)
     for a, b in zip(first, second):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("width, left, right, n", [(64, 40, 40, 150), (128, 40, 40, 150), (64, 5, 5, 70)],
+                         ids=["wide-64", "wide-128", "narrow"])
+def test_the_gpus_tiles_match_float64_reference(monkeypatch, width, left, right, n):
+    """The tiles sm_90 runs for heads of ``width`` (the 227 KB entries of :data:`runtime.TILE_TABLE`: 64-row tiles
+    for wide bands, the key pass 64 or 32 queries × 64 keys; narrow, the same at both widths: 16 × 32 and 32 × 16)
+    under the interpreter, on a head area of 3 with log-sigmoid scores, a run of padded keys and a length that ends
+    inside every tile: output and gradients match the float64 reference, and a second backward with dropout is
+    bit-identical (no atomics)."""
+    if INTERPRETED:
+        original = runtime.tiles
+
+        def tiles(kernel, head_dim, device, dtype=torch.float16):
+            if kernel.startswith("band"):
+                return runtime.TILE_TABLE[(kernel, "227K", width)]
+            return original(kernel, head_dim, device, dtype)
+
+        monkeypatch.setattr(runtime, "tiles", tiles)
+    q, k, v = make(2, 3, n, 8, 8, EXACT)
+    kpm = padding(2, n, "runs")
+    check_against_reference(q, k, v, left, right, 3, "truncate", kpm, True, tol(1e-10))
+    grads = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        out = triton(q, k, v, left, right, 3, "truncate", kpm, logsigmoid=True, dropout_p=0.2)
+        grads.append(torch.autograd.grad(out, (q, k, v), torch.ones_like(out)))
+    for a, b in zip(*grads):
         assert torch.equal(a, b)
 
 

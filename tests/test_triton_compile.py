@@ -67,6 +67,11 @@ def test_the_ci_matrix_holds_every_preset_head_width_and_every_architecture_auto
             chosen = {(case.family, case.plain) for case, a in pairs if a == arch and case.head_dim == width}
             assert chosen == {(family, plain) for family in ("mtsa", "dman", "band") for plain in (True, False)}, \
                 (arch, width)
+            # every option on is compiled with both of the band's tile shapes: a wide band with dropout, padding,
+            # log-sigmoid scores and a head area is a launch of its own (it spilled 480 B on sm_100 unseen)
+            band_all = {dict(case.options)["narrow"] for case, a in pairs
+                        if a == arch and case.head_dim == width and case.family == "band" and not case.plain}
+            assert band_all == {False, True}, (arch, width)
 
 
 @pytest.mark.parametrize("head_dim, padded, share", [(72, 80, 1 - 72 / 128), (150, 160, 1 - 150 / 256),

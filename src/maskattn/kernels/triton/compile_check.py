@@ -121,12 +121,26 @@ ALL: dict[str, dict[str, Any]] = {
 }
 
 
+#: options that choose a launch's tiles, not the kernel's code (the band's narrow tiles): "all on" is compiled with
+#: each of their values, so every tile shape meets the options (a wide band with dropout is not a narrow one)
+SHAPE_OPTIONS: dict[str, tuple[str, ...]] = {"band": ("narrow",)}
+
+
+def _all_on(family: str) -> list[dict[str, Any]]:
+    """Every option on, once per value of each of the family's :data:`SHAPE_OPTIONS`."""
+    sets = [dict(ALL[family])]
+    for key in SHAPE_OPTIONS.get(family, ()):
+        sets += [dict(s, **{key: value}) for s in list(sets) for value in OPTIONS[family][key] if value != s[key]]
+    return sets
+
+
 def option_sets(family: str, which: str) -> list[dict[str, Any]]:
-    """``plain`` (all off), ``all`` (all on), ``both``, or ``each`` (both, and plain with one option changed)."""
-    sets = {"plain": [PLAIN[family]], "all": [ALL[family]], "both": [PLAIN[family], ALL[family]]}.get(which)
+    """``plain`` (all off), ``all`` (all on, with every tile shape), ``both``, or ``each`` (both, and plain with one
+    option changed)."""
+    sets = {"plain": [PLAIN[family]], "all": _all_on(family), "both": [PLAIN[family], *_all_on(family)]}.get(which)
     if sets is not None:
         return [dict(s) for s in sets]
-    out = [PLAIN[family], ALL[family]]
+    out = [PLAIN[family], *_all_on(family)]
     out += [dict(PLAIN[family], **{key: value}) for key, values in OPTIONS[family].items() for value in values
             if value != PLAIN[family][key]]
     unique = {tuple(sorted(o.items())): o for o in out}

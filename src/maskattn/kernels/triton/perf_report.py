@@ -954,6 +954,14 @@ NOTES = """## What changed for these targets, and what the figures say
   881. No spill in the plain configuration on any architecture, at most 48 B with every option. Interpreter parity
   and bit-identical backward with the new tiles (sm_80's at d = 64 and 128, sm_90's):
   `tests/test_triton_dman_tiles.py`.
+* **The wide band's query pass at d = 64 on the 227 KB class: one stage** (`runtime.TILE_TABLE`). The compile
+  check now compiles every option on with each of the band's tile shapes (`compile_check.SHAPE_OPTIONS`: before,
+  "every option on" meant the narrow tiles only), and the wide 64 × 64 query pass with dropout, padding,
+  log-sigmoid scores and a head area spilled 480 B on sm_100 / sm_103 (over the 256 B budget). With one stage: at
+  most 92 B with every option, none plain, and per score on sm_90 bytes loaded from L2 7.6 → 6.2 and warp
+  instructions 773 → 727 per 1k (3 blocks per SM instead of 2). Larger held tiles (128 rows) load less per
+  computed score but a band of 129 positions fills 51 % of them instead of 68 %, more work per useful score, so
+  the other wide-band tiles stay.
 * **Narrow bands: tiles sized to the band** (`band_*_narrow`: 16 queries × 32 keys forward and in the query pass,
   16 keys × 32 queries in the key pass; bands of at most 33 positions, `band.band_tiles`). A window-11 band fills
   34 % of the computed scores instead of 11 %: per useful score a third of the tensor work, half the `MUFU`,
