@@ -53,10 +53,10 @@ def _rows(Q, base, rows, feats, N, BLOCK_D: tl.constexpr):
     return tl.load(Q + base + rows[:, None] * BLOCK_D + feats[None, :], mask=inside[:, None], other=0.0), inside
 
 
-@triton.jit(do_not_specialize=["N", "num_tiles", "left"])
-def diagonal_online_fwd(Q, K, V, O, LSE, N, num_tiles, left, scale2, W: tl.constexpr, BLOCK_M: tl.constexpr,
-                        BLOCK_D: tl.constexpr):
-    """One query block per program; offsets ``t = 0 … W − 1`` one per step, online softmax in log₂ units."""
+@triton.jit
+def _query_block(Q, N, num_tiles, scale2, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """``(bh, base, rows, feats, q)`` of this program: its (batch·head) pair, the offset of that pair's rows, the
+    block's query rows, the feature indices and the scaled queries in float32."""
     pid = tl.program_id(0)
     tile = pid % num_tiles
     bh = pid // num_tiles
@@ -64,7 +64,14 @@ def diagonal_online_fwd(Q, K, V, O, LSE, N, num_tiles, left, scale2, W: tl.const
     rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
     feats = tl.arange(0, BLOCK_D)
     q, _ = _rows(Q, base, rows, feats, N, BLOCK_D)
-    q = q.to(tl.float32) * scale2
+    return bh, base, rows, feats, q.to(tl.float32) * scale2
+
+
+@triton.jit(do_not_specialize=["N", "num_tiles", "left"])
+def diagonal_online_fwd(Q, K, V, O, LSE, N, num_tiles, left, scale2, W: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_D: tl.constexpr):
+    """One query block per program; offsets ``t = 0 … W − 1`` one per step, online softmax in log₂ units."""
+    bh, base, rows, feats, q = _query_block(Q, N, num_tiles, scale2, BLOCK_M, BLOCK_D)
     row_max = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     row_sum = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
@@ -91,15 +98,8 @@ def diagonal_exact_fwd(Q, K, V, O, LSE, N, num_tiles, left, scale2, W: tl.conste
                        BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     """One query block per program: the ``[BLOCK_M, W_POW2]`` scores of every offset, an exact softmax, then the
     values offset by offset."""
-    pid = tl.program_id(0)
-    tile = pid % num_tiles
-    bh = pid // num_tiles
-    base = bh.to(tl.int64) * N * BLOCK_D  # contiguous (B·H, N, BLOCK_D)
-    rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
-    feats = tl.arange(0, BLOCK_D)
+    bh, base, rows, feats, q = _query_block(Q, N, num_tiles, scale2, BLOCK_M, BLOCK_D)
     offsets = tl.arange(0, W_POW2)
-    q, _ = _rows(Q, base, rows, feats, N, BLOCK_D)
-    q = q.to(tl.float32) * scale2
     scores = tl.full((BLOCK_M, W_POW2), float("-inf"), tl.float32)
     for t in range(W):
         k, inside = _rows(K, base, rows - left + t, feats, N, BLOCK_D)

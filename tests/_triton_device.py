@@ -74,6 +74,22 @@ def gpu_operand_dtypes():
         rt.kernel_dtype = original_kernel_dtype
 
 
+def use_table_tiles(monkeypatch, prefix: str, cls: str, width: int) -> None:
+    """Under the interpreter, make the launchers of the kernels whose names start with ``prefix`` take the tiles
+    :data:`runtime.TILE_TABLE` gives shared-memory class ``cls`` at head width ``width`` (the GPU's shapes, not the
+    interpreter's 16 × 16), so parity tests run the tile shapes a GPU runs; on CUDA the device's own stay."""
+    if not INTERPRETED:
+        return
+    original = runtime.tiles
+
+    def tiles(kernel, head_dim, device, dtype=torch.float16):
+        if kernel.startswith(prefix):
+            return runtime.TILE_TABLE[(kernel, cls, width)]
+        return original(kernel, head_dim, device, dtype)
+
+    monkeypatch.setattr(runtime, "tiles", tiles)
+
+
 def assert_within_roundings(got: torch.Tensor, want: torch.Tensor, roundings: int, name: str, u: float = BF16_U):
     """``max |got − want| <= 2·roundings·u·max |want|``: the float64 oracle ``want`` against a result computed with
     ``roundings`` successive roundings to a format of unit roundoff ``u`` on its longest path (each rounding moves a

@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from _triton_device import (DEVICE, EXACT, INTERPRETED, assert_within_roundings, gpu_operand_dtypes,
-                            interpreter_only, needs_kernels, tol)
+from _triton_device import (DEVICE, EXACT, assert_within_roundings, gpu_operand_dtypes, interpreter_only,
+                            needs_kernels, tol, use_table_tiles)
 from maskattn.functional.local import _reference, banded_attention, head_area, local_attention, local_attention_maps
-from maskattn.kernels.triton import band, runtime
+from maskattn.kernels.triton import band
 
 pytestmark = needs_kernels
 
@@ -294,15 +294,7 @@ def test_the_gpus_tiles_match_float64_reference(monkeypatch, width, left, right,
     under the interpreter, on a head area of 3 with log-sigmoid scores, a run of padded keys and a length that ends
     inside every tile: output and gradients match the float64 reference, and a second backward with dropout is
     bit-identical (no atomics)."""
-    if INTERPRETED:
-        original = runtime.tiles
-
-        def tiles(kernel, head_dim, device, dtype=torch.float16):
-            if kernel.startswith("band"):
-                return runtime.TILE_TABLE[(kernel, "227K", width)]
-            return original(kernel, head_dim, device, dtype)
-
-        monkeypatch.setattr(runtime, "tiles", tiles)
+    use_table_tiles(monkeypatch, "band", "227K", width)
     q, k, v = make(2, 3, n, 8, 8, EXACT)
     kpm = padding(2, n, "runs")
     check_against_reference(q, k, v, left, right, 3, "truncate", kpm, True, tol(1e-10))

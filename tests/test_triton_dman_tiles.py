@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from _triton_device import DEVICE, EXACT, INTERPRETED, needs_kernels, tol
+from _triton_device import DEVICE, EXACT, INTERPRETED, needs_kernels, tol, use_table_tiles
 from maskattn.functional.dman import dynamic_mask_attention_reference
 from maskattn.kernels.triton import runtime
 
@@ -62,14 +62,7 @@ def gpu_tiles(request, monkeypatch):
     32 × 128 key pass; sm_80, d 128: 128 × 32, a square 32 × 32 query pass and 64 × 64) for every DMAN pass under the
     interpreter; on CUDA the device's own. Returns the launches' ``(BLOCK_M, BLOCK_N)`` per pass."""
     cls, width = request.param
-    if INTERPRETED:
-        original = runtime.tiles
-
-        def tiles(kernel, head_dim, device, dtype=torch.float16):
-            return runtime.TILE_TABLE[(kernel, cls, width)] if kernel in DMAN else original(kernel, head_dim,
-                                                                                             device, dtype)
-
-        monkeypatch.setattr(runtime, "tiles", tiles)
+    use_table_tiles(monkeypatch, "dman_", cls, width)
     from maskattn.kernels.triton.dman import _constants
     probe = torch.empty(1, 1, 1, 16, dtype=EXACT, device=DEVICE)
     chosen = {kernel: _constants(kernel, probe, probe, None, False, 0.0, None) for kernel in DMAN}

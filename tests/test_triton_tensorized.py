@@ -12,7 +12,8 @@ import math
 import pytest
 import torch
 
-from _triton_device import DEVICE, EXACT, assert_within_roundings, gpu_operand_dtypes, interpreter_only, tol
+from _triton_device import (DEVICE, EXACT, assert_within_roundings, gpu_operand_dtypes, interpreter_only, tol,
+                            use_table_tiles)
 from maskattn import MTSA, masks as M
 from maskattn.functional import tensorized_attention, tensorized_attention_reference
 from maskattn.kernels.triton import runtime
@@ -110,15 +111,7 @@ def test_heads_in_two_launches_with_the_gpus_tiles_match_float64_reference(monke
     × 16 keys; 128 — the key pass holds 128 keys and streams 16 queries) under the interpreter: outputs and every
     gradient match the float64 reference, with key padding and lengths that end inside a tile; and a second backward
     is bit-identical (no atomics: the two launches write disjoint heads)."""
-    if runtime.interpreted():
-        original = runtime.tiles
-
-        def tiles(kernel, head_dim, device, dtype=torch.float16):
-            if kernel.startswith("tensorized"):
-                return runtime.TILE_TABLE[(kernel, "227K", width)]
-            return original(kernel, head_dim, device, dtype)
-
-        monkeypatch.setattr(runtime, "tiles", tiles)
+    use_table_tiles(monkeypatch, "tensorized", "227K", width)
     q, k, v, s2t = inputs(2, len(GROUPED_BANDS), 70)
     mask = M.per_head([M.forward_mask(False), M.window(3), M.full(), M.band(0, 32), M.band(16, 17)])
     kpm = padding(2, 70, (70, 61))
