@@ -4,16 +4,21 @@ A script of the source checkout, not part of the installed package: its first pa
 suite (``tests/``, with the checkout's root as the working directory); ``maskattn`` must be installed from the
 same checkout (``pip install -e '.[dev]'``).
 
-On one CUDA GPU, in order, each part kept in OUTDIR with its own log:
+On one CUDA GPU, in order, each part kept in OUTDIR with its own log, all within ``--budget`` seconds (default
+510: one command of a lent GPU's session; a part that would start with under 30 s left is skipped with a note, and a
+part stopped by the budget keeps what it wrote):
 
-1. ``pytest -m gpu`` — no host synchronisation on the default paths, flex gradients against the reference,
-   bf16 / fp16 autocast training (``tests/test_gpu.py``); each failure's traceback goes to ``failures.log`` as
-   it happens, so a run stopped by a time limit keeps them;
-2. ``maskattn bench --suite gpu`` — bf16, d_model 512, 8 heads, batch 8, n = 512 … 16384, forward + backward
+1. the Triton kernels' own tests (``tests/test_triton_*.py`` but the offline compile check, not ``slow``): on CUDA
+   they run the compiled kernels with the device's tiles against the float64 oracles (the CPU runs them under
+   Triton's interpreter) — at most 35 % of the budget;
+2. ``pytest -m gpu`` — no host synchronisation on the default paths, flex gradients against the reference,
+   bf16 / fp16 autocast training (``tests/test_gpu.py``) — at most 25 %; in both, each failure's traceback goes
+   to ``failures.log`` as it happens, so a run stopped by a time limit keeps them;
+3. ``maskattn bench --suite gpu`` — bf16, d_model 512, 8 heads, batch 8, n = 512 … 16384, forward + backward
    and peak memory of every backend (``triton`` beside ``flex``, ``sdpa``, ``banded``), against SDPA multi-head
    attention and SDPA's causal kernel; the fused-kernel issue's targets are evaluated from its records
-   (:func:`bench_targets`, :func:`memory_growth`);
-3. ``--steps`` training steps of each ``multi30k-*-gpu`` preset with ``train.compile`` (when ``--data`` holds
+   (:func:`bench_targets`, :func:`memory_growth`); ``bench.json`` is rewritten after every length;
+4. ``--steps`` training steps of each ``multi30k-*-gpu`` preset with ``train.compile`` (when ``--data`` holds
    Multi30k): loss, tokens/s, seconds per step, compilation time.
 
 Then ``OUTDIR/gpu.md`` (the report) and ``OUTDIR/gpu.json`` (every figure). Without CUDA it stops at once with
@@ -46,6 +51,22 @@ TARGET_LABELS = {"mtsa": "mtsa/triton", "dman": "dman/triton", "csan1d": "csan1d
                  "sman": "sman/triton", "mha": "mha/sdpa"}
 #: peak memory of a fused path may grow at most this much per doubling of n (linear: 2)
 MEMORY_PER_DOUBLING = 2.1
+#: the default time of the whole run (seconds): one command of a lent GPU, under its 10-minute limit
+BUDGET_S = 510
+#: the largest share of the budget the kernel tests and the gpu tests may take
+KERNEL_TESTS_SHARE, GPU_TESTS_SHARE = 0.35, 0.25
+#: a part is not started with less than this many seconds left
+MIN_PART_S = 30
+
+
+#: ``--smoke``: one fast kernel test (the command's path, not the kernels: the CPU runs them in the default suite)
+SMOKE_KERNEL_TESTS = ["tests/test_triton_band.py::test_empty_sequence"]
+
+
+def kernel_test_files() -> list[str]:
+    """The Triton kernels' test files (``tests/test_triton_*.py``), without the offline compile check's."""
+    return [str(p.relative_to(ROOT)) for p in sorted(ROOT.glob("tests/test_triton_*.py"))
+            if p.name != "test_triton_compile.py"]
 
 
 def _run(command: list[str], log: Path, timeout: float, env: dict[str, str] | None = None,
@@ -159,11 +180,13 @@ def _report(summary: dict) -> str:
              f"Device: {env.get('device', 'none')} ({env.get('memory_gib', '?')} GiB, capability "
              f"{env.get('capability', '?')}); torch {env['torch']}, CUDA {env['cuda']}; {summary['started']}.",
              f"Command: `{summary['command']}`", ""]
-    tests = summary.get("tests")
-    if tests:
-        lines += ["## pytest -m gpu", "", f"exit code {tests['exit_code']}, {tests['wall_s']:.0f} s: "
-                  + ", ".join(f"{v} {k}" for k, v in tests["counts"].items()), ""]
-        lines += [f"- FAILED {name}" for name in tests["failures"]] + ([""] if tests["failures"] else [])
+    for key, title in (("kernels", "Triton kernel tests (tests/test_triton_*.py)"), ("tests", "pytest -m gpu")):
+        tests = summary.get(key)
+        if tests:
+            stopped = " (stopped by the budget)" if tests["exit_code"] == 124 else ""
+            lines += [f"## {title}", "", f"exit code {tests['exit_code']}{stopped}, {tests['wall_s']:.0f} s: "
+                      + ", ".join(f"{v} {k}" for k, v in tests["counts"].items()), ""]
+            lines += [f"- FAILED {name}" for name in tests["failures"]] + ([""] if tests["failures"] else [])
     bench = summary.get("bench")
     if bench:
         lines += ["## maskattn bench --suite gpu", "", f"exit code {bench['exit_code']}, {bench['wall_s']:.0f} s; "
@@ -199,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=Path("../shared/data/multi30k"),
                         help="the Multi30k folder for the training part (skipped, with a note, when absent)")
     parser.add_argument("--steps", type=int, default=50, help="training steps per -gpu preset")
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: tests, bench, training")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: kernels, tests, bench, training")
+    parser.add_argument("--budget", type=float, default=BUDGET_S,
+                        help=f"seconds for the whole run (default {BUDGET_S}); each part gets what is left")
     parser.add_argument("--smoke", action="store_true", help="run every part on the CPU at toy sizes (tests this "
                                                              "command; the figures mean nothing)")
     args = parser.parse_args(argv)
@@ -208,25 +233,42 @@ def main(argv: list[str] | None = None) -> int:
               "GPU; run it on a CUDA machine (or use --smoke to test the command on the CPU)", file=sys.stderr)
         return 2
     skip = {part.strip() for part in args.skip.split(",") if part.strip()}
-    unknown = skip - {"tests", "bench", "training"}
+    unknown = skip - {"kernels", "tests", "bench", "training"}
     if unknown:
-        parser.error(f"unknown parts in --skip: {sorted(unknown)}; expected tests, bench, training")
+        parser.error(f"unknown parts in --skip: {sorted(unknown)}; expected kernels, tests, bench, training")
+    if args.budget <= MIN_PART_S:
+        parser.error(f"--budget must exceed {MIN_PART_S} seconds, got {args.budget:g}")
+    deadline = time.perf_counter() + args.budget
+
+    def left(cap: float = float("inf"), part: str = "") -> float | None:
+        """Seconds part ``part`` may take: its ``cap`` (at least MIN_PART_S) within what is left of the budget;
+        None, with a note, when under MIN_PART_S are left."""
+        remaining = deadline - time.perf_counter()
+        if remaining < MIN_PART_S:
+            summary["notes"].append(f"{part} not run: {remaining:.0f} s of the {args.budget:.0f} s budget left")
+            return None
+        return min(max(cap, MIN_PART_S), remaining)
     args.out.mkdir(parents=True, exist_ok=True)
     summary = {"command": " ".join(["scripts/gpu_check.sh", *(argv if argv is not None else sys.argv[1:])]),
                "started": time.strftime("%Y-%m-%d %H:%M:%S"), "environment": _environment(), "notes": []}
     if args.smoke:
         summary["notes"].append("--smoke: toy sizes on the CPU; these figures test the command, they measure nothing")
-    if "tests" not in skip:
-        # failures are written to failures.log as they happen (tests/conftest.py): kept if the time limit stops pytest
-        code, seconds = _run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-n", "0", "-p", "no:cacheprovider"],
-                             args.out / "tests.log", 600, cwd=ROOT,
-                             env={"MASKATTN_FAILURE_LOG": str((args.out / "failures.log").resolve())})
+    # failures are written to failures.log as they happen (tests/conftest.py): kept if the time limit stops pytest
+    failure_log = {"MASKATTN_FAILURE_LOG": str((args.out / "failures.log").resolve())}
+    pytest = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider"]
+    if "kernels" not in skip and (timeout := left(KERNEL_TESTS_SHARE * args.budget, "kernel tests")):
+        files = SMOKE_KERNEL_TESTS if args.smoke else kernel_test_files()
+        code, seconds = _run([*pytest, "-m", "not slow", *files], args.out / "kernels.log", timeout, cwd=ROOT,
+                             env=failure_log)
+        summary["kernels"] = {"exit_code": code, "wall_s": seconds, **_pytest_summary(args.out / "kernels.log")}
+    if "tests" not in skip and (timeout := left(GPU_TESTS_SHARE * args.budget, "pytest -m gpu")):
+        code, seconds = _run([*pytest, "-m", "gpu"], args.out / "tests.log", timeout, cwd=ROOT, env=failure_log)
         summary["tests"] = {"exit_code": code, "wall_s": seconds, **_pytest_summary(args.out / "tests.log")}
-    if "bench" not in skip:
+    if "bench" not in skip and (timeout := left(900, "maskattn bench")):
         bench_args = (["--suite", "quick", "--mechanisms", "mha,mtsa,csan1d,sdpa_causal", "--lengths", "16,32",
                        "--device", "cpu"] if args.smoke else ["--suite", "gpu"])
         code, seconds = _run([sys.executable, "-m", "maskattn.cli", "bench", *bench_args, "--out",
-                              str(args.out / "bench")], args.out / "bench.log", 900)
+                              str(args.out / "bench")], args.out / "bench.log", timeout)
         records = []
         if (args.out / "bench" / "bench.json").exists():
             records = json.loads((args.out / "bench" / "bench.json").read_text())["records"]
@@ -234,14 +276,17 @@ def main(argv: list[str] | None = None) -> int:
                             "memory": memory_growth(records)}
     if "training" not in skip:
         if args.data.is_dir():
-            summary["training"] = [_training(preset, args.data, args.out, args.steps, args.smoke, 480)
-                                   for preset in PRESETS]
+            summary["training"] = []
+            for preset in PRESETS:
+                if timeout := left(480, f"training {preset}"):
+                    summary["training"].append(_training(preset, args.data, args.out, args.steps, args.smoke,
+                                                         timeout))
         else:
             summary["notes"].append(f"training skipped: {args.data} is not a folder (pass --data MULTI30K)")
     (args.out / "gpu.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     (args.out / "gpu.md").write_text(_report(summary), encoding="utf-8")
     print(f"wrote {args.out / 'gpu.md'} and {args.out / 'gpu.json'}")
-    failed = [part for part in ("tests", "bench") if summary.get(part, {}).get("exit_code", 0) != 0]
+    failed = [part for part in ("kernels", "tests", "bench") if summary.get(part, {}).get("exit_code", 0) != 0]
     failed += [row["preset"] for row in summary.get("training", []) if row["exit_code"] != 0]
     return 1 if failed else 0
 

@@ -65,9 +65,10 @@ def test_smoke_run_writes_the_report(tmp_path):
     data = write_parallel(tmp_path, n_train=48, n_eval=4)
     out = tmp_path / "out"
     result = subprocess.run([sys.executable, str(SCRIPTS / "gpu_check.py"), str(out), "--smoke", "--steps", "2",
-                             "--data", str(data)], capture_output=True, text=True, timeout=1200)
+                             "--data", str(data), "--budget", "1100"], capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads((out / "gpu.json").read_text())
+    assert summary["kernels"]["exit_code"] == 0
     assert summary["tests"]["exit_code"] in (0, 5)  # 5: every gpu test skipped on a CPU machine
     assert {row["preset"] for row in summary["training"]} == set(gpu_check.PRESETS)
     assert all(row["exit_code"] == 0 and row["steps"] == 2 for row in summary["training"])
@@ -89,3 +90,28 @@ def test_failures_are_logged_as_they_happen(tmp_path):
     text = log.read_text()
     assert text.startswith("FAILED test_demo.py::test_broken (call)") and "arithmetic" in text
     assert "test_ok" not in text
+
+
+def test_the_budget_skips_the_parts_it_cannot_hold(tmp_path):
+    """``--budget``: the kernel tests run first, within their share (at least 30 s); a part that would start with
+    under 30 s left is not started and says so in the report (here with 31 s: the kernel test, then nothing else);
+    the report and the JSON are written either way. A budget that cannot hold one part is refused."""
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, str(SCRIPTS / "gpu_check.py"), str(out), "--smoke", "--budget", "31",
+                             "--data", str(tmp_path / "absent")], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((out / "gpu.json").read_text())
+    assert summary["kernels"]["exit_code"] == 0 and summary["kernels"]["counts"] == {"passed": 1}
+    assert "tests" not in summary and "bench" not in summary
+    notes = " ".join(summary["notes"])
+    assert "pytest -m gpu not run" in notes and "maskattn bench not run" in notes
+    assert "## Triton kernel tests (tests/test_triton_*.py)" in (out / "gpu.md").read_text()
+    refused = subprocess.run([sys.executable, str(SCRIPTS / "gpu_check.py"), str(out), "--smoke", "--budget", "20"],
+                             capture_output=True, text=True)
+    assert refused.returncode == 2 and "--budget must exceed 30 seconds, got 20" in refused.stderr
+
+
+def test_the_kernel_tests_are_every_triton_test_file_but_the_compile_check():
+    files = gpu_check.kernel_test_files()
+    assert "tests/test_triton_band.py" in files and "tests/test_triton_tensorized.py" in files
+    assert "tests/test_triton_compile.py" not in files and all(f.startswith("tests/test_triton_") for f in files)
