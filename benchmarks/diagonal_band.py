@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import time
 
 import torch
@@ -172,8 +171,7 @@ def measure(scheme: str, width: int, head_dim: int, arch: int, n: int = 2048) ->
     useful = sum(min(n - 1, i + width - 1 - left) - max(0, i - left) + 1 for i in range(n))
     threads = 32 * warps
     return dict(kernel=f"diagonal_{scheme}_fwd", width=width, head_dim=head_dim, arch=arch, tiles=f"{block_m} rows",
-                registers=registers, spill_bytes=sum(perf_report._WIDTH.get(w or "32", 4)
-                                                     for w in re.findall(r"STL(?:\.(\d+))?", sass)),
+                registers=registers, spill_bytes=perf_report.spilled_bytes(sass),
                 in_band=useful / (programs * block_m * width), issue=total.instructions * warps / useful,
                 mufu=total.mufu_total * threads / useful, ldg_bytes=total.ldg_bytes * threads / useful,
                 tensor_flops=total.tensor_flops * warps / useful)

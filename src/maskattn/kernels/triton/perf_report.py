@@ -297,6 +297,11 @@ def classify(instructions: list[Instruction]) -> Counts:
     return counts
 
 
+def spilled_bytes(sass: str) -> int:
+    """Bytes a thread stores to local memory (``STL``: register spills) in one pass over the code."""
+    return sum(_WIDTH.get(width or "32", 4) for width in re.findall(r"STL(?:\.(\d+))?", sass))
+
+
 def occupancy(arch: int, registers: int, warps: int, smem: int) -> tuple[int, float]:
     """``(blocks per SM, fraction of the SM's warp slots)`` that ``registers`` per thread (allocated per warp in
     units of 256), ``warps`` per block and ``smem`` bytes of shared memory per block (plus 1 KB the driver
@@ -599,9 +604,7 @@ def measure(p: Pass, head_dim: int, arch: int, lengths=SHAPES, _cache: dict | No
             row.tiles = f"{block_m}x{block_n}"
             row.warps, row.stages = options["num_warps"], options["num_stages"]
             row.registers, row.smem = registers, smem
-            row.spill_bytes = 0
-            local = re.findall(r"STL(?:\.(\d+))?", sass)
-            row.spill_bytes = sum(_WIDTH.get(w or "32", 4) for w in local)
+            row.spill_bytes = spilled_bytes(sass)
             row.blocks_per_sm, row.occupancy = occupancy(arch, registers, row.warps, smem)
             row.wgmma = every.hgmma > 0
             row.light, row.heavy = _counts_dict(light), _counts_dict(heavy)
