@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from maskattn.cli import app
 from maskattn.errors import ArgumentError, DataError
-from maskattn.metrics import rouge_scores
+from maskattn.metrics import rouge_scores, span_f1
+from maskattn.metrics.test_outputs import Prediction, predictions_bytes
 from maskattn.train import grid_compare as gc
 from maskattn.train.grid_compare import compare, item_statistics, nadeau_bengio, paired_bootstrap, resolve_cells, welch
 
@@ -25,10 +26,11 @@ runner = CliRunner()
 
 
 def write_grid(folder, cells: dict[str, dict], *, preset="trec", data="data/trec", cv_folds=0, metric="accuracy",
-               hypotheses: dict | None = None, root=None):
+               hypotheses: dict | None = None, predictions: dict | None = None, root=None):
     """A grid folder of finished runs without training: ``cells`` maps a cell to ``{replicate: test value}`` where a
     replicate is a seed, or ``(fold, seed)`` with ``cv_folds``; ``root``: the grid's working directory (default: the
-    folder above it), what its relative ``data`` means."""
+    folder above it), what its relative ``data`` means; ``hypotheses`` / ``predictions``: a run's test.hyp.txt lines /
+    test.pred.jsonl items by ``(cell, seed)``."""
     runs = []
     for cell, values in cells.items():
         for replicate, value in values.items():
@@ -42,6 +44,8 @@ def write_grid(folder, cells: dict[str, dict], *, preset="trec", data="data/trec
             (run / "summary.json").write_text(json.dumps({"metric": metric, "best_dev": value, "test": {metric: value}}))
             if hypotheses and (cell, seed) in hypotheses:
                 (run / gc.HYPOTHESES).write_text("".join(h + "\n" for h in hypotheses[cell, seed]))
+            if predictions and (cell, seed) in predictions:
+                (run / gc.PREDICTIONS).write_bytes(predictions_bytes(predictions[cell, seed]))
             runs.append({"name": name, "cell": cell, "settings": {"variant": cell},
                          "replicate": {"train.seed": str(seed)}, "overrides": []})
     (folder / "grid.json").write_text(json.dumps({"format": "maskattn-grid/1", "base": {"preset": preset},
@@ -187,7 +191,7 @@ def test_generation_metrics_get_a_paired_bootstrap_per_seed_pair(tmp_path):
     assert tests == ["Welch t", "paired bootstrap, seed 0", "paired bootstrap, seed 1"]
     assert all(r.established and r.difference > 0 for r in report.results[1:])
     (grid / "man" / "seed0" / gc.HYPOTHESES).write_text("".join(h + "\n" for h in bad))
-    with pytest.raises(DataError, match="the hypotheses are not the ones that run was scored on"):
+    with pytest.raises(DataError, match="the file does not hold what that run was scored on"):
         compare(resolve_cells(["man", "transformer"], [grid]), "rouge", samples=10, references=lambda record: refs)
     (grid / "man" / "seed0" / gc.HYPOTHESES).unlink()
     [report] = compare(resolve_cells(["man", "transformer"], [grid]), "rouge", references=lambda record: refs)
@@ -211,3 +215,43 @@ def test_a_seq2seq_run_keeps_the_hypotheses_it_was_scored_on(tmp_path):
     assert len(hyps) == len(refs) == 12
     assert rouge_scores(hyps, refs, bootstrap=0)["rouge"] == pytest.approx(summary["test"]["rouge"])
     assert gc.HYPOTHESES in json.loads((tmp_path / "run" / ".run-files.json").read_text())["files"]
+
+
+def test_classifiers_get_a_paired_bootstrap_per_seed_pair_from_their_predictions(tmp_path):
+    gold = ["pos", "neg"] * 50
+    def system(wrong: int, shift: int = 0):  # `wrong` items (from `shift` on) predicted wrong
+        flip = {"pos": "neg", "neg": "pos"}
+        return [Prediction(flip[g] if shift <= i < shift + wrong else g, g) for i, g in enumerate(gold)]
+    preds = {("mtsa", 0): system(8), ("mtsa", 1): system(10), ("cnn", 0): system(30), ("cnn", 1): system(9, 5)}
+    grid = write_grid(tmp_path / "g", {"mtsa": {0: 0.92, 1: 0.90}, "cnn": {0: 0.70, 1: 0.91}}, predictions=preds)
+    [report] = compare(resolve_cells(["mtsa", "cnn"], [grid]), "accuracy", samples=300)
+    assert [r.test for r in report.results] == ["Welch t", "paired bootstrap, seed 0", "paired bootstrap, seed 1"]
+    seed0, seed1 = report.results[1:]
+    assert seed0.difference == pytest.approx(22.0) and seed0.established and seed0.low > 0
+    assert seed1.difference == pytest.approx(-1.0) and not seed1.established  # 6 items differ, 5 of them for cnn
+    cli = runner.invoke(app, ["grid", "compare", str(grid), "--metric", "accuracy", "mtsa", "cnn", "--samples", "300"])
+    assert cli.exit_code == 0 and "paired bootstrap, seed 0 (100 test items, 300 resamples)" in cli.output
+
+    (grid / "cnn" / "seed1" / gc.PREDICTIONS).write_bytes(predictions_bytes(system(9)[:-1]))
+    with pytest.raises(ArgumentError, match="do not hold the same test items in the same order"):
+        compare(resolve_cells(["mtsa", "cnn"], [grid]), "accuracy", samples=10)
+    (grid / "cnn" / "seed1" / gc.PREDICTIONS).write_bytes(predictions_bytes(system(20)))
+    with pytest.raises(DataError, match=r"cnn/seed1/test.pred.jsonl scores accuracy 80.0000, its summary.json 91.0000"):
+        compare(resolve_cells(["mtsa", "cnn"], [grid]), "accuracy", samples=10)
+    (grid / "cnn" / "seed1" / gc.PREDICTIONS).unlink()
+    [report] = compare(resolve_cells(["mtsa", "cnn"], [grid]), "accuracy")
+    assert [r.test for r in report.results] == ["Welch t"]
+    assert "1 of 4 runs of the seed pairs lack test.pred.jsonl" in report.notes[0]
+    assert "maskattn eval -k RUN/best.safetensors --data TEST_FILE --predictions RUN/test.pred.jsonl" in report.notes[0]
+
+
+def test_a_taggers_items_recompose_its_token_accuracy_and_chunk_f1():
+    gold = [["B-LOC", "I-LOC", "O"], ["O", "B-PER", "O"], ["B-ORG", "O", "O"]]
+    predicted = [["B-LOC", "I-LOC", "O"], ["O", "B-PER", "I-PER"], ["O", "O", "B-ORG"]]
+    items = [Prediction(p, g) for p, g in zip(predicted, gold)]
+    rows, score = gc.label_statistics(items, "f1")
+    assert rows.shape == (3, 3) and score(rows.sum(0)) == pytest.approx(100 * span_f1(predicted, gold))
+    rows, score = gc.label_statistics(items, "accuracy")
+    assert score(rows.sum(0)) == pytest.approx(100 * 6 / 9)
+    with pytest.raises(ArgumentError, match="--metric f1 is a tagger's chunk F1"):
+        gc.label_statistics([Prediction("pos", "pos")], "f1")

@@ -13,7 +13,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "maskattn"
 #: bottom first; a package may import from the packages of lower rank only (equal rank: unrelated)
 RANKS = {
     "errors": 0, "lazy": 0,
-    "validation": 1,
+    "validation": 1, "files": 1,
     "masks": 2, "sections": 2, "device": 2,
     "configuration": 3,  # the old name of sections (a shim that warns, until 0.3)
     "kernels": 3, "data": 3, "checkpoint": 3,

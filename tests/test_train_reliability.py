@@ -23,7 +23,7 @@ from rich.console import Console
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
-import maskattn.train.files
+import maskattn.files
 import maskattn.train.run_folder
 from _train_helpers import fit_killed_before_step, sentiment_lines, tiny_config, write_sentiment
 from maskattn.checkpoint import FORMAT, load_checkpoint
@@ -264,7 +264,7 @@ def test_a_full_disk_while_saving_is_a_message_and_keeps_the_previous_checkpoint
         def write(self, data):
             raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(maskattn.train.files, "open", lambda path, mode: FullDisk(path, "wb"), raising=False)
+    monkeypatch.setattr(maskattn.files, "open", lambda path, mode: FullDisk(path, "wb"), raising=False)
     result = runner.invoke(app, ["train", "--resume", str(last), "--no-progress"])
     message = flat(result.output)
     assert result.exit_code == 2, result.output

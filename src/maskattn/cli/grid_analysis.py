@@ -30,8 +30,8 @@ def compare(
     """Compare cells on a test metric: for each pair, the difference of the means (A − B) with its 95 % interval,
     the statistic, p and whether the difference is established at 5 %. The test follows the replication: seeds →
     Welch's t (and how many seed pairs each leads); cross-validation folds → paired t with the Nadeau–Bengio
-    corrected variance; ROUGE / BLEU / chrF → also a paired bootstrap over the test items per seed pair (needs the
-    runs' test.hyp.txt). Example: maskattn grid compare benchmarks/results/table5_vectors/trec --metric accuracy
+    corrected variance; one test set → also a paired bootstrap over the test items per seed pair (needs the runs'
+    test.hyp.txt for ROUGE / BLEU / chrF, test.pred.jsonl for accuracy / F1). Example: maskattn grid compare benchmarks/results/table5_vectors/trec --metric accuracy
     mtsa cnn_nonstatic"""
     from ..train.grid_compare import compare as run_compare, json_report, markdown_report, resolve_cells
 

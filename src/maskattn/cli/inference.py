@@ -60,13 +60,17 @@ def eval_(
                              "with --src"),
     batch_size: int = typer.Option(64, "--batch-size", help="seq2seq: sentences per decoding batch"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    predictions: Path = typer.Option(None, "--predictions", help="also write what was scored to this file: a "
+                                     "classifier's predicted and gold label per example (JSON lines, as a run's "
+                                     "test.pred.jsonl), a seq2seq model's outputs (one per line, as test.hyp.txt)"),
     decoding: dict | None = None,
 ):
     """Evaluate a checkpoint; prints the metrics as JSON. Classifiers: --data FILE. Seq2seq models: --src FILE
     --ref FILE, decoded with the checkpoint's own decoding settings unless flags change them; translation is
     scored by sacreBLEU BLEU and chrF (with their signatures), summarization by ROUGE-1/2/L F1 (rouge-score,
     with 95 % bootstrap intervals). Inputs longer than the model reads are truncated, with a warning listing
-    their lines."""
+    their lines. --predictions FILE keeps the per-example outputs, so that `maskattn grid compare` can pair two
+    models item by item."""
     from ..inference import evaluate_file, evaluate_translation
 
     with user_errors():
@@ -77,13 +81,13 @@ def eval_(
             with _decoding_progress() as progress:
                 metrics = evaluate_translation(checkpoint, src, ref, batch_size=batch_size, device=device,
                                                on_truncate=_warn_truncated("subwords"), progress=progress,
-                                               **(decoding or {}))
+                                               predictions=predictions, **(decoding or {}))
         elif data is None:
             raise ArgumentError("nothing to evaluate: pass --data FILE (classifiers) or --src FILE --ref FILE "
                              "(seq2seq: translation, summarization)")
         else:
             metrics = evaluate_file(checkpoint, data, format=data_format, device=device,
-                                    on_truncate=_warn_truncated("tokens"))
+                                    on_truncate=_warn_truncated("tokens"), predictions=predictions)
     Console().print_json(json.dumps(_finite_json(metrics, checkpoint), allow_nan=False))
 
 

@@ -18,8 +18,9 @@ from ..device import check_memory, memory_budget
 from ..models.config import ModelConfig
 from ..models.memory import model_memory_bytes
 from .labels import accuracy, span_f1
+from .test_outputs import Prediction
 
-__all__ = ["summed_loss", "evaluate", "predict_ids", "input_limit", "item_length", "pretrained_input_limit"]
+__all__ = ["summed_loss", "evaluate", "scored_predictions", "predict_ids", "input_limit", "item_length", "pretrained_input_limit"]
 
 
 def input_limit(data: DataConfig, model: ModelConfig) -> int:
@@ -110,11 +111,19 @@ def predict_ids(model: nn.Module, items: list[dict], *, batch_size: int = 256,
     return out
 
 
-@torch.no_grad()
 def evaluate(model: nn.Module, items: list[dict], labels: LabelSet, *, batch_size: int = 256,
              device: torch.device | str = "cpu") -> dict[str, float]:
     """Mean loss and accuracy (token accuracy and BIO chunk F1 for taggers) over labelled items, from one pass
     of the model over them."""
+    return scored_predictions(model, items, labels, batch_size=batch_size, device=device)[0]
+
+
+@torch.no_grad()
+def scored_predictions(model: nn.Module, items: list[dict], labels: LabelSet, *, batch_size: int = 256,
+                       device: torch.device | str = "cpu") -> tuple[dict[str, float], list[Prediction]]:
+    """:func:`evaluate`'s metrics and, from the same pass, what they were computed from: per item, in the items'
+    order, the predicted label and the gold one (names; a tagger's are lists of tags) — the per-item record
+    of paired tests (:mod:`maskattn.metrics.test_outputs`)."""
     if not items:
         raise ArgumentError("cannot evaluate on an empty split")
     model.eval()
@@ -133,7 +142,9 @@ def evaluate(model: nn.Module, items: list[dict], labels: LabelSet, *, batch_siz
         flat_p = [p for seq in predictions for p in seq]
         flat_g = [g for it in items for g in it["label"]]
         result["accuracy"] = accuracy(flat_p, flat_g)
-        result["f1"] = span_f1([labels.decode(p) for p in predictions], [labels.decode(it["label"]) for it in items])
+        named = [Prediction(labels.decode(p), labels.decode(it["label"])) for p, it in zip(predictions, items)]
+        result["f1"] = span_f1([p.prediction for p in named], [p.label for p in named])
     else:
         result["accuracy"] = accuracy(predictions, [it["label"] for it in items])
-    return result
+        named = [Prediction(labels.itos[p], labels.itos[it["label"]]) for p, it in zip(predictions, items)]
+    return result, named

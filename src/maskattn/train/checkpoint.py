@@ -2,7 +2,7 @@
 resumable checkpoint carries: RNG states and the optimiser state as safetensors tensors plus JSON.
 
 A checkpoint is written once, with its ``sha256`` checksum in the metadata, through
-:func:`~maskattn.train.files.atomic_write`: a kill at any moment leaves the previous file or the new one, and
+:func:`~maskattn.files.atomic_write`: a kill at any moment leaves the previous file or the new one, and
 a failed write (disk full) leaves the previous file and raises ``OSError`` naming the path.
 """
 
@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import save as safetensors_bytes
 
 from ..checkpoint import CHECKSUM_KEY, FORMAT, content_digest
-from .files import atomic_write
+from ..files import atomic_write
 
 __all__ = ["save_checkpoint", "capture_rng", "restore_rng", "optimizer_to_flat", "optimizer_from_flat"]
 

@@ -12,15 +12,19 @@ cells are replicated.
   significance. ``n_test/n_train`` comes from the records: a fold tests ``1/k`` of the data and trains on the rest
   less the held-out dev share, ``(1/k) / ((1 − 1/k)(1 − data.dev_fraction))``. Both cells must have the same folds
   (and seeds): unpaired folds are refused.
-* **Generation metrics** (ROUGE, BLEU, chrF) on one test set: Welch's t over the seeds as above, and for every
-  seed pair a paired bootstrap over the test items of the two systems' hypotheses (``test.hyp.txt`` in each run
-  folder, scored against the references of the runs' test split): ``samples`` resamples of the item indices,
+* **One test set** (seeds, not folds): Welch's t over the seeds as above, and for every seed pair a paired
+  bootstrap over the test items of what the two runs were scored on (:mod:`maskattn.metrics.test_outputs`):
+  generation metrics (ROUGE, BLEU, chrF) from their hypotheses (``test.hyp.txt`` in each run folder, scored
+  against the references of the runs' test split), accuracy and tagging F1 from their predictions
+  (``test.pred.jsonl``, which carries the gold labels: both runs must hold the same items, in the same order). An
+  item's statistics: whether it is right (a sentence's accuracy), its right and all tokens (a tagger's accuracy),
+  its true, predicted and gold chunks (a tagger's micro F1). ``samples`` resamples of the item indices,
   the same for both systems (drawn as sacreBLEU's ``paired_bs`` draws them, ``numpy.random.default_rng(seed)``),
   the difference recomputed on each; the interval is its 2.5–97.5 percentiles, p is sacreBLEU's
   (``(#{|Δ*| − mean|Δ*| > |Δ|} + 1) / (samples + 1)``; 1 when Δ = 0). BLEU and chrF are recomputed from sacreBLEU's per-sentence
   sufficient statistics, ROUGE as the mean of ``rouge-score``'s per-item F1 (:func:`maskattn.metrics.rouge_scores`'s
   tokenisation). The bootstrap says whether the two *trained models* differ beyond test-set sampling; Welch's t
-  whether the difference holds across training seeds. Runs without hypotheses get the Welch row and a note.
+  whether the difference holds across training seeds. Runs without those files get the Welch row and a note.
 
 A cell is named as ``maskattn grid table`` names it (``mtsa``, ``architecture=man``), qualified by its grid folder
 when several grids are given or the names repeat: ``GRID:CELL`` (``benchmarks/results/table5_vectors/trec:mtsa``,
@@ -40,15 +44,16 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ArgumentError, DataError
+from ..metrics.labels import bio_spans
+from ..metrics.test_outputs import HYPOTHESES, PREDICTIONS, Prediction, read_hypotheses, read_predictions
 from .grid_table import RunRecord, collect_runs, table_rows
 
 __all__ = ["Cell", "Result", "PairReport", "resolve_cells", "compare", "welch", "nadeau_bengio", "paired_bootstrap",
-           "cv_ratio", "markdown_report", "json_report", "GENERATION_METRICS", "HYPOTHESES", "LEVEL"]
+           "cv_ratio", "markdown_report", "json_report", "item_statistics", "label_statistics", "GENERATION_METRICS",
+           "HYPOTHESES", "PREDICTIONS", "LEVEL"]
 
 #: metrics scored on generated text (one test set), compared per seed pair by a paired bootstrap
 GENERATION_METRICS = ("rouge", "rouge1", "rouge2", "rougeL", "bleu", "chrf")
-#: the file a seq2seq run writes its test hypotheses to (one per line, in test order)
-HYPOTHESES = "test.hyp.txt"
 #: the significance level of "established"
 LEVEL = 0.05
 _PERCENT = ("accuracy", "f1")
@@ -325,7 +330,16 @@ def _compare_pair(a: Cell, b: Cell, metric: str, samples: int, seed: int,
     report.results.append(welch(xs, ys))
     report.ahead = _ahead(values_a, values_b)
     if metric in GENERATION_METRICS:
-        report.results += _bootstraps(a, b, metric, samples, seed, references, report.notes)
+        report.results += _bootstraps(a, b, metric, samples, seed, _generation_items(metric, references), HYPOTHESES,
+                                      "a seq2seq run writes them when it is tested; runs trained before that need "
+                                      "retraining — or `maskattn eval -k RUN/best.safetensors --src … --ref … "
+                                      f"--predictions RUN/{HYPOTHESES}` with the run's test decoding settings",
+                                      report.notes)
+    elif metric in _PERCENT:
+        report.results += _bootstraps(a, b, metric, samples, seed, _label_items(metric), PREDICTIONS,
+                                      "a classifier run writes them when it is tested; for runs trained before "
+                                      "that: `maskattn eval -k RUN/best.safetensors --data TEST_FILE --predictions "
+                                      f"RUN/{PREDICTIONS}`", report.notes)
     return report
 
 
@@ -335,44 +349,84 @@ def _ahead(values_a: dict, values_b: dict) -> tuple[int, int, int]:
             sum(values_a[k] == values_b[k] for k in common))
 
 
-def _bootstraps(a: Cell, b: Cell, metric: str, samples: int, seed: int,
-                references: Callable[[RunRecord], list[str]], notes: list[str]) -> list[Result]:
-    """The paired bootstrap of every seed pair whose two runs kept their hypotheses."""
+#: per seed pair: the two runs' per-item statistics (rows: the same test items) and the corpus score of summed rows
+ItemStatistics = Callable[[RunRecord, RunRecord], tuple[np.ndarray, np.ndarray, Callable[[np.ndarray], float]]]
+
+
+def _bootstraps(a: Cell, b: Cell, metric: str, samples: int, seed: int, items: ItemStatistics, file: str,
+                how: str, notes: list[str]) -> list[Result]:
+    """The paired bootstrap of every seed pair whose two runs kept what they were scored on (``file``; ``how``
+    says how runs get it)."""
     runs_b = {b.replicate(r): r for r in b.runs}
     pairs = [(a.replicate(r), r, runs_b[a.replicate(r)]) for r in a.runs if a.replicate(r) in runs_b]
-    lacking = [r for _, ra, rb in pairs for r in (ra, rb) if not (r.folder / HYPOTHESES).is_file()]
+    lacking = [r for _, ra, rb in pairs for r in (ra, rb) if not (r.folder / file).is_file()]
     if lacking:
         notes.append(f"paired bootstrap not run: {len(lacking)} of {2 * len(pairs)} runs of the seed pairs lack "
-                     f"{HYPOTHESES} (a seq2seq run writes them when it is tested; runs trained "
-                     "before that need retraining — or their best.safetensors decoded on the test split — for it)")
+                     f"{file} ({how})")
         return []
     results = []
     for key, run_a, run_b in pairs:
-        refs = references(run_a)
-        if references(run_b) != refs:
-            raise ArgumentError(f"{run_a.folder} and {run_b.folder} were tested on different references")
-        hyps_a, hyps_b = _hypotheses(run_a, len(refs)), _hypotheses(run_b, len(refs))
-        stats_a, score = item_statistics(hyps_a, refs, metric)
-        stats_b, _ = item_statistics(hyps_b, refs, metric)
+        stats_a, stats_b, score = items(run_a, run_b)
         for run, s in ((run_a, stats_a), (run_b, stats_b)):
             recorded, recomputed = _value(run, metric), score(s.sum(0))
             if abs(recorded - recomputed) > 1e-3 * max(1.0, abs(recorded)):
-                raise DataError(f"{run.folder / HYPOTHESES} scores {metric} {recomputed:.4f}, its summary.json "
-                                f"{recorded:.4f}: the hypotheses are not the ones that run was scored on")
+                raise DataError(f"{run.folder / file} scores {metric} {recomputed:.4f}, its summary.json "
+                                f"{recorded:.4f}: the file does not hold what that run was scored on")
         result = paired_bootstrap(stats_a, stats_b, score, samples=samples, seed=seed)
         result.test = f"paired bootstrap, seed {key[0]}"
         results.append(result)
     return results
 
 
-def _hypotheses(record: RunRecord, count: int) -> list[str]:
-    path = record.folder / HYPOTHESES
-    lines = path.read_text(encoding="utf-8").split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    if len(lines) != count:
-        raise DataError(f"{path} holds {len(lines)} hypotheses for {count} test references")
-    return lines
+def _generation_items(metric: str, references: Callable[[RunRecord], list[str]]) -> ItemStatistics:
+    def items(run_a: RunRecord, run_b: RunRecord):
+        refs = references(run_a)
+        if references(run_b) != refs:
+            raise ArgumentError(f"{run_a.folder} and {run_b.folder} were tested on different references")
+        stats_a, score = item_statistics(read_hypotheses(run_a.folder / HYPOTHESES, len(refs)), refs, metric)
+        stats_b, _ = item_statistics(read_hypotheses(run_b.folder / HYPOTHESES, len(refs)), refs, metric)
+        return stats_a, stats_b, score
+
+    return items
+
+
+def _label_items(metric: str) -> ItemStatistics:
+    def items(run_a: RunRecord, run_b: RunRecord):
+        preds_a, preds_b = read_predictions(run_a.folder / PREDICTIONS), read_predictions(run_b.folder / PREDICTIONS)
+        if [p.label for p in preds_a] != [p.label for p in preds_b]:
+            raise ArgumentError(f"{run_a.folder / PREDICTIONS} ({len(preds_a)} items) and {run_b.folder / PREDICTIONS} "
+                                f"({len(preds_b)} items) do not hold the same test items in the same order (their "
+                                "gold labels differ); a paired test needs one test set")
+        stats_a, score = label_statistics(preds_a, metric)
+        stats_b, _ = label_statistics(preds_b, metric)
+        return stats_a, stats_b, score
+
+    return items
+
+
+def label_statistics(predictions: list[Prediction], metric: str) -> tuple[np.ndarray, Callable[[np.ndarray], float]]:
+    """Per-item statistics of a classifier's ``accuracy`` or a tagger's ``f1`` and the score (in points) from their
+    column sums (module docstring): a sentence's ``[right]``, a tagger's ``[right tokens, tokens]`` or ``[true,
+    predicted, gold chunks]`` (micro F1, as :func:`maskattn.metrics.span_f1`)."""
+    tagger = isinstance(predictions[0].label, list)
+    if metric == "f1":
+        if not tagger:
+            raise ArgumentError("--metric f1 is a tagger's chunk F1; these runs classify sentences (use accuracy)")
+        rows = []
+        for p in predictions:
+            predicted, gold = bio_spans(p.prediction), bio_spans(p.label)
+            rows.append((len(predicted & gold), len(predicted), len(gold)))
+
+        def f1(totals: np.ndarray) -> float:
+            true, predicted, gold = totals
+            return 0.0 if true == 0 else float(100 * 2 * true / (predicted + gold))
+
+        return np.array(rows, dtype=float), f1
+    if tagger:
+        tokens = [(sum(x == y for x, y in zip(p.prediction, p.label)), len(p.label)) for p in predictions]
+        return np.array(tokens, dtype=float), lambda totals: float(100 * totals[0] / max(1.0, totals[1]))
+    right = np.array([[float(p.prediction == p.label)] for p in predictions])
+    return right, lambda totals: float(100 * totals[0] / len(predictions))
 
 
 def item_statistics(hypotheses: Sequence[str], references: Sequence[str],

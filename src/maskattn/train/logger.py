@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ConfigError, DataError
-from .files import atomic_write
+from ..files import atomic_write
 
 __all__ = ["MetricsLogger", "TensorBoardWriter", "COLUMNS", "read_metrics"]
 

@@ -20,7 +20,7 @@ from rich.console import Console
 from ..data.text import read_text
 from ..errors import ConfigError, DataError, MaskattnError
 from ..sections import is_sections, parse_yaml
-from .files import atomic_write
+from ..files import atomic_write
 from .run_folder import RunFolder
 
 if TYPE_CHECKING:

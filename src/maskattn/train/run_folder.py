@@ -25,7 +25,7 @@ A folder written before manifests existed holds a run when it has ``metrics.json
 run wrote one of them first); its run is :data:`RUN_FILES` by name, and a ``fold<i>`` sub-folder only when that
 sub-folder itself holds such a run (then its run files go, and the sub-folder only if it ends up empty).
 Taking the folder also removes the temporary files of killed checkpoint writes
-(:func:`~maskattn.train.files.remove_stale_temp_files`).
+(:func:`~maskattn.files.remove_stale_temp_files`).
 """
 
 from __future__ import annotations
@@ -39,16 +39,17 @@ import time
 from pathlib import Path
 
 from ..errors import RunFolderError
-from .files import atomic_write, remove_stale_temp_files
+from ..metrics.test_outputs import HYPOTHESES, PREDICTIONS
+from ..files import atomic_write, remove_stale_temp_files
 
 __all__ = ["RunFolder", "LOCK_NAME", "MANIFEST_NAME", "RUN_FILES", "refuse_inputs_inside"]
 
 LOCK_NAME = ".lock"
 MANIFEST_NAME = ".run-files.json"
-#: What a run leaves in its folder (a plain run; `summary.json` and `cv.json`: cross-validation; the last: a seq2seq
-#: run's test hypotheses).
+#: What a run leaves in its folder (a plain run; `summary.json` and `cv.json`: cross-validation; the last two: what
+#: its test was scored on, a seq2seq run's hypotheses or a classifier's predictions).
 RUN_FILES = ("config.yaml", "metrics.jsonl", "metrics.csv", "best.safetensors", "last.safetensors", "summary.json",
-             "cv.json", "test.hyp.txt")
+             "cv.json", HYPOTHESES, PREDICTIONS)
 #: The files only a run writes: a folder without a manifest holds a run (of an older maskattn) when it has one.
 _LEGACY_MARKERS = ("metrics.jsonl", "cv.json")
 _FOLD = re.compile(r"^fold\d+$")

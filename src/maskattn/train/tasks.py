@@ -36,8 +36,9 @@ from ..data.vocab import LabelSet, Vocabulary
 from ..errors import ArgumentError, CheckpointError, ConfigError
 from ..inference import DecodingOptions, Translator, check_tokenizer, fixed_rows_of, subword_from_checkpoint
 from ..device import check_memory
-from ..metrics import (SEQ2SEQ_SCORES, check_references, evaluate, input_limit, item_length, pretrained_input_limit,
-                       summed_loss)
+from ..metrics import (SEQ2SEQ_SCORES, check_references, input_limit, item_length, pretrained_input_limit,
+                       scored_predictions, summed_loss)
+from ..metrics.test_outputs import HYPOTHESES, PREDICTIONS, Prediction, hypotheses_bytes, predictions_bytes
 from ..models.factory import build_model
 from ..models.memory import estimate_before_building, model_memory_bytes
 from ..models.seq2seq import Seq2Seq
@@ -87,6 +88,10 @@ class Task(Protocol):
 
     def data_summary(self) -> dict:
         """Facts about the prepared data for the run summary (may be empty)."""
+
+    def item_outputs(self, split: str) -> tuple[str, bytes] | None:
+        """The per-item outputs of the last evaluation of ``split`` — its file name in a run folder and content
+        (:mod:`maskattn.metrics.test_outputs`) — or None before one."""
 
 
 def _label_smoothing(cfg: RunConfig, default: float) -> float:
@@ -178,6 +183,7 @@ class ClassificationTask:
         self.notices = truncation_notices(self.data.truncated, limit,
                                           "data.max_len" if limit == cfg.data.max_len else "model.max_len")
         self.notes = [coverage_note(self.data.coverage)] if self.data.coverage else []
+        self.predictions: dict[str, list[Prediction]] = {}  # of the last evaluation of each split
 
     def loss_terms(self, indices: list[int]) -> int:
         return collate([self.data.train[i] for i in indices]).count
@@ -190,8 +196,13 @@ class ClassificationTask:
         return summed_loss(module(**batch.inputs), batch.targets, label_smoothing=self.label_smoothing)
 
     def evaluate(self, model: nn.Module, split: str, progress: Progress | None = None) -> dict[str, float]:
-        return evaluate(model, getattr(self.data, split), self.data.labels, batch_size=self.cfg.train.eval_batch_size,
-                        device=self.device)
+        metrics, self.predictions[split] = scored_predictions(model, getattr(self.data, split), self.data.labels,
+                                                              batch_size=self.cfg.train.eval_batch_size,
+                                                              device=self.device)
+        return metrics
+
+    def item_outputs(self, split: str) -> tuple[str, bytes] | None:
+        return (PREDICTIONS, predictions_bytes(self.predictions[split])) if split in self.predictions else None
 
     def has_split(self, split: str) -> bool:
         return bool(getattr(self.data, split))
@@ -236,6 +247,7 @@ class PretrainedClassificationTask(ClassificationTask):
         self.model = PretrainedClassifier.from_config(encoder, self.tokenizer, cfg.model, len(self.data.labels))
         self.notices = truncation_notices(self.data.truncated, max_len,
                                           "data.max_len" if cfg.data.max_len else "what the encoder reads")
+        self.predictions = {}
 
     def checkpoint_fields(self) -> dict:
         return {"vocab": [], "labels": self.data.labels.itos,
@@ -389,6 +401,9 @@ class Seq2SeqTask:
 
     def has_split(self, split: str) -> bool:
         return split in self.text
+
+    def item_outputs(self, split: str) -> tuple[str, bytes] | None:
+        return (HYPOTHESES, hypotheses_bytes(self.hypotheses[split])) if split in self.hypotheses else None
 
     def checkpoint_fields(self) -> dict:
         return {"vocab": self.subword.pieces(), "labels": [],

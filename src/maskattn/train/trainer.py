@@ -36,10 +36,11 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from ..checkpoint import Checkpoint, load_checkpoint, load_weights
 from ..errors import CheckpointError, ConfigError, DivergenceError
 from ..device import resolve_device
+from ..metrics.test_outputs import HYPOTHESES, PREDICTIONS
 from . import acceleration
 from .checkpoint import capture_rng, optimizer_from_flat, optimizer_to_flat, restore_rng, save_checkpoint
 from .config import RunConfig, from_dict
-from .files import atomic_write
+from ..files import atomic_write
 from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_distributed
 from .logger import MetricsLogger
 from .optim import build_optimizer, build_scheduler, optimizer_step
@@ -50,10 +51,8 @@ from .tasks import Task, build_task
 __all__ = ["Trainer", "resolve_device", "seed_everything", "parameter_counts"]
 
 #: what a trainer writes into its run folder (recorded there as the run's before any is written)
-RUN_OUTPUTS = ("config.yaml", "metrics.jsonl", "metrics.csv", "best.safetensors", "last.safetensors", "test.hyp.txt")
-#: the test hypotheses of a seq2seq run, one per line in test order, as they were scored (``grid compare``'s paired
-#: bootstrap reads them)
-HYPOTHESES = "test.hyp.txt"
+RUN_OUTPUTS = ("config.yaml", "metrics.jsonl", "metrics.csv", "best.safetensors", "last.safetensors", HYPOTHESES,
+               PREDICTIONS)
 
 
 def seed_everything(seed: int) -> None:
@@ -442,10 +441,10 @@ class Trainer:
         if self.task.has_split("test"):
             test = self.evaluate("test")
             summary["test"] = test
-            hypotheses = getattr(self.task, "hypotheses", {}).get("test")
-            if hypotheses is not None and self.dist.is_main:  # a seq2seq run keeps what it was scored on
-                atomic_write(self.out_dir / HYPOTHESES,
-                             ["".join(" ".join(h.splitlines()) + "\n" for h in hypotheses).encode("utf-8")])
+            outputs = self.task.item_outputs("test")
+            if outputs is not None and self.dist.is_main:  # what the run was scored on, for paired tests
+                name, content = outputs
+                atomic_write(self.out_dir / name, [content])
             self.logger.log(step=self.best_step or self.step, epoch=self.epoch, split="test", **test,
                             elapsed_s=self._elapsed())
         summary["wall_s"] = self._elapsed()

@@ -1,4 +1,5 @@
-"""Files of a run folder that must survive a kill: atomic writes, and the clean-up of what killed writes leave.
+"""Files that must survive a kill (a run folder's, what ``maskattn eval`` writes): atomic writes, and the clean-up
+of what killed writes leave.
 
 :func:`atomic_write` writes to ``.<name>.tmp-<pid>`` in the target's folder, flushes and ``fsync``-s it, then
 ``os.replace``-s it over the target and ``fsync``-s the folder: a kill at any moment leaves either the
