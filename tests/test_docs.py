@@ -66,7 +66,7 @@ def test_demo_runs_quickly(capsys):
 SHELL = re.compile(r"```(?:bash|sh|shell|console)\n(.*?)```", re.S)
 SHARED = ROOT.parent / "shared" / "data"  # the datasets beside the repository (docs name them ../shared/data/…)
 #: options that name what a command writes (everything else of type path is read)
-OUTPUTS = {"--out", "-o", "--output", "--csv", "--json"}
+OUTPUTS = {"--out", "-o", "--output", "--csv", "--json", "--predictions"}
 
 
 def _commands():
