@@ -1,6 +1,6 @@
 """The committed grids of benchmarks/results: running one again trains nothing (``grid run --dry-run`` reports 0
-runs to train; a grid still in progress, only its runs without a record), every record's files agree with each other (summary.json, metrics.jsonl, metrics.csv, train.log),
-and they keep their paths relative (to the repository or the data root), so a fresh clone with the data beside it
+runs to train), every record's files agree with each other (summary.json, metrics.jsonl, metrics.csv, train.log,
+test.pred.jsonl), and they keep their paths relative (to the repository or the data root), so a fresh clone with the data beside it
 re-runs them. Reads the records only: no data, no training (the configurations are checked against the data
 folder only where ../shared/data is there)."""
 
@@ -16,6 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 from maskattn.cli import app
+from maskattn.metrics.test_outputs import PREDICTIONS, read_predictions
 from maskattn.train.grid import load_grid
 
 from _train_helpers import flat
@@ -29,9 +30,6 @@ NO_TRAIN_LOG = {
     # run's process) but by a grid worker started by hand, whose output went to a terminal
     "snli_table1/mtsa/seed2",
 }
-#: grids whose runs take several sessions (issue 45): each run's record is committed once it finishes, so a
-#: re-run trains exactly the runs without a record, and continues none (no unfinished run's files are committed)
-IN_PROGRESS = {"snli_convergence"}
 
 
 def _runs():
@@ -47,15 +45,10 @@ def test_a_committed_grid_runs_again_as_a_no_op(grid):
     result = CliRunner().invoke(app, ["grid", "run", "--out", str(grid), "--dry-run"])
     assert result.exit_code == 0, result.output
     manifest = json.loads((grid / "grid.json").read_text())
-    unfinished = [grid / run["name"] for run in manifest["runs"] if not (grid / run["name"] / "summary.json").is_file()]
-    missing = len(unfinished)
-    assert missing == 0 or str(grid.relative_to(RESULTS)) in IN_PROGRESS
-    # nothing of an unfinished run is committed, so a clean checkout continues none; a grid training on this machine
-    # continues exactly the runs it has started (their config.yaml or metrics.jsonl written, not yet committed)
-    started = sum((folder / "config.yaml").is_file() or (folder / "metrics.jsonl").is_file() for folder in unfinished)
-    assert started == 0 or str(grid.relative_to(RESULTS)) in IN_PROGRESS
-    assert (f"{len(manifest['runs'])} runs; {missing} to train ({missing - started} new, {started} to continue)"
-            in flat(result.output))
+    # every committed grid is whole (a grid that takes several sessions commits each run's record once it finishes,
+    # and none of an unfinished run), so a clean checkout has nothing to train or continue
+    assert all((grid / run["name"] / "summary.json").is_file() for run in manifest["runs"])
+    assert f"{len(manifest['runs'])} runs; 0 to train (0 new, 0 to continue)" in flat(result.output)
     assert "0 refused" in flat(result.output)
 
 
@@ -100,6 +93,11 @@ def test_a_records_files_agree(grid, folder):
     best = (min if metric == "loss" else max)(dev, key=lambda row: row[metric])
     assert best[metric] == summary["best_dev"] and best["step"] == summary["best_step"]
     assert max(row["step"] for row in rows) == summary["steps"]
+    # test.pred.jsonl (a classifier's predictions, for paired tests): they rescore to the test accuracy recorded
+    if (folder / PREDICTIONS).is_file():
+        predictions = read_predictions(folder / PREDICTIONS)
+        right = sum(p.prediction == p.label for p in predictions)
+        assert right / len(predictions) == pytest.approx(summary["test"]["accuracy"], abs=1e-12)
     # metrics.csv: the same rows
     with (folder / "metrics.csv").open(newline="") as handle:
         table = list(csv.DictReader(handle))
