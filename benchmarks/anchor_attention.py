@@ -4,7 +4,7 @@ algorithm (Dao, "FlashAttention-2: Faster Attention with Better Parallelism and 
 Algorithms 1 and 2; the structure of Triton's fused-attention tutorial: scores in log₂ units, ``exp2``, one
 log-sum-exp per row kept for backward, ``Δ = rowsum(dO ⊙ O)`` from a pre-pass).
 
-It is the reference that :mod:`maskattn.kernels.triton.perf_report` compiles beside maskattn's kernels, at the same
+It is the reference that :mod:`maskattn.kernels.triton.offline.perf_report` compiles beside maskattn's kernels, at the same
 shapes and architectures, so that each maskattn pass reads as a ratio to what an FA2-class kernel spends per score
 (docs/design.md §3, "The Triton kernels"; §8). The passes match maskattn's split, so each pass has a counterpart:
 

@@ -18,7 +18,7 @@ Two schemes, both forward only (the question is whether the forward pays, before
   softmax, a second loop the values (no rescale, one ``exp2`` per score, but the scores are re-read per offset).
 
 :func:`measure` compiles them for a GPU architecture without a GPU (Triton's bundled ``ptxas`` / ``nvdisasm``, the
-report's own launch recording and SASS reading, :mod:`maskattn.kernels.triton.perf_report`) and counts per *useful*
+report's own launch recording and SASS reading, :mod:`maskattn.kernels.triton.offline.perf_report`) and counts per *useful*
 score (every computed score here is inside the band, except at the sequence ends) what the report counts for the
 tile kernels; ``python benchmarks/diagonal_band.py`` prints both side by side. Correctness:
 ``tests/test_diagonal_band.py`` (interpreter, float64 oracle).
@@ -34,7 +34,8 @@ import torch
 import triton
 import triton.language as tl
 
-from maskattn.kernels.triton import perf_report, runtime
+from maskattn.kernels.triton import runtime
+from maskattn.kernels.triton.offline import perf_report
 
 __all__ = ["SCHEMES", "forward", "measure", "tile_rows"]
 

@@ -1,4 +1,4 @@
-"""The offline performance report (``maskattn.kernels.triton.perf_report``, docs/gpu/offline-perf.md): its reading of
+"""The offline performance report (``maskattn.kernels.triton.offline.perf_report``, docs/gpu/offline-perf.md): its reading of
 SASS on a fixed sample, its occupancy arithmetic, its mirrors of the kernels' loop bounds, and one real compilation
 in a subprocess (Triton's interpreter, which the rest of the suite uses, must be off there)."""
 
@@ -44,7 +44,7 @@ SAMPLE = """
 
 
 def test_sass_lines_labels_and_branches_are_parsed():
-    from maskattn.kernels.triton.perf_report import parse_sass
+    from maskattn.kernels.triton.offline.perf_report import parse_sass
     code = parse_sass(SAMPLE)
     assert [i.address for i in code[:3]] == [0, 0x10, 0x20]
     assert code[3].label == ".L_x_2" and code[3].base == "LDGSTS"
@@ -56,7 +56,7 @@ def test_sass_lines_labels_and_branches_are_parsed():
 
 
 def test_the_hot_loop_and_its_light_and_heavy_paths():
-    from maskattn.kernels.triton.perf_report import classify, hot_loop, parse_sass, path_counts
+    from maskattn.kernels.triton.offline.perf_report import classify, hot_loop, parse_sass, path_counts
     code = parse_sass(SAMPLE)
     first, last = hot_loop(code)
     assert (code[first].address, code[last].address) == (0x30, 0xf0)
@@ -107,7 +107,7 @@ def test_hot_loops_finds_every_innermost_loop_with_the_hot_loops_products():
     """The report counts DMAN's near and far loops both (the far tiles run the second): every innermost loop with as
     many tensor-core instructions as the hot one, in address order; a loop with fewer products and a loop that nests
     another are not hot; a kernel without a loop has none."""
-    from maskattn.kernels.triton.perf_report import hot_loop, hot_loops, parse_sass
+    from maskattn.kernels.triton.offline.perf_report import hot_loop, hot_loops, parse_sass
     code = parse_sass(TWO_LOOPS)
     spans = [(code[a].address, code[b].address) for a, b in hot_loops(code)]
     assert spans == [(0x10, 0x50), (0x60, 0x80)]
@@ -122,7 +122,7 @@ def test_hot_loops_finds_every_innermost_loop_with_the_hot_loops_products():
 
 
 def test_occupancy_from_registers_warps_and_shared_memory():
-    from maskattn.kernels.triton.perf_report import occupancy
+    from maskattn.kernels.triton.offline.perf_report import occupancy
     assert occupancy(90, 128, 4, 0) == (4, 0.25)  # 128 regs x 128 threads = 16K: 4 blocks by registers
     assert occupancy(90, 255, 8, 0) == (1, 0.125)  # 256 x 256 = 64K: one block
     assert occupancy(80, 64, 4, 100 * 1024) == (1, 4 / 64)  # shared memory: 164 KB hold one 101 KB block
@@ -134,7 +134,7 @@ def test_loop_mirrors_count_the_narrow_band_as_the_issue_does():
     band; MTSA's window(3) head (7 positions) with 64 x 32 tiles aligned to tile edges: 4 tiles, 5.5 %."""
     import numpy as np
 
-    from maskattn.kernels.triton.perf_report import _useful, visited_tiles
+    from maskattn.kernels.triton.offline.perf_report import _useful, visited_tiles
     n = 2048
     tiles, allowed = visited_tiles("band_fwd", n, 64, 32, band=(-5, 5))
     assert len(tiles) == 3 * n // 64  # 64 + 10 keys per query tile: three 32-key tiles
@@ -154,7 +154,7 @@ def test_loop_mirrors_count_the_narrow_band_as_the_issue_does():
 
 _QUICK = """
 import json, sys
-from maskattn.kernels.triton import perf_report as pr
+from maskattn.kernels.triton.offline import perf_report as pr
 p = next(p for p in pr.passes() if p.kernel == "tensorized_fwd" and p.mask == "window(3) head")
 rows = pr.measure(p, 64, 80, (256,))
 json.dump([pr.asdict(r) for r in rows], sys.stdout)
@@ -180,7 +180,7 @@ def test_the_report_compiles_and_reads_one_pass(tmp_path):
 
 
 def _row(family, kernel, mask, mufu, useful=100, computed=100, wgmma=True, spill=0):
-    from maskattn.kernels.triton.perf_report import Row
+    from maskattn.kernels.triton.offline.perf_report import Row
     per = dict(tensor_flops=512.0, mufu=mufu, mufu_kinds={"EX2": mufu}, ldg=0.25, ldg_bytes=4.0, shared_bytes=8.0,
                wgmma_shared_bytes=12.0, issue=0.5)
     return Row(family, kernel, mask, 128, 90, 2048, tiles="64x64", warps=4, stages=2, registers=200,
@@ -193,7 +193,7 @@ def test_ratios_and_targets_against_the_anchor():
     score: the causal one for a directional mask), and the targets read them: MUFU 1.2× the anchor's passes, 2.4×
     fails; a window(3) head with 5 % of its scores in the band fails the tile bound (7/32 = 21.9 %: 16 rows reach
     22 keys, two key tiles of 16), one with 21.9 % meets it; a spill is named."""
-    from maskattn.kernels.triton.perf_report import document, ratio_table, targets
+    from maskattn.kernels.triton.offline.perf_report import document, ratio_table, targets
     rows = [_row("anchor", "anchor_fwd", "full", 1.0), _row("anchor-causal", "anchor_fwd", "causal", 1.0, 90),
             _row("mtsa", "tensorized_fwd", "forward head", 1.2, 45, 50),
             _row("mtsa", "tensorized_bwd_kv", "forward head", 1.0, wgmma=False, spill=8),
@@ -215,7 +215,7 @@ def test_ratios_and_targets_against_the_anchor():
     assert "(window(3) head; the issue asked ≥ 40 %) | tensorized_bwd_q | 128 | sm_90 | 21.9% (bound 21.9%) | " \
            "21.9% (bound 21.9%) | yes |" in text
     assert "tensorized_bwd_kv d128 sm_90" in text.splitlines()[-1]
-    page = document(rows, before, "python -m maskattn.kernels.triton.perf_report", 1.0)
+    page = document(rows, before, "python -m maskattn.kernels.triton.offline.perf_report", 1.0)
     assert page.startswith("# Offline performance report") and "## Before" in page and "What no static count" in page
 
 
@@ -225,7 +225,7 @@ def test_the_narrow_band_bound_is_the_share_of_16_row_tiles_a_band_fills():
     a long sequence."""
     import numpy as np
 
-    from maskattn.kernels.triton.perf_report import _band_width, narrow_band_bound
+    from maskattn.kernels.triton.offline.perf_report import _band_width, narrow_band_bound
     for width in range(1, 40):
         left = (width - 1) // 2
         i0 = 1000

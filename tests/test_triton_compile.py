@@ -1,4 +1,4 @@
-"""The offline compile check (maskattn.kernels.triton.compile_check): every Triton kernel, in the configurations the
+"""The offline compile check (maskattn.kernels.triton.offline.compile_check): every Triton kernel, in the configurations the
 launchers choose on CUDA, bound as ``JITFunction.run`` binds it and compiled for sm_80 / sm_86 / sm_90 with the
 ptxas that the triton wheel bundles — no GPU. Each check runs in a subprocess: Triton's interpreter, which the rest
 of the suite uses, must be off when the kernels are decorated.
@@ -17,7 +17,8 @@ import textwrap
 
 import pytest
 
-from maskattn.kernels.triton import compile_check, runtime
+from maskattn.kernels.triton import runtime
+from maskattn.kernels.triton.offline import compile_check
 
 pytestmark = pytest.mark.skipif(not runtime.installed(), reason="needs the triton package")
 
@@ -29,7 +30,7 @@ def _check(tmp_path, *args: str, timeout: int = 1800) -> tuple[subprocess.Comple
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
     out = tmp_path / "rows.json"
-    done = subprocess.run([sys.executable, "-m", "maskattn.kernels.triton.compile_check", *args, "--json", str(out)],
+    done = subprocess.run([sys.executable, "-m", "maskattn.kernels.triton.offline.compile_check", *args, "--json", str(out)],
                           capture_output=True, text=True, env=env, timeout=timeout)
     rows = json.loads(out.read_text()) if out.exists() else []
     return done, rows
@@ -89,7 +90,8 @@ def test_the_check_catches_a_keyword_the_kernel_does_not_declare(tmp_path):
     is refused, as on a GPU."""
     script = textwrap.dedent("""
         import math, torch
-        from maskattn.kernels.triton import compile_check as cc, runtime
+        from maskattn.kernels.triton import runtime
+        from maskattn.kernels.triton.offline import compile_check as cc
         from maskattn.kernels.triton.band import band_triton
         q = torch.randn(1, 2, 64, 32, dtype=torch.float16)
         with runtime.recording(runtime.TARGETS[80]) as launches:
@@ -181,3 +183,22 @@ def test_an_architecture_s_own_tiles_win_over_its_class_and_are_recorded_for_it(
     class_tiles = runtime.TILE_TABLE[(kernel, "227K", width)]
     assert (arch, own.warps, own.stages) in warps and (arch, class_tiles.warps, class_tiles.stages) not in warps
     assert (90, class_tiles.warps, class_tiles.stages) in warps
+
+
+def test_the_runtime_and_the_kernels_import_nothing_from_the_offline_tools():
+    """The offline tools sit apart (docs/design.md §7): they import the kernels, never the other way round."""
+    import ast
+    from pathlib import Path
+
+    folder = Path(runtime.__file__).parent
+    modules = sorted(folder.glob("*.py"))
+    assert {"runtime.py", "tensorized_jit.py", "dman_jit.py", "band_jit.py"} <= {m.name for m in modules}
+    for module in modules:
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [alias.name for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            assert not any("offline" in name.split(".") for name in names), f"{module.name} imports {names}"

@@ -13,7 +13,7 @@ kernel module is imported (:func:`load`), and :func:`interpreted` reports that c
 :class:`Target`: its compute capability and the shared memory one block may opt into. The tiles of every kernel
 pass come from one table, :data:`TILE_TABLE`, per shared-memory class of device (99, 163 or 227 KB per block)
 and head width; every entry is compiled ahead of time for sm_80, sm_86 and sm_90 by
-:mod:`maskattn.kernels.triton.compile_check` (in CI), which fails on a refused launch, a compile error, shared
+:mod:`maskattn.kernels.triton.offline.compile_check` (in CI), which fails on a refused launch, a compile error, shared
 memory over the class's limit or spilled registers. A device below the smallest class, or a head width without a
 table entry, is declared unsupported (:func:`target_reason`), so ``auto`` never picks a launch that would fail.
 

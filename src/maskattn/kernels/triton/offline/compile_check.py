@@ -21,7 +21,7 @@ keywords, shared-memory limits and registers. This check sees what a GPU would:
    option on) or a wgmma serialisation advisory on sm_90.
 
 Run it in its own process (Triton reads ``TRITON_INTERPRET`` when the kernels are first decorated):
-``python -m maskattn.kernels.triton.compile_check --matrix ci --jobs 2``. It relies on Triton's binding
+``python -m maskattn.kernels.triton.offline.compile_check --matrix ci --jobs 2``. It relies on Triton's binding
 internals as of Triton 3.x (``create_function_from_signature``, ``_pack_args``); a Triton without them is
 reported, not guessed at. ``--matrix`` (:data:`MATRICES`): ``smoke`` (a slow test's few
 compilations), ``ci`` (.ci/run: float16 and bfloat16, head widths 64 / 128 / 256, the head width of every shipped
@@ -168,7 +168,7 @@ def preset_head_widths() -> tuple[int, ...]:
     them as unsupported: ``auto`` runs another backend)."""
     from importlib import resources
 
-    from ...sections import parse_yaml
+    from ....sections import parse_yaml
 
     widths = set()
     for entry in (resources.files("maskattn") / "configs").iterdir():
@@ -183,7 +183,7 @@ def preset_head_widths() -> tuple[int, ...]:
 
 
 def _archs() -> tuple[int, ...]:
-    from . import runtime
+    from .. import runtime
     return tuple(sorted(runtime.TARGETS))
 
 
@@ -255,7 +255,7 @@ def _torch_dtype(name: str):
 def _tf32(enabled: bool):
     """TF32 allowed for float32 ``tl.dot`` or not, through the API the launchers read (torch's ``fp32_precision``
     where it exists: :func:`maskattn.kernels.precision.tf32_matmul_set`)."""
-    from ..precision import tf32_matmul_set
+    from ...precision import tf32_matmul_set
     return tf32_matmul_set(enabled)
 
 
@@ -277,9 +277,9 @@ def _call(case: Case, n: int) -> None:
     """Run ``case``'s launcher forward and backward (inside :func:`.runtime.recording`: nothing launches)."""
     import torch
 
-    from .band import band_triton
-    from .dman import dman_triton
-    from .tensorized import tensorized_triton
+    from ..band import band_triton
+    from ..dman import dman_triton
+    from ..tensorized import tensorized_triton
     opts: dict[str, Any] = dict(case.options)
     inputs: tuple[Any, ...]
     dtype, d, B, H = _torch_dtype(case.dtype), case.head_dim, 2, 4
@@ -311,14 +311,14 @@ def _call(case: Case, n: int) -> None:
 
 
 def _kernel_names(family: str) -> tuple[str, ...]:
-    from . import band, dman, tensorized
+    from .. import band, dman, tensorized
     return {"mtsa": tensorized.KERNELS, "dman": dman.KERNELS, "band": band.KERNELS}[family]
 
 
 def record(case: Case, arch: int, n: int = 256):
     """``(launches, reason)``: the launches ``case`` makes on ``arch`` (a list of :class:`.runtime.Launch`), or
     ``([], reason)`` when the registry declares the case unsupported there."""
-    from . import runtime
+    from .. import runtime
     target = runtime.TARGETS[arch]
     with runtime.assume_target(target):
         reason = runtime.target_reason("cuda", case.head_dim, _kernel_names(case.family), _torch_dtype(case.dtype))
@@ -400,7 +400,7 @@ def _compile(job: _Job) -> Row:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from . import runtime
+    from .. import runtime
     name = job.kernel.fn.__name__
     blocks = _blocks(job.constexprs, job.kernel)
     row = Row(name, job.case.label, job.arch, "ok", job.case.plain, job.case.dtype, job.case.head_dim,
@@ -438,7 +438,7 @@ def _jobs(pairs: list[tuple[Case, int]], n: int, kernels=None) -> tuple[list[_Jo
     jobs: list[_Job] = []
     rows: list[Row] = []
     seen: set = set()
-    from . import runtime
+    from .. import runtime
     recorded: dict = {}
     for case, arch in pairs:
         # the launchers choose tiles and constants per shared-memory class (runtime.tiles), so the launches of one
@@ -579,11 +579,11 @@ def table(rows: list[Row]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m maskattn.kernels.triton.compile_check",
+    parser = argparse.ArgumentParser(prog="python -m maskattn.kernels.triton.offline.compile_check",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--matrix", choices=list(MATRICES), default="half")
     parser.add_argument("--family", nargs="+", choices=list(OPTIONS), default=list(OPTIONS))
-    from . import runtime
+    from .. import runtime
     parser.add_argument("--archs", nargs="+", type=int, choices=sorted(runtime.TARGETS),
                         help="default: the matrix's")
     parser.add_argument("--dims", nargs="+", type=int, help="head dims (default: the matrix's; these replace them)")
