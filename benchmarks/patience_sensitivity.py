@@ -5,7 +5,7 @@ GRID is a grid of classifier runs (``<cell>/seed<N>/``), LONGER the folder of it
 a run missing there — one that reached the step cap — counts with its GRID record). For every run: where it stopped,
 its best dev accuracy and its test accuracy under both rules; for every pair of cells under each rule: the
 difference of the mean test accuracies with Welch's t over the seeds, and per seed pair the paired bootstrap over
-the test items from the runs' ``test.pred.jsonl`` (:mod:`maskattn.train.grid_compare`, as ``maskattn grid compare``).
+the test items from the runs' ``test.pred.jsonl`` (:mod:`maskattn.grid.compare`, as ``maskattn grid compare``).
 
     python benchmarks/patience_sensitivity.py benchmarks/results/snli_convergence \\
         benchmarks/results/snli_convergence_patience6 mtsa bilstm mha
@@ -19,7 +19,7 @@ import statistics
 from pathlib import Path
 
 from maskattn.metrics.test_outputs import PREDICTIONS, read_predictions
-from maskattn.train.grid_compare import label_statistics, paired_bootstrap, welch
+from maskattn.grid.compare import label_statistics, paired_bootstrap, welch
 
 
 def run_record(grid: Path, longer: Path, cell: str, seed: int) -> tuple[dict, dict, Path]:

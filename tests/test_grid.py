@@ -16,8 +16,11 @@ from _train_helpers import fit_killed_before_step, write_sentiment
 from maskattn.cli import app
 from maskattn.errors import ArgumentError, ConfigError
 from maskattn.train import Trainer
-from maskattn.train.grid import define_grid, parse_seeds, run_grid, run_one, split_values
-from maskattn.train.grid_table import collect_runs, markdown_table
+from maskattn.grid.records import collect_runs
+from maskattn.grid.scheduler import run_grid
+from maskattn.grid.spec import define_grid, parse_seeds, split_values
+from maskattn.grid.table import markdown_table
+from maskattn.grid.worker import run_one
 
 TINY = ["model.d_model=16", "model.num_heads=2", "model.ffn=false", "train.batch_size=16", "train.max_steps=6",
         "train.eval_every=3", "train.log_every=1", "data.dev_fraction=0.25", "optim.name=adam", "optim.lr=0.01",
@@ -198,7 +201,7 @@ def test_cost_measures_every_cell(tmp_path):
 
 def test_the_table_names_the_throughput_unit_of_the_task(tmp_path):
     """A seq2seq run reports target tokens/s, a classifier examples/s: the column says which it shows."""
-    from maskattn.train.grid_table import RunRecord
+    from maskattn.grid.records import RunRecord
 
     def record(seed, **speed):
         summary = {"metric": "rouge", "best_dev": 20.0, "test": {"rouge": 16.0 + seed}, "epochs": 4.8, **speed}
@@ -212,7 +215,7 @@ def test_the_table_names_the_throughput_unit_of_the_task(tmp_path):
 
 def test_the_table_shows_several_test_metrics_and_refuses_one_no_run_has(tmp_path):
     """ROUGE-1/2/L of a summarization grid side by side: each metric its per-run and mean ± std columns."""
-    from maskattn.train.grid_table import RunRecord
+    from maskattn.grid.records import RunRecord
 
     def record(seed, r1, r2):
         summary = {"metric": "rouge", "best_dev": 20.0, "test": {"rouge1": r1, "rouge2": r2}, "epochs": 2.0}
@@ -234,7 +237,7 @@ def test_the_table_shows_several_test_metrics_and_refuses_one_no_run_has(tmp_pat
 def test_the_per_run_legend_follows_the_order_of_the_values(tmp_path):
     """Seeds 0-11 are listed 0, 1, 2, ..., 11 (not 0, 1, 10, 11, 2 as text sorts), the legend says so in a range,
     a fold is named only in cross-validation, and a row with fewer runs says which it has."""
-    from maskattn.train.grid_table import RunRecord
+    from maskattn.grid.records import RunRecord
 
     def record(encoder, seed, fold=None):
         config = {"model.encoder": encoder, "train.seed": seed}
@@ -325,7 +328,7 @@ def test_the_slurm_launcher_refuses_in_one_line_what_it_cannot_submit(tmp_path, 
     assert result.exit_code == 2 and result.output == ("error: --launcher slurm: sbatch, squeue, scontrol not found "
                                                        "on PATH (Slurm's client commands are needed on the machine "
                                                        "that submits the grid)\n")
-    monkeypatch.setattr("maskattn.train.launchers._have_submitit", lambda: False)
+    monkeypatch.setattr("maskattn.grid.launchers.slurm._have_submitit", lambda: False)
     result = run_cli(*common, "--launcher", "slurm")
     assert result.output == "error: --launcher slurm needs submitit: pip install 'maskattn[slurm]' (or pip install " \
                             "submitit)\n"
@@ -333,7 +336,7 @@ def test_the_slurm_launcher_refuses_in_one_line_what_it_cannot_submit(tmp_path, 
 
 
 def test_slurm_times_and_options_read_as_slurm_writes_them():
-    from maskattn.train.launchers import SlurmOptions, _refusal, parse_slurm_options, parse_slurm_time
+    from maskattn.grid.launchers.slurm import SlurmOptions, _refusal, parse_slurm_options, parse_slurm_time
 
     assert [parse_slurm_time(t) for t in ("60", "1:30", "4:00:00", "1-12", "1-0:30", "0-0:0:1")] == \
         [60, 2, 240, 2160, 1470, 1]

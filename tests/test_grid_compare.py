@@ -18,8 +18,8 @@ from maskattn.cli import app
 from maskattn.errors import ArgumentError, DataError
 from maskattn.metrics import rouge_scores, span_f1
 from maskattn.metrics.test_outputs import Prediction, predictions_bytes
-from maskattn.train import grid_compare as gc
-from maskattn.train.grid_compare import compare, item_statistics, nadeau_bengio, paired_bootstrap, resolve_cells, welch
+from maskattn.grid import compare as gc
+from maskattn.grid.compare import compare, item_statistics, nadeau_bengio, paired_bootstrap, resolve_cells, welch
 
 from scipy import stats
 runner = CliRunner()
@@ -204,7 +204,7 @@ def test_a_seq2seq_run_keeps_the_hypotheses_it_was_scored_on(tmp_path):
     from test_summarization import summarization_config
 
     from maskattn.train import Trainer
-    from maskattn.train.grid_table import RunRecord, _flatten
+    from maskattn.grid.records import RunRecord, _flatten
 
     data = write_summaries(tmp_path)
     cfg = summarization_config(data, tmp_path / "run", train={"max_steps": 4, "eval_every": 4})

@@ -20,9 +20,10 @@ from typer.testing import CliRunner
 from _train_helpers import write_sentiment
 from maskattn.cli import app
 from maskattn.errors import ConfigError, DataError
-from maskattn.train import grid as grid_module
-from maskattn.train.grid import check_runs, define_grid, parse_seeds, split_values
-from maskattn.train.grid_table import collect_runs, markdown_table
+from maskattn.grid import spec as grid_module
+from maskattn.grid.records import collect_runs
+from maskattn.grid.spec import check_runs, define_grid, parse_seeds, split_values
+from maskattn.grid.table import markdown_table
 
 TINY = ["model.d_model=16", "model.num_heads=2", "model.ffn=false", "train.batch_size=16", "train.max_steps=6",
         "train.eval_every=3", "data.dev_fraction=0.25", "optim.name=adam", "train.num_threads=1"]

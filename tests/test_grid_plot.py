@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from maskattn.cli import app
-from maskattn.train.grid_plot import cell_curves
+from maskattn.grid.plot import cell_curves
 
 from test_grid_compare import write_grid
 

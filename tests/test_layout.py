@@ -1,5 +1,6 @@
-"""The layout shows the architecture (docs/design.md §7): every package imports only from packages below it,
-and no module imports a private (underscore) name or module of another package."""
+"""The layout shows the architecture (docs/design.md §7): every package imports only from packages below it, no
+module imports a private (underscore) name or module of another package, and no import cycle exists between the
+package's modules (``python tests/test_layout.py`` prints the import graph's figures)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ RANKS = {
     "metrics": 9, "analysis": 9,
     "inference": 10, "bench": 10,
     "train": 11,
-    "viz": 12, "demo": 12,
+    "grid": 12, "viz": 12, "demo": 12,
     "cli": 13, "__init__": 13,
 }
 
@@ -70,3 +71,116 @@ def test_no_private_name_or_module_crosses_a_package():
                       if importer != imported and (_is_private(name) or _is_private(imported)
                                                    or any(_is_private(part) for part in path))})
     assert not private, private
+
+
+# --- the module import graph ------------------------------------------------------------------------------------
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Every module of ``maskattn`` → the modules of ``maskattn`` it imports. Counted: every ``import maskattn.x`` and
+    ``from … import …`` statement of the package, wherever it stands — at module level, inside a function (the
+    imports made on first use) or under ``if TYPE_CHECKING:`` —, relative (``from ..train import config``) or absolute
+    (``from maskattn.grid import spec``). An import names the module it imports from, or the submodule when the name
+    imported is one (``from . import config``); a package's ``__init__`` is a module of its own, and importing a
+    submodule is not counted as importing its package's ``__init__``. Names a package loads on first use
+    (``maskattn.lazy.lazy_exports``) are not imports."""
+    paths = {_module_name(path): path for path in SRC.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(package[:len(package) - node.level + 1] + [node.module or ""]) if node.level \
+                    else node.module or ""
+                base = base.strip(".")
+                imported |= {f"{base}.{alias.name}" if f"{base}.{alias.name}" in paths else base
+                             for alias in node.names}
+        graph[name] = {module for module in imported if module in paths and module != name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or not (the strongly connected components of more
+    than one module; Tarjan's algorithm), each as a cycle through its modules."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in sorted(graph[module]):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            group = []
+            while (member := stack.pop()) != module:
+                group.append(member)
+            if group:
+                groups.append(_cycle_through([module, *group], graph))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return groups
+
+
+def _cycle_through(group: list[str], graph: dict[str, set[str]]) -> list[str]:
+    """One cycle inside a strongly connected ``group``, from its first module back to it (a breadth-first path)."""
+    members, start = set(group), group[0]
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for module in frontier:
+            for other in sorted(graph[module] & members):
+                if other == start:
+                    path = [module]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [*reversed(path), start]
+                if other not in came_from:
+                    came_from[other] = module
+                    following.append(other)
+        frontier = following
+    return group  # pragma: no cover - a strongly connected group always has a cycle through its first module
+
+
+def test_no_module_imports_itself_back():
+    """No import cycle anywhere in the package (issue 54: ``train.grid`` and ``train.launchers`` imported each other):
+    every module reads from the top without coming back to one that imports it."""
+    cycles = import_cycles(module_graph())
+    assert not cycles, [" → ".join(cycle) for cycle in cycles]
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}
+    assert import_cycles(graph) == [["a", "b", "c", "a"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_import_graph_counts_relative_absolute_and_local_imports():
+    graph = module_graph()
+    assert "maskattn.train.resumable" in graph["maskattn.grid.spec"]  # from ..train.resumable import … (top level)
+    assert "maskattn.train.config" in graph["maskattn.grid.spec"]  # from ..train.config import … (in a function)
+    assert "maskattn.train.config" in graph["maskattn.train"]  # from . import config (a submodule, TYPE_CHECKING)
+    assert "maskattn.grid.records" in graph["maskattn.grid.launchers"]
+    assert not any(module.startswith("maskattn.grid") for module in graph["maskattn.train.resumable"])
+
+
+if __name__ == "__main__":
+    graph = module_graph()
+    cycles = import_cycles(graph)
+    print(f"maskattn: {len(graph)} modules, {sum(map(len, graph.values()))} import edges, {len(cycles)} import "
+          f"cycle(s){': ' if cycles else ''}" + "; ".join(" → ".join(cycle) for cycle in cycles))

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from maskattn.cli import app
 from maskattn.metrics.test_outputs import PREDICTIONS, read_predictions
-from maskattn.train.grid import load_grid
+from maskattn.grid.spec import load_grid
 
 from _train_helpers import flat
 
@@ -63,7 +63,7 @@ def test_a_committed_grid_keeps_relative_paths(grid):
                          [pytest.param(None, marks=pytest.mark.skip(reason="../shared/data is not here: the runs' "
                                                                     "configurations are checked against it"))])
 def test_a_committed_grids_configurations_are_valid_with_the_data(grid):
-    from maskattn.train.grid import check_runs
+    from maskattn.grid.spec import check_runs
 
     check_runs(load_grid(grid))
 

@@ -24,7 +24,7 @@ import pytest
 from safetensors.torch import load_file
 
 from _train_helpers import write_sentiment
-from maskattn.train.grid import load_grid
+from maskattn.grid.spec import load_grid
 
 pytestmark = pytest.mark.slurm
 

@@ -47,7 +47,7 @@ def test_the_command_line_option_and_a_grid_give_each_run_its_folder(tmp_path):
     from typer.testing import CliRunner
 
     from maskattn.cli import app
-    from maskattn.train.grid import Grid, GridRun
+    from maskattn.grid.spec import Grid, GridRun
 
     data = write_sentiment(tmp_path)
     result = CliRunner().invoke(app, ["train", "--data", str(data), "--out", str(tmp_path / "run"), "--no-progress",
@@ -81,7 +81,7 @@ def test_grid_run_tensorboard_gives_every_run_its_folder_and_keeps_it_for_the_gr
     from typer.testing import CliRunner
 
     from maskattn.cli import app
-    from maskattn.train.grid import load_grid
+    from maskattn.grid.spec import load_grid
 
     data = write_sentiment(tmp_path)
     tiny = ["model.d_model=16", "model.num_heads=2", "model.ffn=false", "train.batch_size=16", "train.max_steps=4",

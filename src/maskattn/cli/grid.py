@@ -21,11 +21,11 @@ app.add_typer(grid_app, name="grid")
 def _grid(out: Path, config: Path | None, preset: str | None, data: Path | None, overrides: list[str] | None,
           variants: list[str] | None, variants_file: Path | None, seeds: str | None):
     """The grid these options define in ``out``, or with none of them the grid already there — its runs' folders
-    checked (:func:`~maskattn.train.grid.check_run_folders`) either way, with a progress line on stderr every few
+    checked (:func:`~maskattn.grid.spec.check_run_folders`) either way, with a progress line on stderr every few
     seconds while a large grid is checked. Ctrl-C / SIGTERM meanwhile: a message that nothing was written, then
     ``KeyboardInterrupt`` again."""
-    from ..train.grid import check_run_folders, define_grid
-    from ..train.grid_table import read_grid
+    from ..grid.records import read_grid
+    from ..grid.spec import check_run_folders, define_grid
 
     stderr = Console(stderr=True)
     items = ([f"data.dir={data}"] if data is not None else []) + list(overrides or [])
@@ -95,8 +95,9 @@ def run(out: Path = OUT, config: Path = CONFIG, preset: str = PRESET, data: Path
 
     Example: maskattn grid run --preset trec --data ../shared/data/trec --out runs/trec-grid
     --set model.encoder=mtsa,bilstm --seeds 0-4 --jobs 2 --threads 1"""
-    from ..train.grid import run_grid
-    from ..train.launchers import LAUNCHERS, SlurmOptions, parse_slurm_options
+    from ..grid.launchers import LAUNCHERS
+    from ..grid.launchers.slurm import SlurmOptions, parse_slurm_options
+    from ..grid.scheduler import run_grid
 
     console = Console()
     sigterm_as_interrupt()
@@ -149,8 +150,8 @@ def status(folder: Path = typer.Argument(..., help="the grid folder (--out of gr
     """Where each run of a grid is — finished, running, queued (its Slurm job), failed (the last lines of its log),
     stopped (interrupted: the next grid run continues it) or not started —, and the counts. Works for both
     launchers."""
-    from ..train.grid import load_grid
-    from ..train.launchers import STATES, run_status
+    from ..grid.spec import load_grid
+    from ..grid.status import STATES, run_status
 
     console = Console()
     with user_errors():
@@ -190,7 +191,7 @@ def cost(out: Path = OUT, config: Path = CONFIG, preset: str = PRESET, data: Pat
     with the options of `grid run` (or give --out of an existing grid alone)."""
     import torch
 
-    from ..train.cost import cost_table, measure_costs
+    from ..grid.cost import cost_table, measure_costs
 
     console = Console()
     sigterm_as_interrupt()
@@ -218,7 +219,8 @@ def table(
     examples/s (target tokens/s for seq2seq), wall time per run and parameters without embeddings (and, after
     `maskattn grid cost`, time per epoch, inference time and peak memory). Runs of different presets or data are
     refused."""
-    from ..train.grid_table import collect_runs, markdown_table
+    from ..grid.records import collect_runs
+    from ..grid.table import markdown_table
 
     sigterm_as_interrupt()
     with user_errors(), interrupt_exits("no table printed"):

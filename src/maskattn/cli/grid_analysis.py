@@ -33,7 +33,7 @@ def compare(
     corrected variance; one test set → also a paired bootstrap over the test items per seed pair (needs the runs'
     test.hyp.txt for ROUGE / BLEU / chrF, test.pred.jsonl for accuracy / F1). Example: maskattn grid compare benchmarks/results/table5_vectors/trec --metric accuracy
     mtsa cnn_nonstatic"""
-    from ..train.grid_compare import compare as run_compare, json_report, markdown_report, resolve_cells
+    from ..grid.compare import compare as run_compare, json_report, markdown_report, resolve_cells
 
     with user_errors():
         if output not in ("md", "json"):
@@ -57,7 +57,7 @@ def plot(
     """Draw a grid's learning curves: per cell, training loss and dev metric against the step, mean ± std over its
     seeds or folds, each run's test score marked at the step of its tested (best) checkpoint; PNG and SVG. A run
     without a metrics log is named and left out."""
-    from ..train.grid_plot import plot_grid
+    from ..grid.plot import plot_grid
 
     with user_errors():
         written, skipped = plot_grid(folders, out or folders[0] / "curves", metric=metric, title=title)

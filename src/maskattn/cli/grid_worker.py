@@ -1,7 +1,7 @@
 """The process of one grid run: ``python -m maskattn.cli.grid_worker GRID RUN THREADS`` (started by ``maskattn grid
-run``; :func:`maskattn.train.grid.run_one`). A user's mistake is one ``error:`` line in the run's log and exit status
-2, Ctrl-C / SIGTERM stop it with its checkpoints kept (130), another process holding the run gives
-:data:`~maskattn.train.grid.BUSY_EXIT`.
+run``'s launcher; :func:`maskattn.grid.worker.run_one`). A user's mistake is one ``error:`` line in the run's log and
+exit status 2, Ctrl-C / SIGTERM stop it with its checkpoints kept (130), another process holding the run gives
+:data:`~maskattn.grid.worker.BUSY_EXIT`.
 
 The worker dies with the process that started it (``MASKATTN_GRID_PARENT``: the grid process, or a Slurm job's
 process): when that one ends, even by ``kill -9``, the worker gets SIGTERM and stops as above — no orphan goes on
@@ -17,9 +17,9 @@ import time
 
 import typer
 
+from ..grid.worker import PARENT_ENV, run_one
 from .app import interrupt_exits, sigterm_as_interrupt, user_errors
 
-PARENT_ENV = "MASKATTN_GRID_PARENT"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -48,8 +48,6 @@ def die_with_parent() -> None:
 
 
 def main(argv: list[str]) -> int:
-    from ..train.grid import run_one
-
     sigterm_as_interrupt()
     try:
         with user_errors(), interrupt_exits():

@@ -68,7 +68,7 @@ def optimizer_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, model: 
                    scaler: torch.amp.GradScaler | None = None) -> None:
     """One optimiser step on ``loss``: gradients cleared, backward (scaled by ``scaler`` under float16 autocast),
     gradients unscaled and clipped to ``clip_norm`` (0: not clipped), the step — the trainer's and the cost
-    measurement's (:mod:`maskattn.train.cost`) alike."""
+    measurement's (:mod:`maskattn.grid.cost`) alike."""
     optimizer.zero_grad(set_to_none=True)
     (scaler.scale(loss) if scaler else loss).backward()
     if scaler:

@@ -2,8 +2,9 @@
 step — the mean over the cell's runs (seeds or folds) with a ± one standard deviation band — and every run's test
 score marked at the step of the checkpoint it was tested from (``best_step``: the best dev evaluation). Cells are
 named as ``maskattn grid table`` names them (runs whose configurations differ only in how a value is spelled —
-``model.embed_scale: null`` or the 1.0 it means — are one cell: :func:`~maskattn.train.grid_table.resolved_records`). A run's curve is its ``metrics.jsonl``; a finished run without one
-(or without rows) is named and left out, not an error.
+``model.embed_scale: null`` or the 1.0 it means — are one cell: :func:`~maskattn.grid.table.resolved_records`).
+A run's curve is its ``metrics.jsonl``; a finished run without one (or without rows) is named and left out, not an
+error.
 
 At a step only some runs reached (early stopping ends runs at different steps) the mean and band are over the
 runs that reached it; a band needs two. Accuracy and F1 are shown in %.
@@ -18,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ArgumentError, DataError
-from .grid_table import RunRecord, collect_runs, table_rows
-from .logger import read_metrics
+from .records import METRICS, RunRecord, collect_runs, read_run_metrics
+from .table import table_rows
 
 __all__ = ["CellCurves", "cell_curves", "plot_grid"]
 
@@ -78,12 +79,11 @@ def cell_curves(grids: Sequence[str | Path], metric: str | None = None) -> tuple
 
 
 def _rows(record: RunRecord, skipped: list[str]) -> list[dict]:
-    path = record.folder / "metrics.jsonl"
-    if not path.is_file():
+    if not (record.folder / METRICS).is_file():
         skipped.append(f"{record.folder}: no metrics.jsonl")
         return []
     try:
-        rows = read_metrics(path)
+        rows = read_run_metrics(record.folder)
     except DataError as exc:
         skipped.append(f"{record.folder}: {exc}")
         return []

@@ -45,8 +45,10 @@ import numpy as np
 
 from ..errors import ArgumentError, DataError
 from ..metrics.labels import bio_spans
-from ..metrics.test_outputs import HYPOTHESES, PREDICTIONS, Prediction, read_hypotheses, read_predictions
-from .grid_table import RunRecord, collect_runs, table_rows
+from ..metrics.test_outputs import Prediction
+from .records import (HYPOTHESES, PREDICTIONS, RunRecord, collect_runs, read_test_hypotheses,
+                      read_test_predictions)
+from .table import table_rows
 
 __all__ = ["Cell", "Result", "PairReport", "resolve_cells", "compare", "welch", "nadeau_bengio", "paired_bootstrap",
            "cv_ratio", "markdown_report", "json_report", "item_statistics", "label_statistics", "GENERATION_METRICS",
@@ -383,8 +385,8 @@ def _generation_items(metric: str, references: Callable[[RunRecord], list[str]])
         refs = references(run_a)
         if references(run_b) != refs:
             raise ArgumentError(f"{run_a.folder} and {run_b.folder} were tested on different references")
-        stats_a, score = item_statistics(read_hypotheses(run_a.folder / HYPOTHESES, len(refs)), refs, metric)
-        stats_b, _ = item_statistics(read_hypotheses(run_b.folder / HYPOTHESES, len(refs)), refs, metric)
+        stats_a, score = item_statistics(read_test_hypotheses(run_a.folder, len(refs)), refs, metric)
+        stats_b, _ = item_statistics(read_test_hypotheses(run_b.folder, len(refs)), refs, metric)
         return stats_a, stats_b, score
 
     return items
@@ -392,7 +394,7 @@ def _generation_items(metric: str, references: Callable[[RunRecord], list[str]])
 
 def _label_items(metric: str) -> ItemStatistics:
     def items(run_a: RunRecord, run_b: RunRecord):
-        preds_a, preds_b = read_predictions(run_a.folder / PREDICTIONS), read_predictions(run_b.folder / PREDICTIONS)
+        preds_a, preds_b = read_test_predictions(run_a.folder), read_test_predictions(run_b.folder)
         if [p.label for p in preds_a] != [p.label for p in preds_b]:
             raise ArgumentError(f"{run_a.folder / PREDICTIONS} ({len(preds_a)} items) and {run_b.folder / PREDICTIONS} "
                                 f"({len(preds_b)} items) do not hold the same test items in the same order (their "
@@ -460,7 +462,7 @@ def item_statistics(hypotheses: Sequence[str], references: Sequence[str],
 def run_references(record: RunRecord) -> list[str]:
     """The references of a seq2seq run's test split, as its task scored them (its data folder must be there)."""
     from ..data.parallel import read_parallel_prefixes
-    from .config import RunConfig, from_dict
+    from ..train.config import RunConfig, from_dict
 
     nested: dict = {}
     for key, value in record.config.items():

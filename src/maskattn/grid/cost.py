@@ -32,13 +32,14 @@ from ..data.batching import collate
 from ..device import resolve_device
 from ..errors import ArgumentError
 from ..metrics import summed_loss
-from .grid import Grid, GridRun
-from .grid_table import COST_FILE, bytes_text, count_text, seconds_text
-from .acceleration import autocast_dtype
-from .optim import build_optimizer, optimizer_step
-from .resumable import write_json
-from .tasks import Task, build_task
-from .trainer import parameter_counts, seed_everything
+from ..train.acceleration import autocast_dtype
+from ..train.optim import build_optimizer, optimizer_step
+from ..train.resumable import write_json
+from ..train.tasks import Task, build_task
+from ..train.trainer import parameter_counts, seed_everything
+from .records import COST_FILE
+from .spec import Grid, GridRun
+from .table import bytes_text, count_text, seconds_text
 
 __all__ = ["measure_costs", "cost_table"]
 

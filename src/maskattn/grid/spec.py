@@ -1,36 +1,48 @@
-"""A grid of runs — settings × seeds — as one resumable job (``maskattn grid run``).
+"""A grid's definition (``maskattn grid run`` / ``grid cost``): its sweep grammar, its runs, its manifest and its
+plan — what a grid *is*, before anything runs. Running it is :mod:`maskattn.grid.scheduler`'s, reading what its runs
+did :mod:`maskattn.grid.records`'.
 
 A grid is a base configuration (a preset or a YAML file) and ``section.key=value`` overrides, where a value may
-list several values in Hydra's multirun spelling: ``model.encoder=mtsa,mha`` (values split at commas outside
-brackets and quotes: ``'csan2d x3, mha x3'`` is one value), ``optim.lr=range(1,4)`` (Hydra's ``range(start, stop[,
-step])``). Named variants bundle several settings into one row (``mha={model.encoder: mha, model.positional:
-sinusoidal}``; or a file of them, ``--variants``), and seeds (``0-4``, ``0,2``) repeat every cell. The runs are the
-product variants × swept values × seeds (× ``data.fold`` values, the other replicate axis).
+list several values (:func:`split_values`, the sweep grammar below). Named variants bundle several settings into one
+row (``mha={model.encoder: mha, model.positional: sinusoidal}``; or a file of them, ``--variants``), and seeds
+(``0-4``, ``0,2``) repeat every cell. The runs are the product variants × swept values × seeds (× ``data.fold``
+values, the other replicate axis), counted before any is built: more than :func:`max_runs` are refused.
 
-Every run has its own folder, ``<grid>/<cell>/seed<k>`` (``-fold<f>`` when folds are swept), and is run to its end
-by :func:`maskattn.train.resumable.run_to_end` in a process of its own (``python -m maskattn.cli.grid_worker``), ``jobs``
-at a time with ``threads`` intra-op threads each: a finished run (its ``summary.json``) is not run again, an
-interrupted one resumes from its ``last.safetensors``. ``<grid>/grid.json`` is the grid's manifest — the base, the
-fixed overrides, the working directory and every run with its overrides —, so ``maskattn grid run --out <grid>``
-alone continues a grid, and the same command with more seeds or values adds runs to it. Several grid processes may
-share one grid folder: each run is held by the process that trains it (``<run>/.grid-worker``, a ``flock``), and a
-run another process holds is left to it. With ``launcher="slurm"`` the runs are Slurm jobs (a job array through
-submitit) running the same worker, requeued at their time limit (:mod:`maskattn.train.launchers`, docs/cluster.md).
+Every run has its own folder, ``<grid>/<cell>/seed<k>`` (``-fold<f>`` when folds are swept), where a grid run writes
+its run's files and its own (:data:`RUN_LOG`, :data:`LAUNCH_RECORD`, :data:`WORKER_RECORD`, :data:`WORKER_LOCK`).
+``<grid>/grid.json`` is the grid's manifest — the base, the fixed overrides, the working directory and every run
+with its overrides —, so ``maskattn grid run --out <grid>`` alone continues a grid, and the same command with more
+seeds or values adds runs to it (:func:`define_grid` merges them). Before any run starts every run's folder and
+configuration is built and checked (:func:`check_run_folders`, :func:`check_runs`: an unknown key, a value of the
+wrong type or range, a model that cannot be built, a missing data folder or vectors file): one mistake refuses the
+whole grid. :meth:`Grid.plan` says what running it now would do with each run (``grid run --dry-run``).
 
-Before any run starts every run's configuration is built and checked (an unknown key, a value of the wrong type or
-range, a model that cannot be built, a missing data folder or vectors file): one mistake refuses the whole grid.
+**The sweep grammar** is a subset of Hydra's override grammar (the multirun spelling users of Hydra know), read by
+hand here:
+
+* a *simple choice sweep*, ``model.encoder=mtsa,mha``: the value splits at commas outside quotes (``'…'``,
+  ``"…"``), brackets, braces and parentheses, so ``'csan2d x3, mha x3'``, ``[1,2]`` and ``{a: 1, b: 2}`` are one
+  value each; the pieces are kept as written (quotes too: each is then read as YAML, as a fixed ``--set`` value);
+* a *range sweep*, ``range(start, stop)`` / ``range(start, stop, step)`` of ints or finite floats (a float step's
+  values rounded to 12 significant digits), counted before it is expanded.
+
+Not accepted (each is then one plain value, or refused): Hydra's one-argument ``range(stop)``, ``choice(…)``,
+``interval(…)``, ``glob(…)``, ``sort(…)``, ``shuffle(…)``, ``tag(…)``, interpolations ``${…}``, escapes (a backslash
+escapes nothing: ``a\\,b`` is two values) and the ``+key`` / ``++key`` / ``~key`` prefixes. Why not Hydra's own parser
+(``hydra.core.override_parser.overrides_parser.OverridesParser``, hydra-core 1.3): it would add hydra-core, omegaconf
+and an ANTLR runtime pinned to 4.9 (8.6 MB) for one function and ~0.1 s of CPU to import; it expands a range before
+it can be counted (``range(0,1000000000)`` builds its billion values); and it changes what a grid records — the
+quotes of a quoted value are dropped, ``1e-3`` becomes ``0.001`` and ``range(0,1,0.1)`` gives
+``0.7000000000000001``, so run folders and manifests would be named differently — and its errors are ANTLR's
+(``mismatched input '<EOF>' expecting …``), not one line naming the override.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import math
 import os
 import re
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,26 +50,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..data.text import read_yaml
-from ..errors import ArgumentError, ConfigError, MaskattnError
+from ..errors import ConfigError, MaskattnError
 from ..sections import parse_yaml, shown
-from .resumable import read_summary, write_json
+from ..train.resumable import SUMMARY, read_summary, write_json
 
 if TYPE_CHECKING:
-    from .config import RunConfig
-    from .launchers import SlurmOptions
+    from ..train.config import RunConfig
 
-__all__ = ["GridRun", "Grid", "define_grid", "load_grid", "run_grid", "run_one", "split_values", "parse_seeds",
-           "MANIFEST", "REPLICATE_KEYS", "BUSY_EXIT", "WORKER"]
+__all__ = ["GridRun", "Grid", "define_grid", "load_grid", "check_run_folders", "check_runs", "split_values",
+           "parse_seeds", "max_runs", "MANIFEST", "REPLICATE_KEYS", "RUN_LOG", "LAUNCH_RECORD", "WORKER_RECORD",
+           "WORKER_LOCK", "MAX_RUNS", "MAX_RUNS_ENV"]
 
+#: the grid's manifest in its folder
 MANIFEST = "grid.json"
 FORMAT = "maskattn-grid/1"
 #: keys whose values repeat a cell rather than define one (a table averages over them)
 REPLICATE_KEYS = ("train.seed", "data.fold")
-#: a worker's exit status when another process holds its run
-BUSY_EXIT = 75
-#: the module a run's process executes: ``python -m <WORKER> GRID RUN THREADS`` (:func:`run_one`)
-WORKER = "maskattn.cli.grid_worker"
-_WORKER_LOCK = ".grid-worker"
+#: what a grid run writes into its run's folder beside the run's own files: the worker's output, the launcher's record
+#: (``launch.json``), the worker's (``worker.json``) and the lock the worker holds while it trains the run
+#: (:mod:`maskattn.grid.records` reads them)
+RUN_LOG = "train.log"
+LAUNCH_RECORD = "launch.json"
+WORKER_RECORD = "worker.json"
+WORKER_LOCK = ".grid-worker"
 _RANGE = re.compile(r"^range\((.*)\)$")
 #: the most runs a grid may have, unless :data:`MAX_RUNS_ENV` says otherwise (counted before any is built)
 MAX_RUNS = 10_000
@@ -195,7 +210,7 @@ class Grid:
 
     def base_path(self) -> Path | None:
         if "preset" in self.base:
-            from .config import preset_path  # torch: only where a run's configuration is built
+            from ..train.config import preset_path  # torch: only where a run's configuration is built
 
             return preset_path(self.base["preset"])
         return Path(self.base["config"]) if "config" in self.base else None
@@ -214,7 +229,7 @@ class Grid:
         # a TensorBoard folder given to the grid is each run's sub-folder of it, so one --logdir shows the grid
         overrides = [f"{item}/{run.name}" if item.startswith("train.tensorboard=") and item.split("=", 1)[1].strip()
                      not in ("", "null", "~") else item for item in overrides]
-        from .config import load_config
+        from ..train.config import load_config
 
         return load_config(self.base_path(), overrides)
 
@@ -223,7 +238,7 @@ class Grid:
         summary is there and its configuration is the run's: kept), ``new``, ``continue`` (started, not finished) or
         ``refused`` (its folder holds a run of another configuration; ``detail`` says how). Reads the run folders
         only: no data, no model."""
-        from .resumable import check_same_run
+        from ..train.resumable import check_same_run
 
         plan = []
         for run in self.runs:
@@ -449,8 +464,8 @@ def _merged(saved: Grid, new: Grid) -> Grid:
 
 
 #: files a grid run writes into its folder: a folder holding none of them is not a run's (a user's)
-_RUN_MARKERS = ("train.log", _WORKER_LOCK, ".run-files.json", "config.yaml", "summary.json", "metrics.jsonl",
-                "launch.json", "worker.json")  # the last two: maskattn.train.launchers' LAUNCH_RECORD, WORKER_RECORD
+_RUN_MARKERS = (RUN_LOG, WORKER_LOCK, ".run-files.json", "config.yaml", SUMMARY, "metrics.jsonl", LAUNCH_RECORD,
+                WORKER_RECORD)
 
 
 def check_run_folders(grid: Grid) -> None:
@@ -523,243 +538,3 @@ def _check_paths(cfg: RunConfig, cwd: Path) -> None:
     if cfg.data.vectors and not where(cfg.data.vectors).is_file():
         raise ConfigError(f"data.vectors {cfg.data.vectors} is not a file (relative to {cwd})")
 
-
-def _worker_env(threads: int) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update({name: str(threads) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
-    env.pop("MASKATTN_GRID_PARENT", None)  # set by the launcher that starts the worker (cli/grid_worker.py)
-    return env
-
-
-@dataclass
-class _Started:
-    run: GridRun
-    process: subprocess.Popen
-    started: float
-
-
-def run_grid(grid: Grid, *, jobs: int | None = None, threads: int | None = None,
-             say: Callable[[str], None] = print, launcher: str = "local", slurm: SlurmOptions | None = None,
-             wait: bool = False, poll_s: float = 2.0) -> dict[str, list[str]]:
-    """Run every unfinished run of ``grid`` (module docstring). ``launcher="local"``: ``jobs`` at a time (default 1)
-    with ``threads`` threads each (default: ``OMP_NUM_THREADS`` when it is set, else the CPU count shared out), here,
-    until all have ended; ``launcher="slurm"``: as Slurm jobs (:mod:`maskattn.train.launchers`; ``slurm``: what
-    they ask for; ``jobs``: how many run at once, default no limit; ``threads``: default ``cpus_per_task``, else 1),
-    returning once they are submitted unless ``wait``. Returns the run names by outcome: ``finished`` now, ``done``
-    earlier, ``busy`` in another process, ``queued`` (or running) in Slurm already, left to it, ``submitted`` to
-    Slurm now, ``failed``, ``stopped`` (a Slurm job that ended before its run finished). Ctrl-C / SIGTERM stop the
-    local runs, which keep their checkpoints (``KeyboardInterrupt`` is raised again once they have stopped); Slurm
-    jobs go on."""
-    from .launchers import LAUNCHERS, SlurmOptions
-
-    if launcher not in LAUNCHERS:
-        raise ArgumentError(f"--launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
-    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
-        raise ConfigError(f"--jobs must be an int >= 1, got {jobs}")
-    if threads is not None and threads < 1:
-        raise ConfigError(f"--threads must be an int >= 1, got {threads}")
-    if launcher == "slurm":
-        return _run_slurm(grid, jobs, threads, slurm or SlurmOptions(), say, wait, poll_s)
-    jobs = jobs or 1
-    if threads is None:  # a thread budget already set for this process (OMP_NUM_THREADS), else the CPUs shared out
-        given = os.environ.get("OMP_NUM_THREADS", "")
-        threads = int(given) if given.isdigit() and int(given) > 0 else max(1, (os.cpu_count() or 1) // jobs)
-    grid.folder.mkdir(parents=True, exist_ok=True)
-    grid.save()
-    outcome: dict[str, list[str]] = {name: [] for name in _OUTCOMES}
-    pending: list[str] = []
-    in_slurm = _in_slurm(grid)
-    for run in grid.runs:
-        if read_summary(grid.folder / run.name) is not None:
-            outcome["done"].append(run.name)
-        elif run.name in in_slurm:
-            outcome["queued"].append(run.name)
-        else:
-            pending.append(run.name)
-    say(f"grid {grid.folder}: {len(grid.runs)} runs, {len(outcome['done'])} finished earlier, {len(pending)} to run, "
-        f"{jobs} at a time with {threads} thread(s) each")
-    for name in outcome["queued"]:
-        say(f"{name}: {in_slurm[name]}, left to it")
-    runs = {run.name: run for run in grid.runs}
-    running: list[_Started] = []
-    try:
-        while pending or running:
-            while pending and len(running) < jobs:
-                running.append(_start(grid, runs[pending.pop(0)], threads))
-            time.sleep(0.2)
-            for started in [s for s in running if s.process.poll() is not None]:
-                running.remove(started)
-                _report(grid, started, outcome, say)
-    except KeyboardInterrupt:
-        for started in running:
-            started.process.terminate()  # the worker stops like Ctrl-C: its checkpoints stay
-        for started in running:
-            started.process.wait()
-        say(f"grid stopped: {len(running)} run(s) interrupted; run the same command again to continue")
-        raise
-    return outcome
-
-
-_OUTCOMES = ("finished", "done", "busy", "failed", "queued", "submitted", "stopped")
-
-
-def _in_slurm(grid: Grid) -> dict[str, str]:
-    """The runs of ``grid`` whose Slurm job is queued or running (run name → ``queued in Slurm job 12_3``)."""
-    from .launchers import LAUNCH_RECORD, _live_state, read_record, slurm_states
-
-    launches = {run.name: read_record(grid.folder / run.name, LAUNCH_RECORD) for run in grid.runs}
-    if not any(launch.get("launcher") == "slurm" for launch in launches.values()):
-        return {}
-    states = slurm_states()
-    found = {}
-    for name, launch in launches.items():
-        if (live := _live_state(launch, states)) is not None:
-            found[name] = f"{live} in Slurm job {launch['job_id']}"
-    return found
-
-
-def _run_slurm(grid: Grid, jobs: int | None, threads: int | None, options: SlurmOptions,
-               say: Callable[[str], None], wait: bool, poll_s: float) -> dict[str, list[str]]:
-    """``run_grid`` with ``launcher="slurm"``: submit what is neither finished nor queued, running or held."""
-    from .launchers import SLURM_FOLDER, check_slurm, follow_slurm, is_held, submit_lock, submit_slurm
-
-    options.check()
-    threads = threads or options.cpus_per_task or 1
-    check_slurm()
-    grid.folder.mkdir(parents=True, exist_ok=True)
-    grid.save()
-    outcome: dict[str, list[str]] = {name: [] for name in _OUTCOMES}
-    runs = {run.name: run for run in grid.runs}
-    with submit_lock(grid.folder):  # a second grid run on this folder waits, then sees these jobs
-        in_slurm = _in_slurm(grid)
-        pending = []
-        for run in grid.runs:
-            folder = grid.folder / run.name
-            if read_summary(folder) is not None:
-                outcome["done"].append(run.name)
-            elif run.name in in_slurm:
-                outcome["queued"].append(run.name)
-            elif is_held(folder):
-                outcome["busy"].append(run.name)
-            else:
-                pending.append(run.name)
-        say(f"grid {grid.folder}: {len(grid.runs)} runs, {len(outcome['done'])} finished earlier, "
-            f"{len(outcome['queued'])} queued or running in Slurm, {len(outcome['busy'])} held by another process, "
-            f"{len(pending)} to submit ({threads} thread(s) each"
-            f"{f', {jobs} at a time' if jobs else ''})")
-        for name in outcome["queued"]:
-            say(f"{name}: {in_slurm[name]}, left to it")
-        for name in outcome["busy"]:
-            say(f"{name}: held by another process, left to it")
-        submitted = submit_slurm(grid, [runs[name] for name in pending], options, threads=threads,
-                                 parallelism=jobs) if pending else {}
-    outcome["submitted"] = list(submitted)
-    if submitted:
-        ids = list(submitted.values())
-        say(f"submitted {len(ids)} run(s): Slurm job{'s' if len(ids) > 1 else ''} {ids[0]}"
-            f"{f' … {ids[-1]}' if len(ids) > 1 else ''}; their files: {grid.folder / SLURM_FOLDER}")
-    if wait:
-        live = {name: str(_launch_job(grid, name)) for name in outcome["queued"]}
-        follow_slurm(grid, {**submitted, **live}, outcome, say, poll_s)
-    return outcome
-
-
-def _launch_job(grid: Grid, name: str) -> str | None:
-    from .launchers import LAUNCH_RECORD, read_record
-
-    return read_record(grid.folder / name, LAUNCH_RECORD).get("job_id")
-
-
-def _start(grid: Grid, run: GridRun, threads: int) -> _Started:
-    from .launchers import LAUNCH_RECORD
-
-    folder = grid.folder / run.name
-    folder.mkdir(parents=True, exist_ok=True)
-    env = {**_worker_env(threads), "MASKATTN_GRID_PARENT": str(os.getpid())}  # the worker dies with this process
-    submitted = time.time()
-    with open(folder / "train.log", "ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", WORKER, str(grid.folder.resolve()), run.name, str(threads)],
-                                   cwd=grid.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL)
-    write_json(folder / LAUNCH_RECORD, {"launcher": "local", "submitted": submitted, "host": socket.gethostname(),
-                                        "pid": process.pid})
-    return _Started(run, process, time.perf_counter())
-
-
-def _report(grid: Grid, started: _Started, outcome: dict[str, list[str]], say: Callable[[str], None]) -> None:
-    name, code = started.run.name, started.process.returncode
-    seconds = time.perf_counter() - started.started
-    if code == BUSY_EXIT:
-        outcome["busy"].append(name)
-        say(f"{name}: held by another process, left to it")
-        return
-    summary = read_summary(grid.folder / name)
-    if code == 0 and summary is not None:
-        outcome["finished"].append(name)
-        test = summary.get("test", {}).get(summary.get("metric"))
-        result = f"test {summary.get('metric')} {test:.4f}" if isinstance(test, float) else "no test split"
-        say(f"{name}: finished in {seconds:.0f} s, {result}")
-        return
-    outcome["failed"].append(name)
-    log = grid.folder / name / "train.log"
-    lines = [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
-    say(f"{name}: failed (exit status {code}): {lines[-1] if lines else 'no output'} (log: {log})")
-
-
-def _train_beside(cfg: RunConfig) -> None:
-    """What a process of ``torchrun`` other than the first does for a grid run: the same training as the first
-    (:func:`~maskattn.train.resumable.run_to_end`'s choice: nothing when finished, resume from ``last.safetensors``
-    or start), leaving the run folder's records to the first."""
-    from .resumable import FREE_SETTINGS
-    from .trainer import Trainer
-
-    folder = Path(cfg.train.out_dir)
-    if read_summary(folder, cfg.train.metric) is not None:
-        return
-    last = folder / "last.safetensors"
-    if last.exists():
-        free = {key: getattr(cfg.train, key) for section, key in sorted(FREE_SETTINGS) if section == "train"}
-        Trainer.resume(last, train_overrides=free).fit()
-    else:
-        Trainer(cfg, overwrite=True).fit()
-
-
-def run_one(grid_folder: str | Path, name: str, threads: int) -> int:
-    """Run the run ``name`` of the grid in ``grid_folder`` to its end with ``threads`` threads (what the process of
-    a run, :data:`WORKER`, does); the exit status: 0, or :data:`BUSY_EXIT` when another process holds the run. The
-    worker's start and end are recorded in ``<run>/worker.json`` (:mod:`maskattn.train.launchers`). Under
-    ``torchrun`` the first process holds the run and records it; the others train beside it."""
-    from .launchers import WORKER_RECORD
-    from .resumable import run_to_end
-
-    grid = load_grid(grid_folder)
-    run = next((r for r in grid.runs if r.name == name), None)
-    if run is None:
-        raise ConfigError(f"grid {grid_folder} has no run {name!r}")
-    folder = grid.folder / run.name
-    folder.mkdir(parents=True, exist_ok=True)
-    if int(os.environ.get("RANK", "0")) != 0:  # a process of torchrun beside the first one
-        _train_beside(grid.config(run, [f"train.num_threads={threads}"]))
-        return 0
-    with open(folder / _WORKER_LOCK, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return BUSY_EXIT
-        job = os.environ.get("SLURM_JOB_ID")
-        if os.environ.get("SLURM_ARRAY_TASK_ID") and os.environ.get("SLURM_ARRAY_JOB_ID"):
-            job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
-        record: dict = {"host": socket.gethostname(), "pid": os.getpid(), "job_id": job, "started": time.time()}
-        write_json(folder / WORKER_RECORD, record)
-        try:
-            summary, _ = run_to_end(grid.config(run, [f"train.num_threads={threads}"]))
-        except KeyboardInterrupt:
-            write_json(folder / WORKER_RECORD, {**record, "ended": time.time(), "outcome": "interrupted"})
-            raise
-        except BaseException as exc:
-            write_json(folder / WORKER_RECORD, {**record, "ended": time.time(), "outcome": "failed",
-                                                "error": f"{type(exc).__name__}: {exc}"[:2000]})
-            raise
-        write_json(folder / WORKER_RECORD, {**record, "ended": time.time(), "outcome": "finished"})
-        print(json.dumps(summary))
-    return 0

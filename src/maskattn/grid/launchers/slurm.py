@@ -1,0 +1,315 @@
+"""The Slurm launcher (``maskattn grid run --launcher slurm``, docs/cluster.md): the runs as Slurm jobs, through
+submitit.
+
+Every run that has not finished, is not queued or running already and is not held by another process is submitted
+at once, as one job array (``--jobs``: how many of its tasks run at once; ``--slurm-*``: what each job asks Slurm
+for, :class:`SlurmOptions`). Each task runs :class:`~maskattn.grid.launchers.slurm_job.SlurmRun`, which starts the
+run's worker and, when Slurm signals the coming time limit (or a preemption, ``USR2``), stops it — it keeps its
+``last.safetensors`` — and has submitit requeue the job, which continues the run from that checkpoint (the same
+bit-exact resume as the local launcher's). The jobs' files (submitit's, and each job's stdout / stderr) are under
+``<grid>/slurm/``; a run's ``launch.json`` names its job: ``launcher``, ``job_id``, ``submitted`` (Unix time), the
+``host`` that submitted it and the job's ``slurm_folder``. The grid command returns once they are submitted, or
+follows them to their end with ``--wait``; Ctrl-C leaves them to Slurm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import io
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ...errors import ArgumentError
+from ...train.resumable import write_json
+from ..spec import LAUNCH_RECORD, Grid, GridRun
+from ..worker import BUSY_EXIT, WORKER, thread_env
+from . import slurm_job
+from .base import ENDED, QUEUED, RUNNING, Job, Launcher
+
+__all__ = ["SlurmLauncher", "SlurmOptions", "check_slurm", "slurm_states", "parse_slurm_time", "parse_slurm_options",
+           "SLURM_FOLDER", "MAX_REQUEUES"]
+
+#: the folder of the grid that holds submitit's files and the Slurm jobs' stdout / stderr (one folder per job)
+SLURM_FOLDER = "slurm"
+#: squeue's states of a job waiting to start, and of one started and not yet gone (COMPLETING included: its worker
+#: may be requeued still)
+_QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED", "STOPPED"}
+_RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "SIGNALING", "STAGE_OUT", "RESIZING"}
+#: requeues of one job after time limits or preemptions at most (a job that wrote no checkpoint is not requeued)
+MAX_REQUEUES = 100
+
+
+# --- the options and the controller --------------------------------------------------------------------------------
+
+_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def parse_slurm_time(text: str) -> int:
+    """Slurm's time spellings (``minutes``, ``minutes:seconds``, ``hours:minutes:seconds``, ``days-hours``,
+    ``days-hours:minutes``, ``days-hours:minutes:seconds``) → whole minutes (rounded up)."""
+    match = _TIME.match(text.strip())
+    if not match:
+        raise ArgumentError(f"--slurm-time {text!r}: expected Slurm's time spelling: minutes (60), hours:minutes:"
+                            "seconds (4:00:00) or days-hours[:minutes[:seconds]] (1-12)")
+    days, a, b, c = (int(g) if g is not None else None for g in match.groups())
+    if days is not None:  # days-hours[:minutes[:seconds]]
+        seconds = days * 86400 + (a or 0) * 3600 + (b or 0) * 60 + (c or 0)
+    elif c is not None:  # hours:minutes:seconds
+        seconds = (a or 0) * 3600 + (b or 0) * 60 + c
+    elif b is not None:  # minutes:seconds
+        seconds = (a or 0) * 60 + b
+    else:
+        seconds = (a or 0) * 60
+    if seconds <= 0:
+        raise ArgumentError(f"--slurm-time {text!r}: a time limit must be more than 0")
+    return -(-seconds // 60)
+
+
+def parse_slurm_options(items: Sequence[str]) -> dict[str, str]:
+    """``--slurm-option key=value`` items → sbatch's options (``constraint=a100`` → ``#SBATCH --constraint=a100``;
+    ``exclusive`` alone → ``--exclusive``)."""
+    options: dict[str, str] = {}
+    for item in items:
+        key, equals, value = item.partition("=")
+        key = key.strip().lstrip("-")
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", key):
+            raise ArgumentError(f"--slurm-option {item!r}: expected key=value with an sbatch option as the key, "
+                                "e.g. constraint=a100 or mail-type=END")
+        options[key.replace("_", "-")] = value.strip() if equals else True  # type: ignore[assignment]
+    return options
+
+
+@dataclass
+class SlurmOptions:
+    """What the jobs of ``maskattn grid run --launcher slurm`` ask Slurm for (``--slurm-*``); ``None``: the cluster's
+    default. ``time``: Slurm's spelling (:func:`parse_slurm_time`); ``options``: more sbatch options
+    (``--slurm-option key=value``); ``signal_delay_s``: how long before the time limit the job is told to stop
+    and requeue (default: a twelfth of the limit, 5 to 90 s; Slurm may send it up to 60 s earlier)."""
+
+    partition: str | None = None
+    time: str | None = None
+    cpus_per_task: int | None = None
+    mem: str | None = None
+    gpus_per_task: int | None = None
+    account: str | None = None
+    qos: str | None = None
+    options: dict[str, str] = field(default_factory=dict)
+    signal_delay_s: int | None = None
+
+    def check(self) -> None:
+        for name in ("cpus_per_task", "gpus_per_task"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ArgumentError(f"--slurm-{name.replace('_', '-')} must be an int >= 1, got {value!r}")
+        minutes = parse_slurm_time(self.time) if self.time is not None else None
+        delay = self.signal_delay_s
+        if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int) or delay < 1
+                                  or (minutes is not None and delay >= minutes * 60)):
+            limit = f" and below the time limit ({minutes * 60} s)" if minutes is not None else ""
+            raise ArgumentError(f"--slurm-signal-delay must be an int >= 1{limit}, got {delay!r}")
+        if self.mem is not None and not re.fullmatch(r"\d+[KMGT]?B?", self.mem.strip(), flags=re.IGNORECASE):
+            raise ArgumentError(f"--slurm-mem {self.mem!r}: expected Slurm's memory spelling, e.g. 16G or 4000M")
+
+
+def _run_quietly(command: list[str], timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def _have_submitit() -> bool:
+    """Whether submitit can be imported (without importing it: it sets up its logging to stderr on import)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("submitit") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def check_slurm() -> None:
+    """Raises :class:`~maskattn.errors.ArgumentError` (one line) unless submitit is installed, Slurm's commands are
+    on ``PATH`` and the controller answers: before anything is submitted."""
+    if not _have_submitit():
+        raise ArgumentError("--launcher slurm needs submitit: pip install 'maskattn[slurm]' (or pip install "
+                            "submitit)")
+    missing = [name for name in ("sbatch", "squeue", "scontrol") if shutil.which(name) is None]
+    if missing:
+        raise ArgumentError(f"--launcher slurm: {', '.join(missing)} not found on PATH (Slurm's client commands are "
+                            "needed on the machine that submits the grid)")
+    try:
+        answer = _run_quietly(["squeue", "-h", "-o", "%i", "-j", "0"], timeout=30)
+        down = answer.returncode != 0 and "Invalid job id" not in answer.stderr
+        reason = answer.stderr.strip().splitlines()[-1] if answer.stderr.strip() else f"exit status {answer.returncode}"
+    except subprocess.TimeoutExpired:
+        down, reason = True, "no answer in 30 s"
+    if down:
+        raise ArgumentError(f"--launcher slurm: the Slurm controller does not answer (squeue: {reason})")
+
+
+def slurm_states() -> dict[str, str] | None:
+    """The state of every job of this user that Slurm knows (``"123"`` or ``"123_4"`` for a task of an array →
+    ``PENDING``, ``RUNNING``, …), or ``None`` when Slurm cannot be asked."""
+    if shutil.which("squeue") is None:
+        return None
+    try:
+        answer = _run_quietly(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T"], timeout=60)
+    except (subprocess.TimeoutExpired, OSError):
+        return None
+    if answer.returncode != 0:
+        return None
+    states = {}
+    for line in answer.stdout.splitlines():
+        job, _, state = line.strip().partition("|")
+        if job:
+            states[job] = state.strip().upper()
+    return states
+
+
+# --- the launcher --------------------------------------------------------------------------------------------------
+
+class SlurmLauncher(Launcher):
+    """Slurm jobs (module docstring). ``options``: what the jobs ask for; ``jobs``: the array's parallelism (default:
+    no limit); ``threads``: each run's (default ``options.cpus_per_task``, else 1); ``poll_s``: seconds between two
+    looks at the queue while the jobs are followed."""
+
+    name = "slurm"
+    detached = True
+
+    def __init__(self, *, options: SlurmOptions | None = None, jobs: int | None = None, threads: int | None = None,
+                 poll_s: float = 2.0, say: Callable[[str], None] = print) -> None:
+        self.options = options or SlurmOptions()
+        super().__init__(jobs=jobs, threads=threads or self.options.cpus_per_task or 1, say=say)
+        self.poll_s = poll_s
+
+    def check(self) -> None:
+        """The options (:meth:`SlurmOptions.check`), submitit and the controller (:func:`check_slurm`)."""
+        self.options.check()
+        check_slurm()
+
+    def describe(self, *, pending: int, queued: int, busy: int) -> str:
+        return (f"{queued} queued or running in Slurm, {busy} held by another process, {pending} to submit "
+                f"({self.threads} thread(s) each{f', {self.at_once} at a time' if self.at_once else ''})")
+
+    def submit(self, grid: Grid, runs: Sequence[GridRun]) -> list[Job]:
+        """Submit ``runs`` as one job array (one job when there is one run) and say so."""
+        ids = _submit(grid, runs, self.options, threads=self.threads, parallelism=self.at_once)
+        self.say(f"submitted {len(ids)} run(s): Slurm job{'s' if len(ids) > 1 else ''} {ids[0]}"
+                 f"{f' … {ids[-1]}' if len(ids) > 1 else ''}; their files: {grid.folder / SLURM_FOLDER}")
+        return [Job(run.name, self.name, "Slurm job", job_id) for run, job_id in zip(runs, ids)]
+
+    def poll(self, jobs: Sequence[Job]) -> bool:
+        """The jobs' states in ``squeue`` (asked once, and not at all for no job); False when it does not answer."""
+        if not jobs:
+            return True
+        states = slurm_states()
+        if states is None:
+            return False
+        for job in jobs:
+            state = states.get(job.id)
+            job.phase = QUEUED if state in _QUEUED else RUNNING if state in _RUNNING else ENDED
+            job.ended_as = state if job.phase == ENDED else None
+        return True
+
+    def cancel(self, jobs: Sequence[Job]) -> None:
+        """Nothing: a Slurm job is not the grid command's — it goes on without it (``maskattn grid status`` follows
+        it, ``scancel`` ends it)."""
+
+    def recorded(self, run: str, launch: dict) -> Job | None:
+        return Job(run, self.name, "Slurm job", str(launch["job_id"]), None) if launch.get("job_id") else None
+
+
+# --- submitting ----------------------------------------------------------------------------------------------------
+
+def _slurm_run(grid: Grid, run: GridRun, threads: int, gpus: int) -> slurm_job.SlurmRun:
+    """The :class:`~maskattn.grid.launchers.slurm_job.SlurmRun` of ``run``: the worker's command (under torchrun for
+    ``gpus`` > 1) and settings."""
+    worker = ["-m", WORKER, str(grid.folder.resolve()), run.name, str(threads)]
+    command = [sys.executable, *worker]
+    if gpus > 1:  # data-parallel over the job's GPUs (docs/cluster.md)
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus),
+                   *worker]
+    return slurm_job.SlurmRun(str(grid.folder.resolve()), run.name, command, thread_env(threads), grid.cwd,
+                              watch_parent=gpus <= 1, busy_exit=BUSY_EXIT)
+
+
+def _default_minutes(partition: str | None) -> int:
+    """The time limit of a job without ``--slurm-time``: the partition's default time, else its maximum, else a
+    year (what submitit tracks to tell a time limit from a preemption; Slurm applies its own limits)."""
+    try:
+        answer = _run_quietly(["sinfo", "-h", "-o", "%P|%L|%l", *(["-p", partition] if partition else [])])
+    except (subprocess.TimeoutExpired, OSError):
+        return 525600
+    for line in answer.stdout.splitlines():
+        name, _, rest = line.partition("|")
+        if partition is None and not name.endswith("*"):
+            continue
+        for value in rest.split("|"):
+            try:
+                return parse_slurm_time(value.strip())
+            except ArgumentError:
+                continue  # infinite, n/a
+    return 525600
+
+
+def _refusal(text: str, options: SlurmOptions) -> str:
+    """Slurm's refusal of a submission as one line, naming the option it is about."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    line = next((ln for ln in lines if "error" in ln.lower()), lines[-1] if lines else "no message")
+    line = re.sub(r"^s?batch: error: ", "", line)
+    lower = line.lower()
+    named = [f"--slurm-{name} {value}" for name, value, words in (
+        ("partition", options.partition, ("partition",)), ("time", options.time, ("time limit", "time")),
+        ("account", options.account, ("account",)), ("qos", options.qos, ("qos",)),
+        ("mem", options.mem, ("memory", "mem")), ("gpus-per-task", options.gpus_per_task, ("gres", "gpu")),
+        ("cpus-per-task", options.cpus_per_task, ("cpu", "processor")))
+        if value is not None and any(word in lower for word in words)]
+    named += [f"--slurm-option {key}" for key in options.options if key in lower]
+    return f"--launcher slurm: sbatch refused the jobs: {line}" + (f" ({', '.join(named)})" if named else "")
+
+
+def _submit(grid: Grid, runs: Sequence[GridRun], options: SlurmOptions, *, threads: int,
+            parallelism: int | None) -> list[str]:
+    """Submit ``runs`` as one job array (one job when there is one run), at most ``parallelism`` running at a time,
+    and record each job in its run's ``launch.json``; returns the job ids."""
+    import cloudpickle
+    import submitit
+
+    options.check()
+    minutes = parse_slurm_time(options.time) if options.time else _default_minutes(options.partition)
+    executor = submitit.SlurmExecutor(folder=grid.folder.resolve() / SLURM_FOLDER / "%j", max_num_timeout=MAX_REQUEUES)
+    extra: dict = dict(options.options)
+    for key, value in (("partition", options.partition), ("account", options.account), ("qos", options.qos),
+                       ("mem", options.mem), ("gpus-per-task", options.gpus_per_task)):
+        if value is not None:
+            extra[key] = value
+    delay = options.signal_delay_s if options.signal_delay_s is not None else min(90, max(5, minutes * 60 // 12))
+    executor.update_parameters(time=minutes, cpus_per_task=options.cpus_per_task or threads, signal_delay_s=delay,
+                               job_name=f"grid:{grid.folder.name}", array_parallelism=parallelism or len(runs),
+                               additional_parameters=extra)
+    gpus = options.gpus_per_task or 0
+    now = time.time()  # submitted: before sbatch
+    cloudpickle.register_pickle_by_value(slurm_job)  # the job's process needs neither maskattn nor torch
+    try:
+        with contextlib.redirect_stderr(io.StringIO()) as said:  # submitit prints sbatch's refusal too: one line
+            try:
+                with executor.batch():
+                    jobs = [executor.submit(_slurm_run(grid, run, threads, gpus)) for run in runs]
+            except submitit.core.utils.FailedJobError as exc:
+                raise ArgumentError(_refusal(str(exc) or said.getvalue(), options)) from None
+    finally:
+        cloudpickle.unregister_pickle_by_value(slurm_job)
+    host = socket.gethostname()
+    for run, job in zip(runs, jobs):
+        job_folder = Path(str(job.paths.folder))
+        (grid.folder / run.name).mkdir(parents=True, exist_ok=True)
+        write_json(grid.folder / run.name / LAUNCH_RECORD,
+                   {"launcher": SlurmLauncher.name, "job_id": str(job.job_id), "submitted": now, "host": host,
+                    "slurm_folder": str(job_folder.relative_to(grid.folder.resolve()))})
+    return [str(job.job_id) for job in jobs]

@@ -1,0 +1,114 @@
+"""What a Slurm job of a grid runs: :class:`SlurmRun`, pickled by value with this module when the job is submitted
+(:func:`maskattn.grid.launchers.slurm.SlurmLauncher.submit`), so that the job's own process needs neither maskattn
+nor torch — only the standard library and submitit; the worker it starts imports them, once. Nothing here may
+import maskattn."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import time
+
+__all__ = ["SlurmRun", "FRUITLESS"]
+
+#: the worker's environment variable naming the process it dies with (maskattn.grid.worker.PARENT_ENV)
+PARENT_ENV = "MASKATTN_GRID_PARENT"
+
+
+class SlurmRun:
+    """What a Slurm job of a grid runs (pickled by submitit): the run's worker as a child process, its output
+    appended to ``<run>/train.log`` — ``torchrun --nproc_per_node N`` around it when the job has N > 1 GPUs. On
+    Slurm's ``USR2`` (the time limit is near, or a preemption) submitit calls :meth:`checkpoint`: the worker is
+    stopped (``SIGTERM``: it keeps its checkpoints) and the job requeued, unless the run has written no checkpoint
+    in its last jobs (then requeueing would not get further). Self-contained on purpose (module docstring)."""
+
+    def __init__(self, grid_folder: str, name: str, command: list[str], env: dict[str, str], cwd: str,
+                 watch_parent: bool = True, busy_exit: int = 75, fruitless: int = 0) -> None:
+        self.grid_folder, self.name, self.command, self.env, self.cwd = grid_folder, name, command, env, cwd
+        self.watch_parent, self.busy_exit = watch_parent, busy_exit
+        self.fruitless = fruitless  # jobs in a row, before this one, in which the run wrote no checkpoint
+        self._process: subprocess.Popen | None = None
+        self._started = 0.0
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k not in ("_process", "_started")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _process=None, _started=0.0)
+
+    def __call__(self) -> int:
+        folder = os.path.join(self.grid_folder, self.name)
+        os.makedirs(folder, exist_ok=True)
+        env = {**os.environ, **self.env}
+        env.pop(PARENT_ENV, None)
+        if self.watch_parent:  # the worker dies with this process (cli/grid_worker.py)
+            env[PARENT_ENV] = str(os.getpid())
+        self._started = time.time()
+        log = os.path.join(folder, "train.log")
+        with open(log, "ab") as handle:
+            self._process = subprocess.Popen(self.command, cwd=self.cwd, env=env, stdout=handle,
+                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                             preexec_fn=_ignore_usr2)
+        while (code := self._process.poll()) is None:  # not wait(): checkpoint() runs in a signal handler meanwhile,
+            time.sleep(0.5)  # and Popen's lock, held through wait(), would deadlock it
+        if code not in (0, self.busy_exit):
+            with open(log, encoding="utf-8", errors="replace") as handle:
+                lines = collections.deque((line.strip() for line in handle if line.strip()), maxlen=1)
+            raise RuntimeError(f"grid run {self.name}: the worker ended with exit status {code}"
+                               f"{': ' + lines[-1] if lines else ''} (log: {log})")
+        return code
+
+    def checkpoint(self):
+        """Stop the worker (it keeps its checkpoints) and return the submission that continues the run, or ``None``
+        (no requeue) when the run has finished, or when it has written no checkpoint in this job nor in the
+        :data:`FRUITLESS` jobs before it (the time limit is too short to get further)."""
+        import submitit
+
+        if self._process is not None:
+            _stop(self._process.pid)
+        folder = os.path.join(self.grid_folder, self.name)
+        if os.path.exists(os.path.join(folder, "summary.json")):
+            return None  # finished just now: nothing to continue
+        last = os.path.join(folder, "last.safetensors")
+        progressed = os.path.exists(last) and os.stat(last).st_mtime >= self._started
+        fruitless = 0 if progressed else self.fruitless + 1
+        if fruitless > FRUITLESS:
+            print(f"grid run {self.name}: not requeued: no checkpoint was written in its last {fruitless} jobs (raise "
+                  "--slurm-time or lower train.eval_every)", file=sys.stderr, flush=True)
+            return None
+        return submitit.helpers.DelayedSubmission(type(self)(self.grid_folder, self.name, self.command, self.env,
+                                                             self.cwd, self.watch_parent, self.busy_exit, fruitless))
+
+
+#: jobs in a row without a new checkpoint after which a run is not requeued
+FRUITLESS = 2
+
+
+def _stop(pid: int, timeout: float = 120) -> None:
+    """SIGTERM to the worker ``pid`` and wait (with ``os.waitpid``: this runs in a signal handler) until it has ended;
+    SIGKILL after ``timeout`` seconds."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return  # reaped already
+        if done:
+            return
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            deadline = float("inf")
+        time.sleep(0.2)
+
+
+def _ignore_usr2() -> None:
+    """In the worker's process before it starts: Slurm's USR2 reaches every process of the job, and the job's own
+    process (submitit) is the one that stops the worker and requeues; SIG_IGN survives exec."""
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
