@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: the packages whose ``__all__`` is the public API (the API reference documents them: mkdocs.yml)
 PUBLIC = ["maskattn", "maskattn.masks", "maskattn.functional", "maskattn.attention", "maskattn.backends",
           "maskattn.layers", "maskattn.models", "maskattn.hf", "maskattn.data", "maskattn.metrics", "maskattn.analysis",
-          "maskattn.inference", "maskattn.train", "maskattn.bench", "maskattn.viz", "maskattn.errors",
+          "maskattn.inference", "maskattn.train", "maskattn.grid", "maskattn.bench", "maskattn.viz", "maskattn.errors",
           "maskattn.sections", "maskattn.device", "maskattn.checkpoint"]
 
 

@@ -1,5 +1,5 @@
 """The per-item outputs a model was scored on, kept beside its score so that two models can be compared item by
-item (the paired bootstrap of ``maskattn grid compare``, :mod:`maskattn.train.grid_compare`):
+item (the paired bootstrap of ``maskattn grid compare``, :mod:`maskattn.grid.compare`):
 
 * a seq2seq model's test hypotheses, ``test.hyp.txt``: one per line, in test order, a hypothesis's own line
   breaks (a summary's sentences) joined by spaces;
