@@ -4,6 +4,8 @@ run folders given as checkpoints, and truncation warnings numbered by source."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from rich.console import Console
 from typer.testing import CliRunner
@@ -401,3 +403,123 @@ def test_a_note_naming_a_long_path_stays_on_one_line(trained, tmp_path):
     result = runner.invoke(app, ["predict", "-k", str(link), "good"])
     assert result.exit_code == 0, result.output
     assert f"note: {link} is a folder; using {link / 'best.safetensors'}\n" in result.stderr
+
+
+# --- issue 55 item 5: budgets that see the real limit; an allocation that fails anyway is one line -----------------
+
+def test_a_huge_beam_under_ulimit_v_is_refused_by_the_budget_not_the_allocator():
+    """`generate --beam 100000` under `ulimit -v` ended in the allocator's traceback: the budget was 80 % of
+    MemAvailable, blind to the address-space limit. Now the budget is a share of what the limit leaves."""
+    import subprocess
+    import sys
+
+    script = """
+import resource
+import torch
+from maskattn.device import memory_limits
+from maskattn.errors import MemoryLimitError
+from maskattn.inference import beam_search
+from maskattn.models.seq2seq import Seq2Seq
+
+torch.manual_seed(0)
+model = Seq2Seq.from_architecture("transformer", 20, 30, d_model=16, num_heads=4, encoder_layers=1,
+                                  decoder_layers=2, dropout=0.0, max_len=32).eval()
+src = torch.tensor([[3, 4, 5, 6, 2], [7, 8, 2, 0, 0]])
+in_use = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (in_use + 2**30, resource.RLIM_INFINITY))  # 1 GiB more than in use
+rooms = dict(memory_limits())
+print("room", rooms["the address-space limit (ulimit -v, RLIMIT_AS)"])
+try:
+    beam_search(model, src, beam_size=100_000, bos_id=1, eos_id=2)
+except MemoryLimitError as exc:
+    print("refused", exc)
+"""
+    env = {key: value for key, value in os.environ.items() if key != MEMORY_LIMIT_ENV}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    room = int(done.stdout.split("\n")[0].split()[1])
+    assert 0.5 * 2**30 < room <= 2**30  # the limit minus what the process had mapped when it was read
+    assert "refused decoding 2 source(s) of 5 tokens with beam 100000" in done.stdout
+    assert "budget (80% of the" in done.stdout and "that the address-space limit (ulimit -v, RLIMIT_AS) leaves now" \
+        in done.stdout
+
+
+def test_the_budget_sees_cgroup_v1_and_v2_limits(tmp_path, monkeypatch):
+    """Slurm's --mem and containers limit a cgroup: v2 memory.max (of the process's cgroup or one above it) minus
+    memory.current, v1 memory.limit_in_bytes minus memory.usage_in_bytes; reclaimable page cache is not counted
+    as used. The budget is a share of the smallest room."""
+    v2, v1 = tmp_path / "unified", tmp_path / "memory"
+    (v2 / "slurm" / "job_7" / "step_0").mkdir(parents=True)
+    (v2 / "cgroup.controllers").write_text("cpu memory\n")
+    (v2 / "memory.max").write_text("max\n")  # the root: no limit
+    (v2 / "slurm" / "job_7" / "memory.max").write_text(f"{3 * 2**30}\n")  # the job's --mem=3G
+    (v2 / "slurm" / "job_7" / "memory.current").write_text(f"{2 * 2**30}\n")
+    (v2 / "slurm" / "job_7" / "memory.stat").write_text(f"anon 1\ninactive_file {2**29}\n")
+    (v1 / "docker" / "abc").mkdir(parents=True)
+    (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # no limit
+    (v1 / "docker" / "abc" / "memory.limit_in_bytes").write_text(f"{8 * 2**30}\n")
+    (v1 / "docker" / "abc" / "memory.usage_in_bytes").write_text(f"{2**30}\n")
+    cgroup = tmp_path / "cgroup"
+    cgroup.write_text("0::/slurm/job_7/step_0\n4:memory:/docker/abc\n1:cpu:/docker/abc\n")
+    monkeypatch.setattr(device_module, "CGROUP_V2_ROOTS", (tmp_path / "missing", v2))
+    monkeypatch.setattr(device_module, "CGROUP_V1_MEMORY", v1)
+    monkeypatch.setattr(device_module, "PROC_CGROUP", cgroup)
+    monkeypatch.setattr(device_module, "_meminfo_available", lambda: [("MemAvailable", 100 * 2**30)])
+    monkeypatch.setattr(device_module, "_address_space_room", lambda: [])
+    monkeypatch.delenv(MEMORY_LIMIT_ENV, raising=False)
+    rooms = dict(device_module.memory_limits())
+    assert rooms[f"the cgroup limit {v2 / 'slurm' / 'job_7' / 'memory.max'}"] == 3 * 2**30 - (2 * 2**30 - 2**29)
+    assert rooms[f"the cgroup limit {v1 / 'docker' / 'abc' / 'memory.limit_in_bytes'}"] == 7 * 2**30
+    assert len(rooms) == 3  # MemAvailable, and one limit per hierarchy: unlimited ones are no limit
+    assert memory_budget() == int(1.5 * 2**30 * device_module.MEMORY_FRACTION)
+    with pytest.raises(MemoryLimitError, match=r"more than the 1\.2 GiB budget \(80% of the 1\.5 GiB that the "
+                                               r"cgroup limit .*job_7/memory\.max leaves now\)"):
+        check_memory(2 * 2**30, what="a batch", advice="lower it")
+
+
+@pytest.mark.parametrize("command", ["train", "eval", "predict", "generate"])
+def test_an_allocation_that_fails_anyway_is_the_one_line_advice(trained, tmp_path, monkeypatch, command):
+    """Where the estimate passes and the allocator still fails (a CPU RuntimeError "can't allocate memory",
+    torch.OutOfMemoryError), each command ends with one line of MemoryLimitError advice, not a traceback."""
+    import torch
+
+    import maskattn.inference
+
+    data, run = trained
+
+    def allocate(*args, **kwargs):
+        torch.empty(2**50, dtype=torch.uint8)  # the CPU allocator's real error
+
+    monkeypatch.setattr(Trainer, "train_step", allocate)
+    for name in ("evaluate_file", "predict", "load_translator"):
+        monkeypatch.setattr(maskattn.inference, name, allocate)
+    source = tmp_path / "src.txt"
+    source.write_text("good\n")
+    argv = {"train": ["train", "--data", str(data), "--out", str(tmp_path / "run"), "--set", "data.format=tsv",
+                      "--set", "data.train=train.tsv", "--set", "model.d_model=16", "--set", "model.num_heads=2",
+                      "--no-progress"],
+            "eval": ["eval", "-k", str(run / "best.safetensors"), "--data", str(data / "test.tsv")],
+            "predict": ["predict", "-k", str(run / "best.safetensors"), "good"],
+            "generate": ["generate", "-k", str(run / "best.safetensors"), "-i", str(source)]}[command]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    line = result.stderr.splitlines()[-1]
+    assert line.startswith("error: out of memory (") and "DefaultCPUAllocator: can't allocate memory" in line
+    assert "more than this machine could give: lower the batch size, the beam or the lengths, or set a smaller " \
+           "budget" in line and MEMORY_LIMIT_ENV in line
+    assert "Traceback" not in result.output
+
+
+def test_a_gpu_out_of_memory_is_the_one_line_advice(trained, monkeypatch):
+    import torch
+
+    import maskattn.inference
+
+    def allocate(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.1 GiB total)")
+
+    monkeypatch.setattr(maskattn.inference, "predict", allocate)
+    _, run = trained
+    result = runner.invoke(app, ["predict", "-k", str(run / "best.safetensors"), "good"])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert result.stderr.startswith("error: out of memory (CUDA out of memory. Tried to allocate 20.00 GiB")

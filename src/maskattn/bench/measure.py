@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 
 __all__ = ["synchronize", "peak_memory_bytes", "time_call", "count_flops", "machine_info", "measure_point",
-           "measure_inference", "matmul_gflops_per_s", "available_bytes", "is_out_of_memory"]
+           "measure_inference", "matmul_gflops_per_s"]
 
 
 def synchronize(device: torch.device | str) -> None:
@@ -175,27 +175,3 @@ def matmul_gflops_per_s(matrices: int, n: int, d: int, *, dtype: torch.dtype, de
     b = torch.randn(matrices, d, columns, generator=generator).to(device=device, dtype=dtype)  # (M, d, c)
     seconds = time_call(lambda: torch.bmm(a, b), repeats=repeats, warmup=1, device=device)["min_s"]
     return 2 * matrices * n * columns * d / seconds / 1e9
-
-
-def available_bytes(device: str) -> int | None:
-    """Memory available for new allocations on ``device`` (free GPU memory; the kernel's MemAvailable on
-    Linux), or None when it cannot be read."""
-    if device == "cuda":
-        return int(torch.cuda.mem_get_info()[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """Whether ``exc`` is an allocation failure (CUDA ``OutOfMemoryError`` or a CPU allocator error)."""
-    if isinstance(exc, torch.OutOfMemoryError):
-        return True
-    message = str(exc).lower()
-    return isinstance(exc, RuntimeError) and any(
-        text in message for text in ("out of memory", "can't allocate memory", "not enough memory"))

@@ -14,8 +14,8 @@ import torch.nn as nn
 
 from ..errors import ArgumentError, ArgumentTypeError
 from .costs import Point, estimate_bytes, family_of, forward_flops, step_flops, useful_attention_flops
-from .measure import (available_bytes, count_flops, is_out_of_memory, machine_info, matmul_gflops_per_s,
-                      measure_inference, measure_point)
+from ..device import available_memory_bytes, is_out_of_memory
+from .measure import count_flops, machine_info, matmul_gflops_per_s, measure_inference, measure_point
 from .settings import (
     DTYPES,
     BenchSettings,
@@ -96,7 +96,7 @@ def _budget_bytes(settings: BenchSettings, device: str) -> tuple[int, str]:
     """The memory budget on ``device`` and how it was chosen."""
     if settings.mem_budget_gb is not None:
         return int(settings.mem_budget_gb * 2**30), "--mem-budget-gb"
-    available = available_bytes(device)
+    available = available_memory_bytes(device)
     if available is None:
         return int(FALLBACK_BUDGET_GIB * 2**30), f"fallback {FALLBACK_BUDGET_GIB:g} GiB (available memory unknown)"
     return int(MEMORY_FRACTION * available), f"{MEMORY_FRACTION:g} x available {available / 2**30:.1f} GiB"

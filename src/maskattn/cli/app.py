@@ -78,17 +78,31 @@ def _warning_lines() -> Iterator[None]:
         yield
 
 
+def _out_of_memory(exc: BaseException) -> MaskattnError | None:
+    """The :class:`~maskattn.errors.MemoryLimitError` advice for an allocation that failed (torch's CPU allocator,
+    ``torch.OutOfMemoryError``, Python's ``MemoryError``: :func:`maskattn.device.is_out_of_memory`); ``None`` for
+    any other exception (a bug). torch is only looked at when it was imported already."""
+    if not isinstance(exc, MemoryError) and "torch" not in sys.modules:
+        return None
+    from ..device import is_out_of_memory, out_of_memory_error
+
+    return out_of_memory_error(exc) if is_out_of_memory(exc) else None
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn the user errors raised inside (:func:`is_user_error`) into ``error: …`` on stderr and exit code 2;
-    anything else keeps its traceback. maskattn's warnings are ``warning: …`` lines meanwhile."""
+    """Turn the user errors raised inside (:func:`is_user_error`) into ``error: …`` on stderr and exit code 2, and
+    so an allocation that failed (the one-line :class:`~maskattn.errors.MemoryLimitError` advice, not the
+    allocator's traceback); anything else keeps its traceback. maskattn's warnings are ``warning: …`` lines
+    meanwhile."""
     try:
         with _warning_lines():
             yield
-    except (MaskattnError, OSError) as exc:
-        if not is_user_error(exc):
+    except (MaskattnError, OSError, RuntimeError, MemoryError) as exc:
+        error = exc if is_user_error(exc) else _out_of_memory(exc)
+        if error is None:
             raise
-        Console(stderr=True).print(f"[red]error:[/red] {escape(_message(exc))}", markup=True, highlight=False,
+        Console(stderr=True).print(f"[red]error:[/red] {escape(_message(error))}", markup=True, highlight=False,
                                    soft_wrap=True)  # one line, whatever the terminal's width: paths stay whole
         raise typer.Exit(code=2) from None
 
