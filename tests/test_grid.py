@@ -280,6 +280,27 @@ def test_the_table_says_what_the_vectors_covered(tmp_path):
             f"{coverage['token_share']:.1%} of the training tokens.") in markdown_table(records)
 
 
+def test_a_runs_log_tail_is_read_from_its_end(tmp_path):
+    """`grid status` and `grid run` show the last lines of a run's log: read from its end, at most 4 MiB of it,
+    whatever the log's size (issue 54: the records module's readers are bounded)."""
+    import tracemalloc
+
+    from maskattn.grid.records import log_tail
+
+    with open(tmp_path / "train.log", "wb") as log:
+        log.write(b"first\n" + b"x" * 2**25 + b"\nsecond to last\n\n  \nlast \n")
+    tracemalloc.start()
+    try:
+        assert log_tail(tmp_path, 2) == ["second to last", "last"]
+        assert log_tail(tmp_path, 5) == ["second to last", "last"]  # a line longer than 4 MiB is not read whole
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20, peak
+    (tmp_path / "train.log").write_text("one\r\ntwo\n\nthree")
+    assert log_tail(tmp_path, 3) == ["one", "two", "three"] and log_tail(tmp_path / "nosuch") == []
+
+
 def test_grid_status_says_where_each_run_is(tmp_path):
     from maskattn.train.resumable import write_json
 

@@ -48,7 +48,7 @@ from ..metrics.labels import bio_spans
 from ..metrics.test_outputs import Prediction
 from .records import (HYPOTHESES, PREDICTIONS, RunRecord, collect_runs, read_test_hypotheses,
                       read_test_predictions)
-from .table import table_rows
+from .table import PERCENT_METRICS, shown_value, table_rows
 
 __all__ = ["Cell", "Result", "PairReport", "resolve_cells", "compare", "welch", "nadeau_bengio", "paired_bootstrap",
            "cv_ratio", "markdown_report", "json_report", "item_statistics", "label_statistics", "GENERATION_METRICS",
@@ -58,7 +58,6 @@ __all__ = ["Cell", "Result", "PairReport", "resolve_cells", "compare", "welch", 
 GENERATION_METRICS = ("rouge", "rouge1", "rouge2", "rougeL", "bleu", "chrf")
 #: the significance level of "established"
 LEVEL = 0.05
-_PERCENT = ("accuracy", "f1")
 
 
 @dataclass
@@ -277,8 +276,7 @@ def _short(folder: Path, folders: list[Path]) -> str:
 # --- the comparison -----------------------------------------------------------------------------------------------
 
 def _value(record: RunRecord, metric: str) -> float:
-    value = record.summary["test"][metric]
-    return 100 * value if metric in _PERCENT else value
+    return shown_value(metric, record.summary["test"][metric])
 
 
 def _check_metric(cells: list[Cell], metric: str) -> None:
@@ -337,7 +335,7 @@ def _compare_pair(a: Cell, b: Cell, metric: str, samples: int, seed: int,
                                       "retraining — or `maskattn eval -k RUN/best.safetensors --src … --ref … "
                                       f"--predictions RUN/{HYPOTHESES}` with the run's test decoding settings",
                                       report.notes)
-    elif metric in _PERCENT:
+    elif metric in PERCENT_METRICS:
         report.results += _bootstraps(a, b, metric, samples, seed, _label_items(metric), PREDICTIONS,
                                       "a classifier run writes them when it is tested; for runs trained before "
                                       "that: `maskattn eval -k RUN/best.safetensors --data TEST_FILE --predictions "
@@ -494,7 +492,7 @@ def markdown_report(reports: list[PairReport]) -> str:
     """The comparisons as a Markdown table (one row per test), then each pair's notes."""
     if not reports:
         return ""
-    unit = " (points)" if reports[0].metric in _PERCENT else ""
+    unit = " (points)" if reports[0].metric in PERCENT_METRICS else ""
     lines = [f"| A | B | test {reports[0].metric}: A, B (mean ± std) | test | A − B{unit} | 95 % CI | statistic | p "
              "| established at 5 % |", "|---|---|---|---|---:|---|---:|---:|---|"]
     notes = []

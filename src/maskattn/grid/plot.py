@@ -20,11 +20,9 @@ import numpy as np
 
 from ..errors import ArgumentError, DataError
 from .records import METRICS, RunRecord, collect_runs, read_run_metrics
-from .table import table_rows
+from .table import PERCENT_METRICS, shown_value, table_rows
 
 __all__ = ["CellCurves", "cell_curves", "plot_grid"]
-
-_PERCENT = ("accuracy", "f1")
 
 
 @dataclass
@@ -37,10 +35,6 @@ class CellCurves:
     train: dict[int, list[float]] = field(default_factory=dict)
     dev: dict[int, list[float]] = field(default_factory=dict)
     tests: list[tuple[int, float]] = field(default_factory=list)
-
-
-def _scale(metric: str, value: float) -> float:
-    return 100 * value if metric in _PERCENT else value
 
 
 def cell_curves(grids: Sequence[str | Path], metric: str | None = None) -> tuple[list[CellCurves], str, list[str]]:
@@ -62,11 +56,11 @@ def cell_curves(grids: Sequence[str | Path], metric: str | None = None) -> tuple
                 if item["split"] == "train" and isinstance(item.get("loss"), (int, float)):
                     curves.train.setdefault(item["step"], []).append(float(item["loss"]))
                 elif item["split"] == "dev" and isinstance(item.get(metric), (int, float)):
-                    curves.dev.setdefault(item["step"], []).append(_scale(metric, float(item[metric])))
+                    curves.dev.setdefault(item["step"], []).append(shown_value(metric, float(item[metric])))
             test = record.summary.get("test", {}).get(metric)
             step = record.summary.get("best_step") or record.summary.get("steps")
             if isinstance(test, (int, float)) and isinstance(step, int):
-                curves.tests.append((step, _scale(metric, float(test))))
+                curves.tests.append((step, shown_value(metric, float(test))))
         if curves.runs:
             cells.append(curves)
     if not cells:
@@ -113,7 +107,7 @@ def plot_grid(grids: Sequence[str | Path], out: str | Path, *, metric: str | Non
     cells, metric, skipped = cell_curves(grids, metric)
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    unit = " (%)" if metric in _PERCENT else ""
+    unit = " (%)" if metric in PERCENT_METRICS else ""
     for number, cell in enumerate(cells):
         color = colors[number % len(colors)]
         label = f"{cell.label} ({cell.runs} run{'s' if cell.runs != 1 else ''})"

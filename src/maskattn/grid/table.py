@@ -25,9 +25,11 @@ from ..errors import ArgumentError
 from .records import HOW_KEYS, RunRecord, finite
 from .spec import REPLICATE_KEYS
 
-__all__ = ["Row", "resolved_records", "table_rows", "markdown_table", "count_text", "seconds_text", "bytes_text"]
+__all__ = ["Row", "resolved_records", "table_rows", "markdown_table", "count_text", "seconds_text", "bytes_text",
+           "shown_value", "PERCENT_METRICS"]
 
-_PERCENT = ("accuracy", "f1")
+#: the metrics shown in % (recorded as fractions)
+PERCENT_METRICS = ("accuracy", "f1")
 
 
 @dataclass
@@ -54,7 +56,6 @@ def resolved_records(records: list[RunRecord]) -> list[RunRecord]:
             record.config = {f"{section}.{key}": value for section, values in resolved.items()
                              for key, value in values.items()}
     return records
-
 
 
 def table_rows(records: list[RunRecord]) -> tuple[list[str], list[Row]]:
@@ -126,8 +127,9 @@ def _span(fractions: list[float]) -> str:
     return f"{low:.1%}" if f"{low:.1%}" == f"{high:.1%}" else f"{low:.1%}–{high:.1%}"
 
 
-def _scaled(metric: str, value: float) -> float:
-    return 100 * value if metric in _PERCENT else value
+def shown_value(metric: str, value: float) -> float:
+    """A metric's value as the grid's tables and figures show it: :data:`PERCENT_METRICS` in %."""
+    return 100 * value if metric in PERCENT_METRICS else value
 
 
 def _tells_apart(record: RunRecord, key: str) -> bool:
@@ -179,7 +181,7 @@ def markdown_table(records: list[RunRecord], *, metric: str | Sequence[str] | No
     speed_key = next((key for key in ("examples_per_s", "tokens_per_s") if key in records[0].summary), "examples_per_s")
     header = ["cell", "runs"]
     for name in metrics:
-        unit = " (%)" if name in _PERCENT else ""
+        unit = " (%)" if name in PERCENT_METRICS else ""
         header += [f"test {name}{unit}, per run", f"test {name}"]
     header += [f"best dev {records[0].summary.get('metric', metrics[0])}", "epochs",
                f"train {speed_key.removesuffix('_per_s')}/s", "wall time / run", "parameters (without embeddings)"]
@@ -191,18 +193,18 @@ def markdown_table(records: list[RunRecord], *, metric: str | Sequence[str] | No
         runs = row.runs
         cells = [row.label.replace("|", "\\|"), str(len(runs))]
         for name in metrics:
-            digits = 1 if name in _PERCENT else 2
-            tests = [_scaled(name, r.summary["test"][name]) for r in runs
+            digits = 1 if name in PERCENT_METRICS else 2
+            tests = [shown_value(name, r.summary["test"][name]) for r in runs
                      if finite(r.summary.get("test", {}).get(name))]
             cells += [" / ".join(f"{v:.{digits}f}" for v in tests) or "–", _mean_std(tests, digits)]
         dev_metric = runs[0].summary.get("metric", metrics[0])
-        devs = [_scaled(str(r.summary.get("metric", metrics[0])), r.summary["best_dev"]) for r in runs
+        devs = [shown_value(str(r.summary.get("metric", metrics[0])), r.summary["best_dev"]) for r in runs
                 if finite(r.summary.get("best_dev"))]
         speeds = [r.summary[speed_key] for r in runs if speed_key in r.summary]
         walls = [r.summary["wall_s"] for r in runs if "wall_s" in r.summary]
         epochs = [r.summary["epochs"] for r in runs if "epochs" in r.summary]
         params = runs[0].summary.get("parameters", {}).get("without_embeddings")
-        cells += [_mean_std(devs, 1 if dev_metric in _PERCENT else 2),
+        cells += [_mean_std(devs, 1 if dev_metric in PERCENT_METRICS else 2),
                   f"{statistics.mean(epochs):.1f}" if epochs else "–",
                   f"{statistics.median(speeds):,.0f}" if speeds else "–",
                   seconds_text(statistics.mean(walls)) if walls else "–",
