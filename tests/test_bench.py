@@ -143,7 +143,7 @@ def test_a_run_stopped_part_way_keeps_the_lengths_it_finished(tmp_path, monkeypa
     with open(tmp_path / "bench.csv", newline="") as f:
         assert {row["n"] for row in csv.DictReader(f)} == {"8"}
     monkeypatch.undo()
-    complete = bench(tmp_path, "--lengths", "8,16", "--repeats", "1", "--mechanisms", "mha")
+    complete = bench(tmp_path, "--lengths", "8,16", "--repeats", "1", "--mechanisms", "mha", "--overwrite")
     assert complete.exit_code == 0, complete.output
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert {r["n"] for r in saved["records"]} == {8, 16}

@@ -1,5 +1,5 @@
-"""Files that must survive a kill (a run folder's, what ``maskattn eval`` writes): atomic writes, and the clean-up
-of what killed writes leave.
+"""Files that must survive a kill (a run folder's, what ``maskattn eval`` writes): atomic writes, the clean-up
+of what killed writes leave, and the one rule every command's output paths go through.
 
 :func:`atomic_write` writes to ``.<name>.tmp-<pid>`` in the target's folder, flushes and ``fsync``-s it, then
 ``os.replace``-s it over the target and ``fsync``-s the folder: a kill at any moment leaves either the
@@ -7,16 +7,24 @@ previous file or the new one, never a partial file. A failed write (disk full, p
 temporary file and raises ``OSError`` naming the target; the previous file is untouched. A ``SIGKILL``
 cannot run that clean-up: :func:`remove_stale_temp_files` deletes the temporary files of processes that no
 longer exist (the run folder's next owner calls it when it takes the folder).
+
+:func:`check_outputs` is what every command checks its output paths with, before any work: an output may not be
+— or resolve to, through symbolic or hard links — a file the command reads (its inputs, and the files of a run
+folder it reads); an existing output is refused unless the user says ``--overwrite``; an output that cannot be
+written (a folder, a file where its folder should be, a read-only place) is refused. Missing folders on the way
+are created when the output is written. :func:`check_output_folder` is the same for an output folder.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-__all__ = ["atomic_write", "remove_stale_temp_files", "temp_path"]
+from .errors import ArgumentError
+
+__all__ = ["atomic_write", "remove_stale_temp_files", "temp_path", "check_outputs", "check_output_folder"]
 
 _TEMP = re.compile(r"^\..+\.tmp-(\d+)$")
 
@@ -75,3 +83,61 @@ def remove_stale_temp_files(folder: str | Path) -> list[Path]:
             entry.unlink(missing_ok=True)
             removed.append(entry)
     return removed
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are one existing file (through symbolic and hard links)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (or cannot be reached): not one existing file
+        return False
+
+
+def _check_writable(option: str, path: Path) -> None:
+    """Refuse ``path`` (an output file or folder, existing or not) when nothing can be written there: the nearest
+    folder that exists on its way must be a folder this process may write into."""
+    place = path if path.is_dir() else path.parent
+    while not place.exists() and not place.is_symlink() and place != place.parent:
+        place = place.parent
+    if not place.is_dir():
+        raise ArgumentError(f"{option} {path}: {place} is a file, not a folder; give a path in a folder")
+    if not os.access(place, os.W_OK | os.X_OK):
+        raise ArgumentError(f"{option} {path}: folder {place} is not writable (read-only, or no permission); give "
+                            "a place this process may write to")
+
+
+def check_outputs(outputs: Mapping[str, str | Path | None], *,
+                  inputs: Iterable[tuple[str, str | Path | None]] = (), overwrite: bool = False) -> None:
+    """Refuse, with an :class:`~maskattn.errors.ArgumentError` naming the option and the path, an output file a
+    command is about to write (module docstring). ``outputs``: option (``--predictions``) → path, ``None`` when
+    not given. ``inputs``: ``(what, path)`` of each file the command reads — ``what`` names it in the message
+    (``"the checkpoint (--checkpoint)"``, ``"runs/x/metrics.jsonl of the run it reads"``). An existing output
+    is refused unless ``overwrite``; two options naming one file are refused."""
+    given = {option: Path(path) for option, path in outputs.items() if path is not None}
+    read = [(what, Path(path)) for what, path in inputs if path is not None and str(path) != "-"]
+    seen: list[tuple[str, Path]] = []
+    for option, path in given.items():
+        for what, source in read:
+            if _same_file(path, source) or path.resolve() == source.resolve():
+                raise ArgumentError(f"{option} {path} is {what} ({source}), which this command reads: writing there "
+                                    "would replace it; give another file")
+        for other, earlier in seen:
+            if path.resolve() == earlier.resolve() or _same_file(path, earlier):
+                raise ArgumentError(f"{other} and {option} name the same file ({path}); give each its own file")
+        seen.append((option, path))
+        if path.is_dir():
+            raise ArgumentError(f"{option} {path} is a folder; give a file name (in that folder, or elsewhere)")
+        if path.exists() and not overwrite:
+            raise ArgumentError(f"{option} {path} exists; pass --overwrite to replace it, or give another file")
+        _check_writable(option, path)
+
+
+def check_output_folder(option: str, path: str | Path) -> Path:
+    """Refuse (:class:`~maskattn.errors.ArgumentError`, naming ``option`` and the path) an output folder that is a
+    file, or lies where nothing can be written (module docstring); it may not exist yet (it is created when
+    written to). Returns it as a ``Path``."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ArgumentError(f"{option} {path} is a file, not a folder; give a folder (it is created if missing)")
+    _check_writable(option, path)
+    return path

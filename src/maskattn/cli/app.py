@@ -15,10 +15,13 @@ from rich.markup import escape
 
 from ..errors import MaskattnError, RenamedWarning, UnverifiedCheckpointWarning
 
-__all__ = ["app", "user_errors", "interrupt_exits", "sigterm_as_interrupt", "is_user_error", "warn", "DEVICE_HELP"]
+__all__ = ["app", "user_errors", "interrupt_exits", "sigterm_as_interrupt", "is_user_error", "warn", "DEVICE_HELP",
+           "OVERWRITE_HELP"]
 
 #: the help of every command's --device (one meaning: maskattn.device.resolve_device)
 DEVICE_HELP = "auto (CUDA when available, else the CPU), cpu, cuda or cuda:N"
+#: the help of every command's --overwrite of output files (the rule: maskattn.files.check_outputs)
+OVERWRITE_HELP = "replace output files that exist (never a file the command reads)"
 
 # rich_markup_mode=None: click's plain help. Typer's rich help (0.29) prints a value type after flags that take none
 # ("--overwrite <bool>", whereupon "--overwrite true" fails) and breaks docstring paragraphs mid-sentence.

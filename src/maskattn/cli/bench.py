@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..errors import REMOVED_IN, ArgumentError
+from ..files import check_output_folder, check_outputs
 from .app import app, user_errors, warn
 
 
@@ -42,6 +43,8 @@ def bench(
     mem_budget_gb: float = typer.Option(None, "--mem-budget-gb",
                                         help="skip points estimated above this many GiB (default: half the available memory)"),
     out: Path = typer.Option(Path("bench-out"), "--out", "-o", help="folder for bench.csv, bench.json, bench.png"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace the bench.csv, bench.json and bench.png "
+                                   "that --out holds"),
 ):
     """Time (forward and backward separately) and peak memory of every mechanism × backend and the baselines
     against sequence length, with FLOPs and the fraction of this machine's matmul rate (docs/bench.md).
@@ -73,6 +76,9 @@ def bench(
             raise ArgumentError(f"give either --quick or --suite {suite}, not both")
         suite = "quick" if quick else suite
         settings = BenchSettings.suite(suite, **given) if suite else BenchSettings(**given)
+        check_output_folder("--out", out)
+        check_outputs({f"--out's {name}": out / name for name in ("bench.csv", "bench.json", "bench.png")},
+                      overwrite=overwrite)
         folder = output_folder(out)  # a stopped run keeps the lengths it finished (bench.csv, bench.json)
         result = run_benchmark(settings, log=lambda line: console.print(escape(line), highlight=False),
                                on_length=lambda partial: (write_csv(partial, folder / "bench.csv"),

@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..errors import ArgumentError
-from .app import DEVICE_HELP, app, user_errors, warn
+from ..files import check_outputs
+from .app import DEVICE_HELP, OVERWRITE_HELP, app, user_errors, warn
 
 # the decoding flags of `generate` and `eval` (fairseq-generate's names); unset, the checkpoint's own settings hold
 _FROM_RUN = "(default: the checkpoint's run setting)"
@@ -63,6 +64,7 @@ def eval_(
     predictions: Path = typer.Option(None, "--predictions", help="also write what was scored to this file: a "
                                      "classifier's predicted and gold label per example (JSON lines, as a run's "
                                      "test.pred.jsonl), a seq2seq model's outputs (one per line, as test.hyp.txt)"),
+    overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     decoding: dict | None = None,
 ):
     """Evaluate a checkpoint; prints the metrics as JSON. Classifiers: --data FILE. Seq2seq models: --src FILE
@@ -75,6 +77,9 @@ def eval_(
 
     with user_errors():
         checkpoint = _checkpoint_file(checkpoint)
+        check_outputs({"--predictions": predictions}, overwrite=overwrite,
+                      inputs=[*checkpoint_inputs(checkpoint), ("the --data file", data), ("the --src file", src),
+                              ("the --ref file", ref)])
         if src is not None or ref is not None:
             if src is None or ref is None or data is not None:
                 raise ArgumentError("seq2seq evaluation takes both --src FILE and --ref FILE (and no --data)")
@@ -145,6 +150,16 @@ def _checkpoint_file(path: Path) -> Path:
     return chosen
 
 
+def checkpoint_inputs(checkpoint: Path, option: str = "--checkpoint") -> list[tuple[str, Path]]:
+    """What a command reading ``checkpoint`` reads, for :func:`~maskattn.files.check_outputs`: the checkpoint, and
+    the files of the run in its folder (its other checkpoint, log, configuration, manifest), which an output may
+    not replace either."""
+    from ..train.run_folder import RunFolder
+
+    return [(f"the checkpoint ({option})", checkpoint)] + \
+        [(f"a file of the run in {checkpoint.parent}", path) for path in RunFolder(checkpoint.parent).run_files()]
+
+
 def _input_lines(path: Path | None) -> list[str]:
     """The lines of ``path``, or of stdin when it is ``None`` or ``-`` (:mod:`maskattn.data.text`)."""
     from ..data.text import read_lines, read_stream_lines
@@ -163,27 +178,28 @@ def generate(
     output: Path = typer.Option(None, "--output", "-o", help="write the outputs here (default: stdout)"),
     batch_size: int = typer.Option(64, "--batch-size", help="sentences per decoding batch"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     decoding: dict | None = None,
 ):
     """Translate or summarise text with a seq2seq checkpoint, one input per line: one output line per input line
     (an empty line stays empty; a line longer than the model's max_len is truncated, with a warning on stderr).
     Decodes with the checkpoint's own settings (beam, length penalty, length limits, n-gram blocking) unless
     flags change them."""
+    from ..files import atomic_write
     from ..inference import load_translator
 
     with user_errors():
-        if output is not None and input_file is not None and str(input_file) != "-" and output.exists() \
-                and input_file.exists() and output.samefile(input_file):
-            raise ArgumentError(f"--output {output} is the input file (--input {input_file}): writing the outputs "
-                                "would replace the sentences; give another --output")
+        checkpoint = _checkpoint_file(checkpoint)
+        check_outputs({"--output": output}, inputs=[*checkpoint_inputs(checkpoint), ("the --input file", input_file)],
+                      overwrite=overwrite)
         lines = _input_lines(input_file)
-        translator = load_translator(_checkpoint_file(checkpoint), device=device)
+        translator = load_translator(checkpoint, device=device)
         with _decoding_progress() as progress:
             outputs = translator.translate(lines, batch_size=batch_size, on_truncate=_warn_truncated("subwords"),
                                            progress=progress, **(decoding or {}))
         text = "".join(line + "\n" for line in outputs)
         if output is not None:
-            output.write_text(text, encoding="utf-8")
+            atomic_write(output, [text.encode("utf-8")])
     if output is None:
         typer.echo(text, nl=False)
 

@@ -8,8 +8,9 @@ import typer
 from rich.console import Console
 
 from ..errors import ArgumentError
-from .app import DEVICE_HELP, app, user_errors
-from .inference import _checkpoint_file
+from ..files import check_outputs
+from .app import DEVICE_HELP, OVERWRITE_HELP, app, user_errors
+from .inference import _checkpoint_file, checkpoint_inputs
 
 _MAX_LENGTH_HELP = "the longest sentence / --length drawn, in positions (default 256; maps are n × n per head)"
 
@@ -17,6 +18,16 @@ viz_app = typer.Typer(help="Draw masks, attention maps of trained models (classi
                            "models) and MAN's localness table (Table 5).",
                       no_args_is_help=True)
 app.add_typer(viz_app, name="viz")
+
+
+def _check_image(out: Path | None, overwrite: bool, inputs: list[tuple[str, Path]]) -> None:
+    """Refuse an ``--out`` image that cannot or may not be written (:func:`maskattn.files.check_outputs`, and
+    an image suffix), before anything is drawn."""
+    from ..viz.draw import IMAGE_SUFFIXES
+
+    if out is not None and out.suffix.lower() not in IMAGE_SUFFIXES:
+        raise ArgumentError(f"--out {out}: an image file must end in one of {', '.join(IMAGE_SUFFIXES)}")
+    check_outputs({"--out": out}, inputs=inputs, overwrite=overwrite)
 
 
 def _show(grid, out: Path | None, terminal: bool, title: str, dpi: int) -> None:
@@ -51,6 +62,7 @@ def viz_masks(
     terminal: bool = typer.Option(True, "--terminal/--no-terminal", help="print the shaded view"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     max_length: int = typer.Option(None, "--max-length", min=1, help=_MAX_LENGTH_HELP),
+    overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
 ):
     """Draw masks: maskattn.masks and CSAN areas for a length, or MAN's masks (Fig. 1) for a sentence.
 
@@ -69,9 +81,12 @@ def viz_masks(
                 raise ArgumentError("MAN masks need both --checkpoint and --sentence")
             if names:
                 raise ArgumentError("give mask names or --checkpoint/--sentence, not both")
+            checkpoint = _checkpoint_file(checkpoint)
+            _check_image(out, overwrite, checkpoint_inputs(checkpoint))
             grid, title = viz.man_mask_grid(_sentence_maps(checkpoint, sentence, device, limit), layer), \
                 "MAN Fig. 1: SAN, DMAN and FFN masks"
         else:
+            _check_image(out, overwrite, [])
             check_length(length, limit, "--length")
             specs = names or ["forward", "backward", "forward_strict", "backward_strict", "causal", "full",
                               "window:2", f"key_padding:{max(1, length - 2)}", "csan1d:3", "csan2d:3x3"]
@@ -91,7 +106,7 @@ def _sentence_maps(checkpoint: Path, sentence: str, device: str, max_length: int
     from ..viz.sources import check_length
 
     check_length(len(sentence.split()), max_length, "the sentence")
-    source = viz.load_for_maps(_checkpoint_file(checkpoint), device=device, max_length=max_length)
+    source = viz.load_for_maps(checkpoint, device=device, max_length=max_length)
     return viz.sentence_maps(source, sentence)
 
 
@@ -107,6 +122,7 @@ def viz_attention(
     terminal: bool = typer.Option(True, "--terminal/--no-terminal", help="print the shaded view"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     max_length: int = typer.Option(None, "--max-length", min=1, help=_MAX_LENGTH_HELP),
+    overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
 ):
     """Attention heatmaps of a trained model for one sentence.
 
@@ -117,6 +133,8 @@ def viz_attention(
     from ..viz.sources import MAX_LENGTH
 
     with user_errors():
+        checkpoint = _checkpoint_file(checkpoint)
+        _check_image(out, overwrite, checkpoint_inputs(checkpoint))
         maps = _sentence_maps(checkpoint, sentence, device, max_length or MAX_LENGTH)
         grid = viz.attention_grid(maps, layers or None, mechanism)
         if maps.unknown:
@@ -139,6 +157,7 @@ def viz_localness(
     json_path: Path = typer.Option(None, "--json", help="write the table as JSON"),
     batch_size: int = typer.Option(32, "--batch-size"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
 ):
     """MAN Table 5: attention DMAN and SAN put within distance w of each query (Eq. 13, in percent).
 
@@ -148,8 +167,12 @@ def viz_localness(
     from ..viz.localness import WINDOWS
 
     with user_errors():
-        table = localness_table(_checkpoint_file(checkpoint), data, windows=windows or WINDOWS,
-                                san_checkpoint=None if san_checkpoint is None else _checkpoint_file(san_checkpoint),
+        checkpoint = _checkpoint_file(checkpoint)
+        san_checkpoint = None if san_checkpoint is None else _checkpoint_file(san_checkpoint)
+        check_outputs({"--csv": csv_path, "--json": json_path}, overwrite=overwrite,
+                      inputs=[*checkpoint_inputs(checkpoint), ("the --data file", data),
+                              *(checkpoint_inputs(san_checkpoint, "--san-checkpoint") if san_checkpoint else [])])
+        table = localness_table(checkpoint, data, windows=windows or WINDOWS, san_checkpoint=san_checkpoint,
                                 layers=layers or None, format=data_format, batch_size=batch_size, device=device)
         Console().print(table.summary(), highlight=False)
         Console().print(table.rich_table())

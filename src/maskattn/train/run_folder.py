@@ -188,6 +188,17 @@ class RunFolder:
         return sorted([self.path / name for name in manifest["files"] if (self.path / name).is_file()] +
                       [self.path / name for name in manifest["folders"] if (self.path / name).is_dir()])
 
+    def run_files(self) -> list[Path]:
+        """The files of the run in this folder (:meth:`run_entries` that are files, and the manifest that lists
+        them): what a command that reads the run may not write over (:func:`maskattn.files.check_outputs`). A
+        damaged manifest lists nothing: then every file of :data:`RUN_FILES`'s names is the run's."""
+        try:
+            entries = self.run_entries()
+        except RunFolderError:
+            entries = [self.path / name for name in RUN_FILES]
+        files = [entry for entry in entries if entry.is_file()]
+        return files + [self.manifest_path] if self.manifest_path.is_file() else files
+
     def claim(self, *files: str, folders: tuple[str, ...] = (), record: bool = True) -> None:
         """Record ``files`` and ``folders`` (names in this folder) in the manifest as the run's, before the run
         writes them; only while holding the lock. A file that exists and is not the run's — neither in the
