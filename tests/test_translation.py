@@ -76,6 +76,28 @@ def test_subword_round_trip_special_ids_and_unseen_characters():
     assert len(SubwordModel.train(texts, vocab_size=40, model_type="unigram")) <= 40
 
 
+def test_a_vocabulary_smaller_than_the_characters_is_refused_with_the_smallest_size_that_works(tmp_path):
+    """Issue 55 item 9: data.subword_vocab=60 on Multi30k (104 characters and special pieces) was sentencepiece's
+    RuntimeError traceback. Now one line giving the smallest size that works — and that size does work."""
+    import re
+
+    texts = [s for pair in sentence_pairs(50, 0) for s in pair] + ["Ünïcödé çharacters: ß, ø, å, 猫 ☃!"]
+    with pytest.raises(ValueError, match=r"vocab_size=10 is smaller than this text needs") as refused:
+        SubwordModel.train(texts, vocab_size=10)
+    smallest = int(re.search(r"the smallest size that works is vocab_size=(\d+)$", str(refused.value)).group(1))
+    assert len(SubwordModel.train(texts, vocab_size=smallest)) == smallest
+    with pytest.raises(ValueError, match=f"the smallest size that works is vocab_size={smallest}$"):
+        SubwordModel.train(texts, vocab_size=smallest - 1)
+    data = write_parallel(tmp_path)
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(translation_config(data, tmp_path / "ignored").to_dict()))
+    result = runner.invoke(app, ["train", "-c", str(config), "--out", str(tmp_path / "run"), "--set",
+                                 "data.subword_vocab=10"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert re.fullmatch(r"error: data\.subword_vocab=10 is smaller than this text needs: .*; the smallest size that "
+                        r"works is data\.subword_vocab=\d+\n", result.output), result.output
+
+
 # --- parallel files and batches ------------------------------------------------------------------------
 
 def test_mismatched_line_counts_name_both_files(tmp_path):

@@ -19,6 +19,7 @@ and decode to themselves; sentencepiece's own special pieces (:data:`RESERVED_PI
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterable, Sequence
 
 import sentencepiece as spm
@@ -30,6 +31,9 @@ PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SUBWORD_TYPES = ("bpe", "unigram")
 #: the pieces of the special ids (sentencepiece's names), in id order
 RESERVED_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
+#: sentencepiece's refusal of a vocabulary smaller than the text's characters and the special pieces, with the
+#: smallest size that works (its required characters, the word-boundary mark and the special and user pieces)
+_TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. \d+ vs (\d+)")
 
 
 class SubwordModel:
@@ -57,11 +61,13 @@ class SubwordModel:
 
     @classmethod
     def train(cls, texts: Iterable[str], *, vocab_size: int = 8000, model_type: str = "bpe",
-              num_threads: int = 1, user_symbols: Sequence[str] = ()) -> SubwordModel:
+              num_threads: int = 1, user_symbols: Sequence[str] = (), option: str = "vocab_size") -> SubwordModel:
         """Train on ``texts`` (raw sentences of both languages; empty ones are skipped).
 
-        ``vocab_size`` is an upper bound: on a small corpus the model gets fewer pieces rather than failing.
-        ``user_symbols``: strings kept as one piece each (module docstring).
+        ``vocab_size`` is an upper bound: on a small corpus the model gets fewer pieces rather than failing. It
+        must hold every distinct character of the text (character coverage 1.0) and the special pieces: a smaller
+        one is an :class:`ArgumentError` giving the smallest size that works (``option`` names the setting in it,
+        e.g. ``data.subword_vocab``). ``user_symbols``: strings kept as one piece each (module docstring).
         """
         if model_type not in SUBWORD_TYPES:
             raise ArgumentError(f"unknown subword model_type {model_type!r}; expected one of {', '.join(SUBWORD_TYPES)}")
@@ -77,10 +83,18 @@ class SubwordModel:
             raise ArgumentError("cannot train a subword model on empty text")
         writer = io.BytesIO()
         options: dict = {"user_defined_symbols": symbols} if symbols else {}
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sentences), model_writer=writer, model_type=model_type, vocab_size=vocab_size,
-            hard_vocab_limit=False, character_coverage=1.0, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID,
-            eos_id=EOS_ID, num_threads=num_threads, minloglevel=2, **options)
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(sentences), model_writer=writer, model_type=model_type, vocab_size=vocab_size,
+                hard_vocab_limit=False, character_coverage=1.0, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID,
+                eos_id=EOS_ID, num_threads=num_threads, minloglevel=2, **options)
+        except RuntimeError as exc:
+            needed = _TOO_SMALL.search(str(exc))
+            if needed is None:
+                raise
+            raise ArgumentError(f"{option}={vocab_size} is smaller than this text needs: every one of its distinct "
+                                f"characters is a piece, with the special pieces; the smallest size that works is "
+                                f"{option}={needed.group(1)}") from None
         return cls(writer.getvalue())
 
     def __len__(self) -> int:

@@ -332,7 +332,7 @@ class Seq2SeqTask:
         else:
             self.subword = SubwordModel.train(train.source + train.target, vocab_size=data.subword_vocab,
                                               model_type=data.subword, num_threads=max(1, torch.get_num_threads()),
-                                              user_symbols=data.unk_tokens[:1])
+                                              user_symbols=data.unk_tokens[:1], option="data.subword_vocab")
         self.encoded = {split: encode_pairs(text, self.subword, max_len=self.max_len, training=split == "train",
                                             overlong=data.overlong) for split, text in self.text.items()}
         self.train_items = self.encoded["train"].items
