@@ -82,3 +82,22 @@ def test_a_damaged_predictions_file_is_refused_naming_its_line(tmp_path, line, p
     path.write_text("")
     with pytest.raises(DataError, match="holds no predictions"):
         read_predictions(path)
+
+
+def test_records_with_bytes_that_are_not_utf8_or_lines_past_the_limit_name_file_and_line(tmp_path, monkeypatch):
+    """Issue 55 items 2 and 3: a byte that is not UTF-8 in test.pred.jsonl / test.hyp.txt was a UnicodeDecodeError
+    traceback, and a one-line file was read whole (2 GB: MemoryError). Both readers go through the bounded line
+    reader: one line naming the file and the line."""
+    predictions, hypotheses = tmp_path / PREDICTIONS, tmp_path / HYPOTHESES
+    predictions.write_bytes(b'{"prediction": "pos", "label": "neg"}\n{"prediction": "caf\xe9", "label": "neg"}\n')
+    hypotheses.write_bytes(b"ein Satz\nnoch ein S\xe4tz\n")
+    with pytest.raises(DataError, match=rf"{PREDICTIONS}:2: not UTF-8 text \(byte 0xe9 at byte 20 of the line\)"):
+        read_predictions(predictions)
+    with pytest.raises(DataError, match=rf"{HYPOTHESES}:2: not UTF-8 text \(byte 0xe4 at byte 11 of the line\)"):
+        read_hypotheses(hypotheses, 2)
+    monkeypatch.setenv("MASKATTN_MAX_LINE_BYTES", "64")
+    predictions.write_text('{"prediction": "pos", "label": "' + "x" * 100 + '"}\n')
+    hypotheses.write_text("y" * 100)
+    for read, path in ((read_predictions, predictions), (lambda p: read_hypotheses(p, 1), hypotheses)):
+        with pytest.raises(DataError, match=rf"{path.name}:1: a line longer than 64 bytes"):
+            read(path)

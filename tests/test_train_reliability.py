@@ -492,3 +492,23 @@ def test_an_interrupt_says_what_there_is_to_resume(tmp_path, monkeypatch):
             Trainer(tiny_config(data, tmp_path / f"run{stop_before}", train={"eval_every": 4}), console=console).fit()
         text = flat(console.export_text())
         assert f"interrupted at step {stop_before - 1}" in text and expected in text
+
+
+# --- issue 55 --------------------------------------------------------------------------------------------------
+
+def test_a_metrics_log_with_bytes_that_are_not_utf8_is_one_line_on_resume(tmp_path, monkeypatch):
+    """Item 3: `train --resume` on a metrics.jsonl with non-UTF-8 bytes was a UnicodeDecodeError traceback; a last
+    line cut inside a character (a kill mid-write) is cut short like any other, and left out."""
+    data = write_sentiment(tmp_path)
+    fit_killed_before_step(monkeypatch, tiny_config(data, tmp_path / "run", train={"eval_every": 4}), 6)
+    log = tmp_path / "run" / "metrics.jsonl"
+    rows = read_metrics(log)
+    with log.open("ab") as f:
+        f.write('{"step": 6, "split": "train", "note": "caf\u00e9'.encode()[:-1])  # cut inside the é
+    assert read_metrics(log) == rows
+    lines = log.read_bytes().split(b"\n")
+    lines[1] = lines[1].replace(b'"train"', b'"tr\xe9in"')
+    log.write_bytes(b"\n".join(lines))
+    result = runner.invoke(app, ["train", "--resume", str(tmp_path / "run" / "last.safetensors"), "--no-progress"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(f"error: {log}:2: not UTF-8 text (byte 0xe9 at byte ")

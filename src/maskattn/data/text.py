@@ -28,7 +28,7 @@ from typing import BinaryIO
 from ..errors import ConfigError, DataError
 from ..sections import MAX_YAML_BYTES, parse_yaml
 
-__all__ = ["read_yaml", "iter_lines", "read_lines", "read_stream_lines", "read_text", "max_line_bytes", "MAX_LINE_BYTES",
+__all__ = ["read_yaml", "iter_lines", "iter_raw_lines", "decode_line", "read_lines", "read_stream_lines", "read_text", "max_line_bytes", "MAX_LINE_BYTES",
            "MAX_LINE_ENV", "MAX_TEXT_BYTES"]
 
 #: the longest line any reader holds, in bytes, unless :data:`MAX_LINE_ENV` says otherwise
@@ -65,7 +65,9 @@ def max_line_bytes() -> int:
     return value
 
 
-def _decode(raw: bytes, where: str, number: int) -> str:
+def decode_line(raw: bytes, where: str, number: int) -> str:
+    """``raw`` (line ``number`` of ``where``) as text; bytes that are not UTF-8 are a :class:`DataError` naming the
+    file, the line and the first bad byte."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -73,7 +75,7 @@ def _decode(raw: bytes, where: str, number: int) -> str:
                         "line); save the file as UTF-8") from None
 
 
-def _lines_of(stream: BinaryIO, where: str) -> Iterator[tuple[int, str]]:
+def _raw_lines(stream: BinaryIO, where: str) -> Iterator[tuple[int, bytes, bool]]:
     limit = max_line_bytes()
     number = 0
     while raw := stream.readline(limit + 3):  # splits on b"\n" only; never more than the limit (+ BOM, \r\n) held
@@ -81,24 +83,42 @@ def _lines_of(stream: BinaryIO, where: str) -> Iterator[tuple[int, str]]:
         cut = len(raw) == limit + 3 and not raw.endswith(b"\n")  # the line goes on past what was read
         if number == 1 and raw.startswith(codecs.BOM_UTF8):
             raw = raw[len(codecs.BOM_UTF8):]
-        if raw.endswith(b"\n"):
+        ended = raw.endswith(b"\n")
+        if ended:
             raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
         if cut or len(raw) > limit:
             raise DataError(f"{where}:{number}: a line longer than {_size(limit)} (no line break in its first "
                             f"{limit:,} bytes); maskattn reads text one line at a time: is this a text file with one "
                             f"item per line? (to hold longer lines, set {MAX_LINE_ENV}, e.g. {MAX_LINE_ENV}=256M)")
-        yield number, _decode(raw, where, number)
+        yield number, raw, ended
+
+
+def _lines_of(stream: BinaryIO, where: str) -> Iterator[tuple[int, str]]:
+    for number, raw, _ in _raw_lines(stream, where):
+        yield number, decode_line(raw, where, number)
+
+
+def _opened(path: Path):
+    """``path`` opened for reading bytes; a missing file or a folder raises :class:`DataError`."""
+    if not path.exists() or path.is_dir():
+        raise DataError(f"data file {path} {'is a folder, not a file' if path.is_dir() else 'does not exist'}")
+    return path.open("rb")
 
 
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """``(line number, line)`` of a UTF-8 file, 1-based (module docstring): a regular file, or anything else that
     reads as one (``/dev/stdin``, a named pipe, a shell's ``<(command)``); a missing file or a folder raises
     :class:`DataError`."""
-    path = Path(path)
-    if not path.exists() or path.is_dir():
-        raise DataError(f"data file {path} {'is a folder, not a file' if path.is_dir() else 'does not exist'}")
-    with path.open("rb") as stream:
+    with _opened(Path(path)) as stream:
         yield from _lines_of(stream, str(path))
+
+
+def iter_raw_lines(path: str | Path) -> Iterator[tuple[int, bytes, bool]]:
+    """``(line number, bytes, ended)`` of a file, as :func:`iter_lines` reads it (bounded, ``\\n`` only, the
+    ending dropped) but not decoded (:func:`decode_line`): for a reader that treats a last line without its
+    ``\\n`` (``ended`` False), cut short by a kill mid-write, apart from the others (a metrics log)."""
+    with _opened(Path(path)) as stream:
+        yield from _raw_lines(stream, str(path))
 
 
 def read_lines(path: str | Path) -> list[str]:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple, Union
 
+from ..data.text import iter_lines, read_lines
 from ..errors import DataError
 
 __all__ = ["HYPOTHESES", "PREDICTIONS", "Prediction", "hypotheses_bytes", "predictions_bytes", "read_hypotheses",
@@ -49,10 +50,10 @@ def predictions_bytes(predictions: Sequence[Prediction]) -> bytes:
 
 
 def read_hypotheses(path: str | Path, count: int) -> list[str]:
-    """The hypotheses of ``test.hyp.txt``; :class:`DataError` unless it holds ``count`` (the test references)."""
-    lines = Path(path).read_text(encoding="utf-8").split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
+    """The hypotheses of ``test.hyp.txt``; :class:`DataError` unless it holds ``count`` (the test references).
+    Read with the bounded line reader (:func:`~maskattn.data.text.iter_lines`): a line past its limit, or not
+    UTF-8, is a :class:`DataError` naming ``file:line``."""
+    lines = read_lines(path)
     if len(lines) != count:
         raise DataError(f"{path} holds {len(lines)} hypotheses for {count} test references")
     return lines
@@ -64,20 +65,20 @@ def _label(value: object) -> bool:
 
 def read_predictions(path: str | Path) -> list[Prediction]:
     """The items of ``test.pred.jsonl``; a line that is not a ``{"prediction", "label"}`` object of label names
-    (or of equally long lists of tags) raises :class:`DataError` naming it."""
+    (or of equally long lists of tags) raises :class:`DataError` naming it, as does a line past the bounded line
+    reader's limit or not UTF-8 (:func:`~maskattn.data.text.iter_lines`)."""
     out = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{number}: not JSON ({exc.msg})") from None
-            if not (isinstance(item, dict) and set(item) == {"prediction", "label"} and _label(item["prediction"])
-                    and type(item["prediction"]) is type(item["label"]) and _label(item["label"])
-                    and (isinstance(item["label"], str) or len(item["label"]) == len(item["prediction"]))):
-                raise DataError(f"{path}:{number}: expected {{\"prediction\": LABEL, \"label\": LABEL}} (label names, "
-                                f"or equally long lists of tags), got {line.strip()[:120]!r}")
-            out.append(Prediction(item["prediction"], item["label"]))
+    for number, line in iter_lines(path):
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        if not (isinstance(item, dict) and set(item) == {"prediction", "label"} and _label(item["prediction"])
+                and type(item["prediction"]) is type(item["label"]) and _label(item["label"])
+                and (isinstance(item["label"], str) or len(item["label"]) == len(item["prediction"]))):
+            raise DataError(f"{path}:{number}: expected {{\"prediction\": LABEL, \"label\": LABEL}} (label names, "
+                            f"or equally long lists of tags), got {line.strip()[:120]!r}")
+        out.append(Prediction(item["prediction"], item["label"]))
     if not out:
         raise DataError(f"{path} holds no predictions")
     return out

@@ -27,6 +27,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from ..data.text import decode_line, iter_raw_lines
 from ..errors import ConfigError, DataError
 from ..files import atomic_write
 
@@ -38,25 +39,30 @@ COLUMNS = ("step", "epoch", "split", "loss", "accuracy", "f1", "lr", "examples_p
 
 def _read_rows(path: Path) -> tuple[list[dict], str | None]:
     """The rows of a ``metrics.jsonl`` file and the text of its last line when that line was cut short
-    (``None`` when it was not)."""
+    (``None`` when it was not). Read with the bounded line reader (:func:`~maskattn.data.text.iter_raw_lines`):
+    a line that is not UTF-8 or not JSON is a :class:`DataError` naming ``file:line``, unless it is the last one
+    and lacks its newline (a kill mid-write can cut a line, even inside a character)."""
     if not path.exists():
         return [], None
-    lines = path.read_text(encoding="utf-8").split("\n")
-    tail = lines.pop()  # "" when the file ends with a newline, as every complete file does
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
+    rows: list[dict] = []
+    for number, raw, ended in iter_raw_lines(path):
+        if not ended:  # the last line: complete, only its newline missing, or cut short
+            if not raw.strip():
+                break
+            try:
+                row = json.loads(decode_line(raw, str(path), number))
+            except (DataError, json.JSONDecodeError):
+                return rows, raw.decode("utf-8", errors="replace")
+            rows.append(_row(row, path, number))
+            break
+        text = decode_line(raw, str(path), number)
+        if not text.strip():
             continue
         try:
-            rows.append(_row(json.loads(line), path, number))
+            rows.append(_row(json.loads(text), path, number))
         except json.JSONDecodeError as exc:
             raise DataError(f"{path}:{number}: not a JSON row ({exc.msg}); the log was damaged (a killed run can only "
                             "cut its last line short): repair or delete that line") from None
-    if tail.strip():
-        try:
-            rows.append(_row(json.loads(tail), path, len(lines) + 1))  # complete, only its newline is missing
-        except json.JSONDecodeError:
-            return rows, tail
     return rows, None
 
 
