@@ -94,3 +94,101 @@ def test_grid_run_tensorboard_gives_every_run_its_folder_and_keeps_it_for_the_gr
     for cell in ("encoder=mtsa", "encoder=mha"):
         assert "test/accuracy" in scalars(board / cell / "seed0"), cell
     assert load_grid(out).tensorboard == str(board)
+
+
+# --- issue 55 item 7: an optional sink never kills a run ------------------------------------------------------
+
+def _full_disk(*args, **kwargs):
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device", "events.out.tfevents")
+
+
+def test_a_full_disk_under_tensorboard_is_one_warning_and_the_run_goes_on(tmp_path, monkeypatch, capfd):
+    """TensorBoard on a full disk ended the training run (OSError in the writer's thread, then a traceback, exit
+    1, no test result). Now: one warning, the run trains to its end and tests, the metrics files keep every row.
+    The failure comes from tensorboard's writer thread, as on a real full disk: the thread's traceback is not
+    printed either."""
+    from rich.console import Console
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    data = write_sentiment(tmp_path)
+    written = {"records": 0}
+    real_write = RecordWriter.write
+
+    def write(self, record):  # the file version and the first rows fit, then the disk is full
+        written["records"] += 1
+        if written["records"] > 5:
+            _full_disk()
+        real_write(self, record)
+
+    monkeypatch.setattr(RecordWriter, "write", write)
+    import io
+
+    output = io.StringIO()
+    summary = Trainer(tiny_config(data, tmp_path / "run", train={"tensorboard": str(tmp_path / "tb")}),
+                      console=Console(file=output)).fit()
+    assert summary["steps"] == 12 and "accuracy" in summary["test"]
+    warnings = [line for line in output.getvalue().splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, output.getvalue()
+    assert f"TensorBoard stopped writing to {tmp_path / 'tb'} (events.out.tfevents: No space left on device); the " \
+           "run goes on without it" in warnings[0]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r["split"] == "train"] == list(range(1, 13))
+    assert "Exception in thread" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("call", ["add_scalar", "flush", "close"])
+def test_a_failing_tensorboard_call_is_one_warning(tmp_path, monkeypatch, call):
+    from rich.console import Console
+    from torch.utils.tensorboard import SummaryWriter
+
+    monkeypatch.setattr(SummaryWriter, call, _full_disk)
+    data = write_sentiment(tmp_path)
+    console = Console(record=True, width=400)
+    summary = Trainer(tiny_config(data, tmp_path / "run", train={"tensorboard": str(tmp_path / "tb")}),
+                      console=console).fit()
+    assert "accuracy" in summary["test"]
+    assert console.export_text().count("warning: TensorBoard stopped writing") == 1
+
+
+def test_a_tensorboard_folder_that_cannot_be_written_is_refused_before_the_run(tmp_path):
+    """A read-only TensorBoard folder left a run folder holding only .run-files.json; `--tensorboard <a file>` said
+    only "File exists". Both are refused before the run folder is taken, naming the setting."""
+    from typer.testing import CliRunner
+
+    from _files_helpers import read_only_folder
+    from maskattn.cli import app
+    from maskattn.errors import ArgumentError
+
+    data = write_sentiment(tmp_path)
+    with read_only_folder(tmp_path / "boards") as boards:
+        with pytest.raises(ArgumentError, match=rf"^train\.tensorboard {boards / 'tb'}: folder {boards} is not "
+                                                r"writable \(read-only, or no permission\)"):
+            Trainer(tiny_config(data, tmp_path / "run", train={"tensorboard": str(boards / "tb")}))
+    assert not (tmp_path / "run").exists()
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    result = CliRunner().invoke(app, ["train", "--data", str(data), "--out", str(tmp_path / "run"), "--tensorboard",
+                                      str(a_file), "--set", "data.format=tsv", "--set", "data.train=train.tsv"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert result.output == f"error: train.tensorboard {a_file} is a file, not a folder; give a folder (it is " \
+                            "created if missing)\n"
+    assert not (tmp_path / "run").exists() and a_file.read_text() == "mine"
+
+
+def test_a_resumed_run_keeps_one_test_point_as_its_log_does(tmp_path):
+    """After a resume, TensorBoard kept the first run segment's test point (its log drops it): the events of the
+    first segment's test and of the steps after the checkpoint are dropped, as from metrics.jsonl."""
+    from maskattn.train import resume
+
+    data = write_sentiment(tmp_path)
+    board = tmp_path / "tb"
+    Trainer(tiny_config(data, tmp_path / "run", train={"tensorboard": str(board), "max_steps": 8})).fit()
+    summary = resume(tmp_path / "run" / "last.safetensors", train_overrides={"max_steps": 12})
+    tags = scalars(board)
+    assert tags["test/accuracy"] == [(summary["best_step"], pytest.approx(summary["test"]["accuracy"]))]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [s for s, _ in tags["train/loss"]] == [r["step"] for r in rows if r["split"] == "train"] == \
+        list(range(1, 13))
+    assert [s for s, _ in tags["dev/accuracy"]] == [4, 8, 12]

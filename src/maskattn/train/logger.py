@@ -15,7 +15,9 @@ With ``tensorboard`` (``train.tensorboard``) every row is also written as Tensor
 (``torch.utils.tensorboard``; the ``tensorboard`` package, ``pip install 'maskattn[tensorboard]'``): the tag
 ``<split>/<key>`` for every number of the row (``train/loss``, ``train/lr``, ``train/grad_norm``,
 ``train/examples_per_s`` or ``train/tokens_per_s``, ``dev/accuracy``, ``test/rouge``, …) at the row's step. A
-resumed run discards the events after its checkpoint's step (``purge_step``), as the files above.
+resumed run drops from the folder's event files the scalars after its checkpoint's step and the previous test
+point, as from the files above (:func:`purge_events`). TensorBoard is an optional sink: a failure to write its
+events (a full disk) is one warning, and the run goes on without it (:class:`TensorBoardWriter`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import csv
 import io
 import json
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,7 +34,7 @@ from ..data.text import decode_line, iter_raw_lines
 from ..errors import ConfigError, DataError
 from ..files import atomic_write
 
-__all__ = ["MetricsLogger", "TensorBoardWriter", "COLUMNS", "read_metrics"]
+__all__ = ["MetricsLogger", "TensorBoardWriter", "COLUMNS", "read_metrics", "purge_events"]
 
 COLUMNS = ("step", "epoch", "split", "loss", "accuracy", "f1", "lr", "examples_per_s", "elapsed_s", "ppl", "bleu",
            "chrf", "tokens_per_s", "rouge", "rouge1", "rouge2", "rougeL")
@@ -102,7 +105,7 @@ class MetricsLogger:
         if not enabled:
             return
         if tensorboard:
-            self.board = TensorBoardWriter(tensorboard, resume_step=resume_step)
+            self.board = TensorBoardWriter(tensorboard, resume_step=resume_step, warn=warn)
         rows: list[dict] = []
         if resume_step is not None:
             rows, torn = _read_rows(self.jsonl)
@@ -140,25 +143,127 @@ class MetricsLogger:
             self.board = None
 
 
-class TensorBoardWriter:
-    """A row of the metrics log as TensorBoard scalars ``<split>/<key>`` at the row's step (module docstring)."""
+#: failures of tensorboard's writer threads, kept for the writer of the run to warn about (:func:`_quiet_threads`)
+_THREAD_FAILURES: list[BaseException] = []
 
-    def __init__(self, folder: str | Path, *, resume_step: int | None = None):
+
+def _quiet_threads() -> None:
+    """Keep the failure of a tensorboard writer thread (a full disk) from printing its traceback: it is recorded for
+    :class:`TensorBoardWriter`, which says it once as a warning (tensorboard raises it again on the next call
+    anyway). Other threads' failures are printed as before. Installed once per process."""
+    previous = threading.excepthook
+    if getattr(previous, "maskattn_tensorboard", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if type(args.thread).__module__.startswith("tensorboard.") and isinstance(args.exc_value, Exception):
+            _THREAD_FAILURES.append(args.exc_value)
+        else:
+            previous(args)
+
+    hook.maskattn_tensorboard = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
+def purge_events(folder: Path, step: int) -> list[Path]:
+    """Drop, from the TensorBoard event files in ``folder``, the scalars of steps after ``step`` and every
+    ``test/…`` scalar — what a run resumed at ``step`` writes again, as :class:`MetricsLogger` drops the same rows
+    from ``metrics.jsonl``; each changed file is rewritten atomically. Returns the files changed."""
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    changed = []
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        if not path.is_file():
+            continue
+        records = list(RawEventFileLoader(str(path)).Load())  # a record cut short by a kill is left out
+        kept = io.BytesIO()
+        writer = RecordWriter(kept)
+        dropped = False
+        for record in records:
+            event = Event.FromString(record)
+            if event.HasField("summary") and (event.step > step or
+                                              any(v.tag.startswith("test/") for v in event.summary.value)):
+                dropped = True
+            else:
+                writer.write(record)
+        if dropped or len(kept.getvalue()) != path.stat().st_size:
+            atomic_write(path, [kept.getvalue()])
+            changed.append(path)
+    return changed
+
+
+class TensorBoardWriter:
+    """A row of the metrics log as TensorBoard scalars ``<split>/<key>`` at the row's step (module docstring).
+
+    An optional sink: a failure to write — a full disk or a removed folder, in tensorboard's writer thread or in a
+    call — is said once through ``warn`` and the run goes on without TensorBoard (the metrics files keep every
+    row). A resumed run (``resume_step``) first drops the events it writes again (:func:`purge_events`)."""
+
+    def __init__(self, folder: str | Path, *, resume_step: int | None = None,
+                 warn: Callable[[str], None] | None = None):
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
             raise ConfigError(f"train.tensorboard {folder}: TensorBoard event files need the tensorboard package "
                               "(pip install 'maskattn[tensorboard]'), which is not installed") from None
         self.folder = Path(folder)
-        self.writer = SummaryWriter(log_dir=str(folder), purge_step=None if resume_step is None else resume_step + 1)
+        self._warn = warn
+        self.writer = None
+        _quiet_threads()
+        _THREAD_FAILURES.clear()
+        try:
+            if resume_step is not None and self.folder.is_dir():
+                purge_events(self.folder, resume_step)
+            self.writer = SummaryWriter(log_dir=str(folder))
+        except Exception as exc:  # noqa: BLE001 (an optional sink: whatever fails, the run goes on)
+            self._failed(exc)
+
+    @property
+    def active(self) -> bool:
+        """Whether events are still written (False after a failure)."""
+        return self.writer is not None
 
     def log(self, row: dict) -> None:
+        if self.writer is None:
+            return
         split, step = row.get("split", "train"), int(row["step"])
-        for key, value in row.items():
-            if key not in ("step", "epoch", "split") and isinstance(value, (int, float)) and not isinstance(value, bool):
-                self.writer.add_scalar(f"{split}/{key}", value, step)
-        if split in ("dev", "test"):
-            self.writer.flush()
+        try:
+            for key, value in row.items():
+                if key not in ("step", "epoch", "split") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.writer.add_scalar(f"{split}/{key}", value, step)
+            if split in ("dev", "test"):
+                self.writer.flush()
+        except Exception as exc:  # noqa: BLE001 (an optional sink)
+            self._failed(exc)
+            return
+        if _THREAD_FAILURES:
+            self._failed(_THREAD_FAILURES.pop())
 
     def close(self) -> None:
-        self.writer.close()
+        if self.writer is None:
+            return
+        writer, self.writer = self.writer, None
+        try:
+            writer.close()
+        except Exception as exc:  # noqa: BLE001 (an optional sink)
+            self._failed(exc)
+        if _THREAD_FAILURES:  # the thread's last writes, which close() does not report
+            self._failed(_THREAD_FAILURES.pop())
+
+    def _failed(self, exc: BaseException) -> None:
+        """Say once that TensorBoard stopped (``exc``), and stop writing to it."""
+        _THREAD_FAILURES.clear()
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            try:
+                writer.close()
+            except Exception:  # noqa: BLE001, S110 (it failed already; said below)
+                pass
+        if self._warn is not None:
+            reason = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.strerror else \
+                f"{type(exc).__name__}: {exc}"
+            self._warn(f"TensorBoard stopped writing to {self.folder} ({reason}); the run goes on without it — the "
+                       "metrics files keep every row")
+            self._warn = None  # once

@@ -40,7 +40,7 @@ from ..metrics.test_outputs import HYPOTHESES, PREDICTIONS
 from . import acceleration
 from .checkpoint import capture_rng, optimizer_from_flat, optimizer_to_flat, restore_rng, save_checkpoint
 from .config import RunConfig, from_dict
-from ..files import atomic_write
+from ..files import atomic_write, check_output_folder
 from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_distributed
 from .logger import MetricsLogger
 from .optim import build_optimizer, build_scheduler, optimizer_step
@@ -88,6 +88,8 @@ class Trainer:
             raise ConfigError("set train.max_steps or train.max_epochs (both are 0: the run would never end)")
         if train_config.num_threads:
             torch.set_num_threads(train_config.num_threads)
+        if train_config.tensorboard:  # refused now, before the run folder is taken (an optional sink)
+            check_output_folder("train.tensorboard", train_config.tensorboard)
         self.device = resolve_device(train_config.device)
         self.dist: DistContext = init_distributed(self.device)
         if self.device.type == "cuda" and self.dist.enabled:
@@ -187,7 +189,8 @@ class Trainer:
                               f"lower train.eval_every, raise train.max_steps / max_epochs, or set train.patience=0")
 
     def _warn(self, message: str) -> None:
-        self.console.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False)
+        """``warning: …``, one line however long (a path is never cut at the console's width)."""
+        self.console.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False, soft_wrap=True)
 
     def close(self) -> None:
         """Release the run folder (:meth:`fit` does it when it returns or raises)."""
@@ -403,7 +406,8 @@ class Trainer:
                 if self.step % train_config.log_every == 0 or self.step == total:
                     speed = window_units / max(1e-9, time.perf_counter() - window_start)
                     mean = self.window_loss / self.window_steps
-                    norm = {"grad_norm": self._grad_norm()} if self.logger.board is not None else {}
+                    board = self.logger.board
+                    norm = {"grad_norm": self._grad_norm()} if board is not None and board.active else {}
                     self.logger.log(step=self.step, epoch=self.epoch, split="train", loss=mean,
                                     lr=self.optimizer.param_groups[0]["lr"], **{speed_key: round(speed, 1)},
                                     elapsed_s=self._elapsed(), **norm)
