@@ -65,7 +65,7 @@ def test_cli_errors_are_messages_not_tracebacks(tmp_path):
     result = runner.invoke(app, ["predict", "-k", str(tmp_path / "none.safetensors"), "hello"])
     assert result.exit_code == 2 and "does not exist" in result.output
     result = runner.invoke(app, ["train", "--resume", str(tmp_path / "x.safetensors"), "--set", "model.d_model=8"])
-    assert result.exit_code == 2 and "only train.* settings may change" in result.output
+    assert result.exit_code == 2 and f"{tmp_path / 'x.safetensors'} does not exist" in result.output
 
 
 def one_line_error(result) -> str:
@@ -285,7 +285,7 @@ def test_issue_42_small_refusals_are_messages(tmp_path, monkeypatch):
     data = write_sentiment(tmp_path)
     result = runner.invoke(app, ["train", "--data", str(data), "--out", str(tmp_path / "run"),
                                  "--set", "train.num_threads=100000"])
-    assert "train.num_threads must be an int from 0 (PyTorch's default) to " in one_line_error(result)
+    assert "train.num_threads=100000 is more than the " in one_line_error(result)
     source = tmp_path / "src.txt"
     source.write_text("ein satz\n")
     result = runner.invoke(app, ["generate", "-k", str(tmp_path / "x.safetensors"), "-i", str(source), "-o",

@@ -496,6 +496,18 @@ def test_an_interrupt_says_what_there_is_to_resume(tmp_path, monkeypatch):
 
 # --- issue 55 --------------------------------------------------------------------------------------------------
 
+def stop_at_step(monkeypatch, step: int) -> None:
+    """Ctrl-C / SIGTERM (a ``KeyboardInterrupt``) in the training loop once ``step`` steps are done."""
+    original = Trainer.train_step
+
+    def crash(self, indices):
+        if self.step == step:
+            raise KeyboardInterrupt
+        return original(self, indices)
+
+    monkeypatch.setattr(Trainer, "train_step", crash)
+
+
 def test_a_metrics_log_with_bytes_that_are_not_utf8_is_one_line_on_resume(tmp_path, monkeypatch):
     """Item 3: `train --resume` on a metrics.jsonl with non-UTF-8 bytes was a UnicodeDecodeError traceback; a last
     line cut inside a character (a kill mid-write) is cut short like any other, and left out."""
@@ -512,3 +524,94 @@ def test_a_metrics_log_with_bytes_that_are_not_utf8_is_one_line_on_resume(tmp_pa
     result = runner.invoke(app, ["train", "--resume", str(tmp_path / "run" / "last.safetensors"), "--no-progress"])
     assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
     assert result.output.startswith(f"error: {log}:2: not UTF-8 text (byte 0xe9 at byte ")
+
+
+def test_sigterm_while_a_run_starts_says_what_was_kept(tmp_path):
+    """Minor item: SIGTERM in `train`'s first seconds (loading data, building the model) exited 130 with no
+    message. A real SIGTERM, sent by the process to itself while the trainer builds its task, and another before
+    the trainer exists."""
+    data = write_sentiment(tmp_path)
+    script = """
+import os, signal, sys
+import maskattn.train.config as config
+import maskattn.train.trainer as trainer
+from maskattn.cli import app
+
+def stopped(original):
+    def call(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return original(*args, **kwargs)
+    return call
+
+if sys.argv[1] == "task":
+    trainer.build_task = stopped(trainer.build_task)
+else:
+    config.load_config = stopped(config.load_config)
+sys.argv = ["maskattn", "train", "--data", sys.argv[2], "--out", sys.argv[3], "--set", "data.format=tsv",
+            "--set", "data.train=train.tsv", "--set", "model.d_model=16", "--set", "model.num_heads=2", "--no-progress"]
+app()
+"""
+    for when, expected in (("task", "interrupted while the run was set up (data, model), before training: "
+                                    f"nothing was written in {tmp_path / 'task'}; run the command again"),
+                           ("config", "interrupted: before training started; nothing was trained")):
+        done = subprocess.run([sys.executable, "-c", script, when, str(data), str(tmp_path / when)],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 130, done.stderr[-2000:]
+        assert expected in flat(done.stdout + done.stderr), done.stdout + done.stderr
+        assert not (tmp_path / when).exists()  # nothing was written: the folder is gone
+
+
+def test_more_threads_than_cpus_are_refused_before_the_run_starts(tmp_path):
+    """Minor item: train.num_threads=200 on 2 CPUs was accepted (then libgomp could not start the threads under
+    a memory cap). The limit is the CPUs this process may use (its affinity)."""
+    cpus = len(os.sched_getaffinity(0))
+    data = write_sentiment(tmp_path)
+    with pytest.raises(ConfigError, match=rf"^train\.num_threads={cpus + 1} is more than the {cpus} CPU\(s\) this "
+                                          rf"process may use; set at most train\.num_threads={cpus} \(0: PyTorch's "
+                                          r"default\)$"):
+        Trainer(tiny_config(data, tmp_path / "run", train={"num_threads": cpus + 1}))
+    assert not (tmp_path / "run").exists()
+    Trainer(tiny_config(data, tmp_path / "run", train={"num_threads": cpus})).close()
+
+
+def test_the_command_that_started_a_run_continues_it_with_resume_added(tmp_path, monkeypatch):
+    """Minor item: the interrupt message suggests --resume X, but the original command plus --resume was refused
+    ("drop --config/--preset/--data"). Now it continues the run; a command whose configuration differs from the
+    run's outside train.* is refused naming the differences."""
+    data = write_sentiment(tmp_path)
+    out = tmp_path / "run"
+    command = ["train", "--data", str(data), "--out", str(out), "--max-steps", "12", "--no-progress",
+               *[a for s in ("data.format=tsv", "data.train=train.tsv", "data.test=test.tsv", "model.d_model=16",
+                             "model.num_heads=2", "train.eval_every=4", "train.num_threads=1") for a in ("--set", s)]]
+    stop_at_step(monkeypatch, 5)
+    result = runner.invoke(app, command)
+    assert result.exit_code == 130
+    last = out / "last.safetensors"
+    assert f"resume with --resume {last} (added to the same command, or alone)" in flat(result.output)
+    monkeypatch.undo()
+    changed = [a if a != "model.d_model=16" else "model.d_model=32" for a in command]
+    result = runner.invoke(app, [*changed, "--resume", str(last)])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert (f"error: --resume {last} continues a run of another configuration than this command's: model.d_model "
+            f"(16 in the checkpoint, 32 here); continue it with `maskattn train --resume {last}` alone") in result.output
+    result = runner.invoke(app, [*command, "--resume", str(last)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output[result.output.index("{"):])["steps"] == 12
+    assert dev_steps(out) == [4, 8, 12]
+
+
+def test_the_trainers_messages_keep_long_paths_whole_in_a_file(tmp_path, monkeypatch):
+    """Minor item: with stderr/stdout a file (80 columns for rich), the trainer's messages were wrapped, cutting the
+    path to resume from."""
+    data = write_sentiment(tmp_path)
+    out = tmp_path / ("a-run-folder-with-a-rather-long-name-" * 3)
+    stop_at_step(monkeypatch, 5)
+    written = io.StringIO()
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(tiny_config(data, out, train={"eval_every": 4}), console=Console(file=written)).fit()
+    assert f"resume with --resume {out / 'last.safetensors'} (added" in written.getvalue()
+    monkeypatch.undo()
+    (out / "metrics.jsonl").write_text("")  # the resumed run warns, naming the log
+    written = io.StringIO()
+    resume(out / "last.safetensors", console=Console(file=written))
+    assert f"warning: {out / 'metrics.jsonl'}: it holds no row, but the checkpoint" in written.getvalue()

@@ -22,6 +22,9 @@ class                       raised when
                             every backend's reasons and what ``backend="auto"`` runs)
 ``DivergenceError``         the training loss stopped being finite (also a ``FloatingPointError``)
 ==========================  ==========================================================================
+
+``Interrupted`` is not a mistake: it is the ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM on the command line) that
+the interrupted code re-raises once it has said what it kept, so that the command does not say it again.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import warnings
 
 __all__ = ["MaskattnError", "ArgumentError", "ArgumentTypeError", "ConfigError", "DataError", "CheckpointError", "RunFolderError", "InputError",
            "MemoryLimitError",
-           "BackendError", "DivergenceError", "UnverifiedCheckpointWarning", "RenamedWarning", "warn_renamed", "renamed_attribute",
+           "BackendError", "DivergenceError", "Interrupted", "UnverifiedCheckpointWarning", "RenamedWarning", "warn_renamed", "renamed_attribute",
            "REMOVED_IN"]
 
 #: the release that drops the old spellings of renamed names (they warn until then)
@@ -81,6 +84,11 @@ class BackendError(ArgumentError):
 
 class DivergenceError(MaskattnError, FloatingPointError):
     """The training loss became NaN or infinite."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C / SIGTERM, re-raised by the code it stopped after that code has said what it kept (the trainer: the
+    step, and what there is to resume); the command line adds nothing but the exit code."""
 
 
 class UnverifiedCheckpointWarning(UserWarning):

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ..errors import MaskattnError, RenamedWarning, UnverifiedCheckpointWarning
+from ..errors import Interrupted, MaskattnError, RenamedWarning, UnverifiedCheckpointWarning
 
 __all__ = ["app", "user_errors", "interrupt_exits", "sigterm_as_interrupt", "is_user_error", "warn", "DEVICE_HELP",
            "OVERWRITE_HELP"]
@@ -113,11 +113,12 @@ def user_errors() -> Iterator[None]:
 @contextmanager
 def interrupt_exits(message: str | None = None) -> Iterator[None]:
     """Ctrl-C / SIGTERM end the command with exit code 130, after ``message`` on stderr (``interrupted: …``, what
-    was kept; None: the code inside has said it, as the trainer does)."""
+    was kept) — unless the code inside has said it (:class:`~maskattn.errors.Interrupted`, as the trainer does;
+    ``message`` None: it always does)."""
     try:
         yield
-    except KeyboardInterrupt:
-        if message is not None:
+    except KeyboardInterrupt as exc:
+        if message is not None and not isinstance(exc, Interrupted):
             Console(stderr=True).print(f"[yellow]interrupted:[/yellow] {escape(message)}", markup=True,
                                        highlight=False, soft_wrap=True)
         raise typer.Exit(code=130) from None

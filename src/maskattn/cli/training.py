@@ -36,16 +36,23 @@ def train(
     """Train a model. With no arguments: the embedded default job (order task, MTSA vs multi-head).
 
     A run folder belongs to one process at a time, and a folder that holds a run is refused: continue that
-    run with --resume <folder>/last.safetensors, replace it with --overwrite, or choose another --out."""
+    run with --resume <folder>/last.safetensors (alone, or added to the command that started it), replace it
+    with --overwrite, or choose another --out."""
     from ..train import api, default_job
     from ..train.config import apply_overrides, load_config, preset_path
+    from ..train.trainer import Trainer
 
     flags = [f"{key}={value}" for key, value in (("data.dir", data), ("train.out_dir", out), ("train.seed", seed),
                                                   ("train.max_steps", max_steps), ("train.device", device),
                                                   ("train.tensorboard", tensorboard))
              if value is not None] + list(overrides or [])
     sigterm_as_interrupt()
-    with user_errors(), interrupt_exits():
+    before = ("the finished folds are kept: run the same command again to continue" if all_folds
+              else "before training started; nothing was trained")
+    with user_errors(), interrupt_exits(before):
+        if config and preset:
+            raise ArgumentError("give either --config or --preset, not both")
+        path = config or (preset_path(preset) if preset else None)
         if resume is not None:
             if all_folds:
                 raise ArgumentError("--all-folds continues an interrupted cross-validation by itself: run the same "
@@ -53,26 +60,20 @@ def train(
             if overwrite:
                 raise ArgumentError("--overwrite starts a new run; --resume continues the run in the checkpoint's "
                                  "folder (give one or the other)")
-            if config or preset or data:
-                raise ArgumentError("--resume continues a run with its own configuration; drop --config/--preset/--data "
-                                 "(train.* settings may be overridden)")
+            progress_flag = {} if progress else {"progress": False}
             extra = apply_overrides({}, flags)
-            if set(extra) - {"train"}:
-                raise ArgumentError(f"with --resume only train.* settings may change, got sections {sorted(extra)}")
-            summary = api.resume(resume, train_overrides={**extra.get("train", {}),
-                                                          **({} if progress else {"progress": False})})
+            if path is not None or set(extra) - {"train"}:  # the command that started the run, with --resume added
+                command = load_config(path, flags)
+                summary = Trainer.resume(resume, train_overrides=progress_flag, command_config=command).fit()
+            else:  # --resume alone, perhaps with train.* settings
+                summary = api.resume(resume, train_overrides={**extra.get("train", {}), **progress_flag})
         elif config is None and preset is None and data is None and not overrides and seed is None and device is None \
                 and not all_folds:
             default_job.run_default_job(str(out or "runs/default"), max_steps=max_steps, progress=progress,
                                         overwrite=overwrite)
             return
         else:
-            if config and preset:
-                raise ArgumentError("give either --config or --preset, not both")
-            path = config or (preset_path(preset) if preset else None)
             cfg = load_config(path, flags + ([] if progress else ["train.progress=false"]))
             summary = (api.cross_validate(cfg, console=Console(), overwrite=overwrite) if all_folds
                        else api.train(cfg, overwrite=overwrite))
     Console().print_json(json.dumps(summary))
-
-

@@ -20,6 +20,7 @@ rows after the checkpoint's step and redoes them).
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 from pathlib import Path
@@ -34,7 +35,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from ..checkpoint import Checkpoint, load_checkpoint, load_weights
-from ..errors import CheckpointError, ConfigError, DivergenceError
+from ..errors import CheckpointError, ConfigError, DivergenceError, Interrupted
 from ..device import resolve_device
 from ..metrics.test_outputs import HYPOTHESES, PREDICTIONS
 from . import acceleration
@@ -53,6 +54,14 @@ __all__ = ["Trainer", "resolve_device", "seed_everything", "parameter_counts"]
 #: what a trainer writes into its run folder (recorded there as the run's before any is written)
 RUN_OUTPUTS = ("config.yaml", "metrics.jsonl", "metrics.csv", "best.safetensors", "last.safetensors", HYPOTHESES,
                PREDICTIONS)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask: a Slurm allocation, ``taskset``), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def seed_everything(seed: int) -> None:
@@ -86,6 +95,9 @@ class Trainer:
         train_config = cfg.train
         if train_config.max_steps <= 0 and train_config.max_epochs <= 0:
             raise ConfigError("set train.max_steps or train.max_epochs (both are 0: the run would never end)")
+        if train_config.num_threads > (cpus := usable_cpus()):  # each thread is started, and holds its stack
+            raise ConfigError(f"train.num_threads={train_config.num_threads} is more than the {cpus} CPU(s) this "
+                              f"process may use; set at most train.num_threads={cpus} (0: PyTorch's default)")
         if train_config.num_threads:
             torch.set_num_threads(train_config.num_threads)
         if train_config.tensorboard:  # refused now, before the run folder is taken (an optional sink)
@@ -103,6 +115,11 @@ class Trainer:
             if self.dist.is_main:
                 self.folder.lock()
             self._setup(overwrite, _checkpoint)
+        except KeyboardInterrupt:
+            if self.dist.is_main:
+                self._say_interrupted("while the run was set up (data, model), before training")
+            self.close()
+            raise Interrupted from None
         except BaseException:
             self.close()
             raise
@@ -192,6 +209,11 @@ class Trainer:
         """``warning: …``, one line however long (a path is never cut at the console's width)."""
         self.console.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False, soft_wrap=True)
 
+    def _say_interrupted(self, when: str) -> None:
+        """``interrupted …: <what there is to resume>``, one line (after Ctrl-C / SIGTERM)."""
+        self.console.print(f"[yellow]interrupted {escape(when)}[/yellow]: {escape(self._kept())}", highlight=False,
+                           soft_wrap=True)
+
     def close(self) -> None:
         """Release the run folder (:meth:`fit` does it when it returns or raises)."""
         if getattr(self, "logger", None) is not None:
@@ -201,20 +223,28 @@ class Trainer:
     # --- construction from checkpoints ------------------------------------------------------------------
 
     @classmethod
-    def resume(cls, path: str | Path, *, train_overrides: dict | None = None, console: Console | None = None) -> Trainer:
+    def resume(cls, path: str | Path, *, train_overrides: dict | None = None, console: Console | None = None,
+               command_config: RunConfig | None = None) -> Trainer:
         """Continue the run saved in the resumable checkpoint ``path`` with its own configuration, in the folder
         that holds ``path``; the ``train`` section may be overridden (e.g. a larger ``max_steps``) except
-        ``out_dir`` (copy the folder to branch a run)."""
+        ``out_dir`` (copy the folder to branch a run). ``command_config``: the configuration of the command that
+        started the run, given again (``maskattn train <the same options> --resume …``): every section but
+        ``train`` must equal the checkpoint's (:class:`ConfigError` naming what differs), and its ``train``
+        settings are taken, under ``train_overrides``."""
         path = Path(path)
-        overrides = dict(train_overrides or {})
-        if "out_dir" in overrides and Path(overrides["out_dir"]) != path.parent:
-            raise ConfigError(f"a resumed run continues in the folder of its checkpoint ({path.parent}); train.out_dir "
-                              "cannot change (copy the folder to continue a copy of the run elsewhere)")
         ckpt = load_checkpoint(path)
         if ckpt.trainer is None:
             raise CheckpointError(f"{path} holds weights only (a best/exported checkpoint); resume from the run's "
                                   "last.safetensors")
         config = dict(ckpt.config)
+        overrides = dict(train_overrides or {})
+        if command_config is not None:
+            _refuse_another_run(command_config, config, path)
+            overrides = {**command_config.to_dict()["train"], **overrides}
+        if "out_dir" in overrides and Path(overrides["out_dir"]).resolve() != path.parent.resolve():
+            raise ConfigError(f"a resumed run continues in the folder of its checkpoint ({path.parent}); train.out_dir "
+                              f"({overrides['out_dir']}) cannot change (copy the folder to continue a copy of the run "
+                              "elsewhere)")
         config["train"] = {**config.get("train", {}), **overrides, "out_dir": str(path.parent)}
         try:
             cfg = from_dict(RunConfig, config)
@@ -358,8 +388,8 @@ class Trainer:
                     self._train(total)
                 except KeyboardInterrupt:
                     if self.dist.is_main:
-                        self.console.print(f"[yellow]interrupted at step {self.step}[/yellow]: {self._kept()}")
-                    raise
+                        self._say_interrupted(f"at step {self.step}")
+                    raise Interrupted from None
                 return self._finish()
         finally:
             self._bar = None
@@ -370,10 +400,13 @@ class Trainer:
         """What an interrupted run leaves to continue from (said once it stops)."""
         last = self.out_dir / "last.safetensors"
         if last.exists():
-            return f"checkpoints in {self.out_dir} are intact; resume with --resume {last}"
+            return (f"checkpoints in {self.out_dir} are intact; resume with --resume {last} (added to the same "
+                    "command, or alone)")
         if (self.out_dir / "best.safetensors").exists():
             return (f"{self.out_dir / 'best.safetensors'} is intact, but there is no last.safetensors to resume from "
                     "(train.keep_last is off): a new run starts again from step 0")
+        if not self.folder.run_entries():
+            return f"nothing was written in {self.out_dir}; run the command again to start the run"
         return (f"no checkpoint was written yet (the first comes at the first evaluation), so there is nothing to "
                 f"resume: run the command again with --overwrite to start over in {self.out_dir}")
 
@@ -453,6 +486,23 @@ class Trainer:
                             elapsed_s=self._elapsed())
         summary["wall_s"] = self._elapsed()
         return summary
+
+
+def _refuse_another_run(command: RunConfig, saved: dict, path: Path) -> None:
+    """Refuse (:class:`ConfigError`) to resume the run of checkpoint ``path``, whose configuration is ``saved``,
+    with a command whose configuration ``command`` differs from it outside the ``train`` section."""
+    try:
+        checkpoint = from_dict(RunConfig, {**saved, "train": {}}).to_dict()
+    except ConfigError:  # Trainer.resume says so, naming the checkpoint
+        return
+    wanted = command.to_dict()
+    changed = [f"{section}.{key} ({checkpoint[section].get(key)!r} in the checkpoint, {value!r} here)"
+               for section, values in wanted.items() if section != "train"
+               for key, value in values.items() if checkpoint.get(section, {}).get(key) != value]
+    if changed:
+        raise ConfigError(f"--resume {path} continues a run of another configuration than this command's: "
+                          f"{'; '.join(changed[:4])}{'; …' if len(changed) > 4 else ''}; continue it with "
+                          f"`maskattn train --resume {path}` alone, or drop --resume to start a new run")
 
 
 def parameter_counts(model: nn.Module) -> dict[str, int]:
