@@ -41,7 +41,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Instruction", "parse_sass", "hot_loop", "hot_loops", "path_counts", "Counts", "classify", "occupancy",
+__all__ = ["Instruction", "parse_sass", "innermost_loops", "hot_loop", "hot_loops", "path_counts", "Counts", "classify", "occupancy",
            "visited_tiles", "Pass", "Row", "measure", "report", "main", "SHAPES", "ARCHS", "DIMS"]
 
 #: the report's shapes: B·H = 8 (batch 2 × 4 heads, compile_check's calls), n = 1024 and 2048; d = 64 and 128,
@@ -120,19 +120,26 @@ def _is_tensor_core(ins: Instruction) -> bool:
     return ins.base in ("HMMA", "HGMMA")
 
 
-def hot_loop(instructions: list[Instruction]) -> tuple[int, int] | None:
-    """``(first, last)`` indices of the hot loop: among the loops (a backward branch to a label) that contain no
-    other loop, the one with the most tensor-core instructions (then the longest); None without a loop."""
+def innermost_loops(instructions: list[Instruction]) -> list[tuple[int, int]]:
+    """``(first, last)`` indices of every loop (a backward branch to a label) that contains no other loop, in
+    address order."""
     where = {ins.label: i for i, ins in enumerate(instructions) if ins.label}
-    loops = []
-    for i, ins in enumerate(instructions):
-        target = ins.target
-        if target is not None and target in where and where[target] <= i:
-            loops.append((where[target], i))
-    inner = [(a, b) for a, b in loops if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in loops)]
+    loops = {(where[ins.target], i) for i, ins in enumerate(instructions)
+             if ins.target is not None and ins.target in where and where[ins.target] <= i}
+    return sorted((a, b) for a, b in loops if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in loops))
+
+
+def _tensor_instructions(instructions: list[Instruction], loop: tuple[int, int]) -> int:
+    return sum(_is_tensor_core(x) for x in instructions[loop[0]:loop[1] + 1])
+
+
+def hot_loop(instructions: list[Instruction]) -> tuple[int, int] | None:
+    """``(first, last)`` indices of the hot loop: among the innermost loops, the one with the most tensor-core
+    instructions (then the longest); None without a loop."""
+    inner = innermost_loops(instructions)
     if not inner:
         return None
-    return max(inner, key=lambda ab: (sum(_is_tensor_core(x) for x in instructions[ab[0]:ab[1] + 1]), ab[1] - ab[0]))
+    return max(inner, key=lambda ab: (_tensor_instructions(instructions, ab), ab[1] - ab[0]))
 
 
 def hot_loops(instructions: list[Instruction]) -> list[tuple[int, int]]:
@@ -142,14 +149,8 @@ def hot_loops(instructions: list[Instruction]) -> list[tuple[int, int]]:
     first = hot_loop(instructions)
     if first is None:
         return []
-    where = {ins.label: i for i, ins in enumerate(instructions) if ins.label}
-    loops = {(where[ins.target], i) for i, ins in enumerate(instructions)
-             if ins.target is not None and ins.target in where and where[ins.target] <= i}
-    inner = [(a, b) for a, b in loops if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in loops)]
-
-    def tensor(ab):
-        return sum(_is_tensor_core(x) for x in instructions[ab[0]:ab[1] + 1])
-    return sorted(ab for ab in inner if tensor(ab) == tensor(first))
+    most = _tensor_instructions(instructions, first)
+    return [ab for ab in innermost_loops(instructions) if _tensor_instructions(instructions, ab) == most]
 
 
 def path_counts(body: list[Instruction]) -> tuple[list[Instruction], list[Instruction]]:
