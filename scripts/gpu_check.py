@@ -14,11 +14,17 @@ part stopped by the budget keeps what it wrote):
 2. ``pytest -m gpu`` — no host synchronisation on the default paths, flex gradients against the reference,
    bf16 / fp16 autocast training (``tests/test_gpu.py``) — at most 25 %; in both, each failure's traceback goes
    to ``failures.log`` as it happens, so a run stopped by a time limit keeps them;
-3. ``maskattn bench --suite gpu`` — bf16, d_model 512, 8 heads, batch 8, n = 512 … 16384, forward + backward
+3. kernel TFLOP/s (``python -m maskattn.bench.kernels``, :mod:`maskattn.bench.kernels`) — kernel-only forward,
+   backward and forward + backward times and TFLOP/s at flash-attn's benchmark shapes (bf16, B·n = 16k tokens,
+   H·d = 2,048, d 64 / 128, n 512 … 16k) of each maskattn Triton kernel beside SDPA flash, FlexAttention with the
+   nearest mask and the anchor (``benchmarks/anchor_attention.py``), the measured ratio to the anchor beside
+   ``docs/gpu/offline-perf.json``'s prediction — at most :data:`TFLOPS_S` seconds; rows are kept as measured
+   (``tflops/rows.jsonl``) and those the budget leaves out are named;
+4. ``maskattn bench --suite gpu`` — bf16, d_model 512, 8 heads, batch 8, n = 512 … 16384, forward + backward
    and peak memory of every backend (``triton`` beside ``flex``, ``sdpa``, ``banded``), against SDPA multi-head
    attention and SDPA's causal kernel; the fused-kernel issue's targets are evaluated from its records
    (:func:`bench_targets`, :func:`memory_growth`); ``bench.json`` is rewritten after every length;
-4. ``--steps`` training steps of each ``multi30k-*-gpu`` preset with ``train.compile`` (when ``--data`` holds
+5. ``--steps`` training steps of each ``multi30k-*-gpu`` preset with ``train.compile`` (when ``--data`` holds
    Multi30k): loss, tokens/s, seconds per step, compilation time.
 
 Then ``OUTDIR/gpu.md`` (the report) and ``OUTDIR/gpu.json`` (every figure). Without CUDA it stops at once with
@@ -40,6 +46,8 @@ from pathlib import Path
 
 import torch
 
+from maskattn.bench import kernels as kernel_bench
+
 #: the source checkout this script belongs to: pytest runs its tests/
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,6 +65,9 @@ BUDGET_S = 510
 KERNEL_TESTS_SHARE, GPU_TESTS_SHARE = 0.35, 0.25
 #: a part is not started with less than this many seconds left
 MIN_PART_S = 30
+#: the most seconds the kernel TFLOP/s part may take, and the seconds of it left to the command's start (Python,
+#: torch, CUDA) and its report: the benchmark's own budget is the difference
+TFLOPS_S, TFLOPS_STARTUP_S = 90, 10
 
 
 #: ``--smoke``: one fast kernel test (the command's path, not the kernels: the CPU runs them in the default suite)
@@ -150,6 +161,20 @@ def memory_growth(records: list[dict]) -> list[dict]:
     return rows
 
 
+def _tflops(out: Path, timeout: float, smoke: bool) -> dict:
+    """The kernel TFLOP/s part: ``python -m maskattn.bench.kernels OUT/tflops`` with its own budget ``timeout`` −
+    :data:`TFLOPS_STARTUP_S` (stopped at ``timeout``: the rows written by then are kept), then what it left
+    (:func:`maskattn.bench.kernels.load`, compared with the checkout's ``docs/gpu/offline-perf.json``)."""
+    folder = out / "tflops"
+    command = [sys.executable, "-m", "maskattn.bench.kernels", str(folder.resolve()),
+               "--budget", f"{max(timeout - TFLOPS_STARTUP_S, 1):.0f}",
+               "--anchor", str(ROOT / "benchmarks" / "anchor_attention.py"), *(["--smoke"] if smoke else [])]
+    code, seconds = _run(command, out / "tflops.log", timeout, cwd=ROOT,
+                         env={"TRITON_INTERPRET": "1"} if smoke else None)
+    return {"exit_code": code, "wall_s": seconds,
+            **kernel_bench.load(folder, ROOT / "docs" / "gpu" / "offline-perf.json")}
+
+
 def _training(preset: str, data: Path, out: Path, steps: int, smoke: bool, timeout: float) -> dict:
     run = out / "train" / preset
     flags = [f"train.max_steps={steps}", "train.compile=true", f"train.eval_every={steps}", "train.metric=loss",
@@ -187,6 +212,12 @@ def _report(summary: dict) -> str:
             lines += [f"## {title}", "", f"exit code {tests['exit_code']}{stopped}, {tests['wall_s']:.0f} s: "
                       + ", ".join(f"{v} {k}" for k, v in tests["counts"].items()), ""]
             lines += [f"- FAILED {name}" for name in tests["failures"]] + ([""] if tests["failures"] else [])
+    tflops = summary.get("tflops")
+    if tflops:
+        stopped = " (stopped by the budget)" if tflops["exit_code"] == 124 else ""
+        lines += [kernel_bench.render(tflops).rstrip("\n"), "",
+                  f"exit code {tflops['exit_code']}{stopped}, {tflops['wall_s']:.0f} s; rows in tflops/rows.jsonl, "
+                  "log tflops.log.", ""]
     bench = summary.get("bench")
     if bench:
         lines += ["## maskattn bench --suite gpu", "", f"exit code {bench['exit_code']}, {bench['wall_s']:.0f} s; "
@@ -222,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=Path("../shared/data/multi30k"),
                         help="the Multi30k folder for the training part (skipped, with a note, when absent)")
     parser.add_argument("--steps", type=int, default=50, help="training steps per -gpu preset")
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: kernels, tests, bench, training")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: kernels, tests, tflops, bench, "
+                                                   "training")
     parser.add_argument("--budget", type=float, default=BUDGET_S,
                         help=f"seconds for the whole run (default {BUDGET_S}); each part gets what is left")
     parser.add_argument("--smoke", action="store_true", help="run every part on the CPU at toy sizes (tests this "
@@ -233,9 +265,9 @@ def main(argv: list[str] | None = None) -> int:
               "GPU; run it on a CUDA machine (or use --smoke to test the command on the CPU)", file=sys.stderr)
         return 2
     skip = {part.strip() for part in args.skip.split(",") if part.strip()}
-    unknown = skip - {"kernels", "tests", "bench", "training"}
+    unknown = skip - {"kernels", "tests", "tflops", "bench", "training"}
     if unknown:
-        parser.error(f"unknown parts in --skip: {sorted(unknown)}; expected kernels, tests, bench, training")
+        parser.error(f"unknown parts in --skip: {sorted(unknown)}; expected kernels, tests, tflops, bench, training")
     if args.budget <= MIN_PART_S:
         parser.error(f"--budget must exceed {MIN_PART_S} seconds, got {args.budget:g}")
     deadline = time.perf_counter() + args.budget
@@ -264,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     if "tests" not in skip and (timeout := left(GPU_TESTS_SHARE * args.budget, "pytest -m gpu")):
         code, seconds = _run([*pytest, "-m", "gpu"], args.out / "tests.log", timeout, cwd=ROOT, env=failure_log)
         summary["tests"] = {"exit_code": code, "wall_s": seconds, **_pytest_summary(args.out / "tests.log")}
+    if "tflops" not in skip and (timeout := left(TFLOPS_S, "kernel TFLOP/s")):
+        summary["tflops"] = _tflops(args.out, timeout, args.smoke)
     if "bench" not in skip and (timeout := left(900, "maskattn bench")):
         bench_args = (["--suite", "quick", "--mechanisms", "mha,mtsa,csan1d,sdpa_causal", "--lengths", "16,32",
                        "--device", "cpu"] if args.smoke else ["--suite", "gpu"])
@@ -287,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "gpu.md").write_text(_report(summary), encoding="utf-8")
     print(f"wrote {args.out / 'gpu.md'} and {args.out / 'gpu.json'}")
     failed = [part for part in ("kernels", "tests", "bench") if summary.get(part, {}).get("exit_code", 0) != 0]
+    failed += ["tflops"] if summary.get("tflops", {}).get("exit_code", 0) not in (0, 124) else []
     failed += [row["preset"] for row in summary.get("training", []) if row["exit_code"] != 0]
     return 1 if failed else 0
 

@@ -74,6 +74,8 @@ def test_smoke_run_writes_the_report(tmp_path):
     assert all(row["exit_code"] == 0 and row["steps"] == 2 for row in summary["training"])
     report = (out / "gpu.md").read_text()
     assert "## maskattn bench --suite gpu" in report and "--smoke" in report
+    assert summary["tflops"]["exit_code"] == 0 and summary["tflops"]["rows"]
+    assert "## Kernel TFLOP/s at flash-attn's shapes" in report
 
 
 def test_failures_are_logged_as_they_happen(tmp_path):
@@ -105,6 +107,7 @@ def test_the_budget_skips_the_parts_it_cannot_hold(tmp_path):
     assert "tests" not in summary and "bench" not in summary
     notes = " ".join(summary["notes"])
     assert "pytest -m gpu not run" in notes and "maskattn bench not run" in notes
+    assert "kernel TFLOP/s not run" in notes and "tflops" not in summary
     assert "## Triton kernel tests (tests/test_triton_*.py)" in (out / "gpu.md").read_text()
     refused = subprocess.run([sys.executable, str(SCRIPTS / "gpu_check.py"), str(out), "--smoke", "--budget", "20"],
                              capture_output=True, text=True)
@@ -115,3 +118,37 @@ def test_the_kernel_tests_are_every_triton_test_file_but_the_compile_check():
     files = gpu_check.kernel_test_files()
     assert "tests/test_triton_band.py" in files and "tests/test_triton_tensorized.py" in files
     assert "tests/test_triton_compile.py" not in files and all(f.startswith("tests/test_triton_") for f in files)
+
+
+def test_the_tflops_part_keeps_what_its_command_wrote_when_the_budget_stops_it(tmp_path, monkeypatch):
+    """The kernel TFLOP/s part runs ``python -m maskattn.bench.kernels`` with its own budget (the part's 90 s
+    less 10 for the command's start) and reads back what it wrote even when stopped (exit code 124: the budget,
+    not a failure): the measured rows in the report, the others named as not reached."""
+    from maskattn.bench import kernels as kb
+
+    commands = []
+
+    def fake_run(command, log, timeout, env=None, cwd=None):
+        commands.append((command, timeout))
+        folder = Path(command[command.index("maskattn.bench.kernels") + 1])
+        folder.mkdir(parents=True)
+        settings = kb.Settings(dims=(64,), lengths=(2048,), kernels=("sdpa_flash_causal", "mtsa_head"))
+        cases = kb.plan(settings)
+        (folder / "plan.json").write_text(json.dumps({"tokens": 16384, "hidden": 2048, "plan": [
+            {"kernel": c.kernel.name, "d": c.d, "n": c.n} for c in cases]}))
+        (folder / "rows.jsonl").write_text(json.dumps(kb.finish_row(cases[0], 1.0, 3.0)) + "\n")
+        log.write_text("stopped\n")
+        return 124, timeout
+
+    monkeypatch.setattr(gpu_check, "_run", fake_run)
+    out = tmp_path / "out"
+    assert gpu_check.main([str(out), "--smoke", "--skip", "kernels,tests,bench,training"]) == 0
+    command, timeout = commands[0]
+    assert timeout == gpu_check.TFLOPS_S and command[command.index("--budget") + 1] == "80"
+    assert command[command.index("--anchor") + 1].endswith("benchmarks/anchor_attention.py")
+    summary = json.loads((out / "gpu.json").read_text())
+    assert summary["tflops"]["exit_code"] == 124 and len(summary["tflops"]["rows"]) == 1
+    report = (out / "gpu.md").read_text()
+    assert "## Kernel TFLOP/s at flash-attn's shapes" in report and "| sdpa_flash_causal | causal | 64 | 2048 |" in report
+    assert "Not reached within the budget (1 row): mtsa_head d 64: n 2048." in report
+    assert "exit code 124 (stopped by the budget)" in report
