@@ -179,6 +179,24 @@ def test_the_import_graph_counts_relative_absolute_and_local_imports():
     assert not any(module.startswith("maskattn.grid") for module in graph["maskattn.train.resumable"])
 
 
+def test_the_design_shows_every_module():
+    """docs/design.md §7 draws the layout as one tree, one line per module: every module of the package is there,
+    and nothing that is not."""
+    text = (SRC.parents[1] / "docs" / "design.md").read_text(encoding="utf-8")
+    section = text[text.index("## §7"):text.index("## §8")]
+    drawn, folders = set(), []
+    for line in section.splitlines():
+        if not line.startswith("      ") or not line.split()[0].endswith((".py", "/")):
+            continue  # prose, the root line, or a description's second line
+        depth, name = (len(line) - len(line.lstrip()) - 6) // 2, line.split()[0]
+        folders[depth:] = [name] if name.endswith("/") else []
+        drawn.add("".join(folders) if name.endswith("/") else "".join(folders[:depth]) + name)
+    modules = {str(path.relative_to(SRC)) for path in SRC.rglob("*.py")}
+    packages = {path.replace("__init__.py", "") for path in modules if path.endswith("__init__.py")} - {""}
+    expected = {path for path in modules if not path.endswith("__init__.py")} | packages - {"__init__.py"}
+    assert sorted(expected - drawn) == [] and sorted(drawn - expected) == []
+
+
 if __name__ == "__main__":
     graph = module_graph()
     cycles = import_cycles(graph)
