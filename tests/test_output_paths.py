@@ -86,7 +86,7 @@ def test_seq2seq_outputs_never_replace_the_sources_references_or_checkpoint(run,
         result = runner.invoke(app, ["eval", "-k", best(folder), "--src", str(src), "--ref", str(ref),
                                      "--predictions", str(target), "--overwrite"])
         assert f"is {what} ({target})" in one_line_error(result)
-    for target, what in ((folder / "best.safetensors", "the checkpoint (--checkpoint)"),
+    for target, what in ((folder / "best.safetensors", "the --checkpoint file"),
                          (folder / "last.safetensors", f"a file of the run in {folder}"), (src, "the --input file")):
         result = runner.invoke(app, ["generate", "-k", best(folder), "-i", str(src),
                                      "-o", str(target), "--overwrite"])

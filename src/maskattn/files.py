@@ -111,7 +111,7 @@ def check_outputs(outputs: Mapping[str, str | Path | None], *,
     """Refuse, with an :class:`~maskattn.errors.ArgumentError` naming the option and the path, an output file a
     command is about to write (module docstring). ``outputs``: option (``--predictions``) → path, ``None`` when
     not given. ``inputs``: ``(what, path)`` of each file the command reads — ``what`` names it in the message
-    (``"the checkpoint (--checkpoint)"``, ``"runs/x/metrics.jsonl of the run it reads"``). An existing output
+    (``"the --checkpoint file"``, ``"a file of the run in runs/x"``). An existing output
     is refused unless ``overwrite``; two options naming one file are refused."""
     given = {option: Path(path) for option, path in outputs.items() if path is not None}
     read = [(what, Path(path)) for what, path in inputs if path is not None and str(path) != "-"]

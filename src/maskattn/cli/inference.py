@@ -156,7 +156,7 @@ def checkpoint_inputs(checkpoint: Path, option: str = "--checkpoint") -> list[tu
     not replace either."""
     from ..train.run_folder import RunFolder
 
-    return [(f"the checkpoint ({option})", checkpoint)] + \
+    return [(f"the {option} file", checkpoint)] + \
         [(f"a file of the run in {checkpoint.parent}", path) for path in RunFolder(checkpoint.parent).run_files()]
 
 
