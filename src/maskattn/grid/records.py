@@ -38,7 +38,6 @@ from ..data.text import read_text, read_yaml
 from ..errors import ArgumentError, ConfigError, DataError
 from ..metrics.test_outputs import HYPOTHESES, PREDICTIONS, Prediction, read_hypotheses, read_predictions
 from ..sections import is_sections, shown
-from ..train.logger import read_metrics
 from ..train.resumable import FREE_SETTINGS, SUMMARY, read_summary
 from .spec import LAUNCH_RECORD, MANIFEST, REPLICATE_KEYS, RUN_LOG, WORKER_LOCK, Grid, load_grid
 
@@ -216,6 +215,8 @@ def result_text(summary: dict) -> str | None:
 def read_run_metrics(folder: str | Path) -> list[dict]:
     """The rows of a run's ``metrics.jsonl`` (:func:`maskattn.train.logger.read_metrics`: a last line cut short by a
     kill is left out; damage is a :class:`DataError`)."""
+    from ..train.logger import read_metrics  # imported where a log is read: grid table reads summaries
+
     return read_metrics(Path(folder) / METRICS)
 
 
