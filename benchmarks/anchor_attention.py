@@ -53,6 +53,10 @@ TILES: dict[tuple[str, str, int], tuple[int, int, int, int]] = {
     ("anchor_bwd_kv", "163K", 64): (64, 128, 8, 2), ("anchor_bwd_kv", "163K", 128): (32, 128, 8, 2),
     ("anchor_bwd_q", "227K", 64): (128, 64, 8, 2), ("anchor_bwd_q", "227K", 128): (128, 32, 8, 2),
     ("anchor_bwd_q", "163K", 64): (128, 64, 8, 2), ("anchor_bwd_q", "163K", 128): (128, 32, 8, 2),
+    # d = 256 (a head of 150 features pads to 256)
+    ("anchor_fwd", "227K", 256): (128, 64, 8, 2), ("anchor_fwd", "163K", 256): (32, 64, 4, 2),
+    ("anchor_bwd_kv", "227K", 256): (32, 32, 4, 2), ("anchor_bwd_kv", "163K", 256): (64, 64, 8, 1),
+    ("anchor_bwd_q", "227K", 256): (128, 32, 8, 1), ("anchor_bwd_q", "163K", 256): (64, 32, 4, 2),
 }
 
 

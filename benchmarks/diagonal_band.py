@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from maskattn.kernels.triton import runtime
-from maskattn.kernels.triton.offline import perf_report
+from maskattn.kernels.triton.offline import perf_report, sass
 
 __all__ = ["SCHEMES", "forward", "measure", "tile_rows"]
 
@@ -156,23 +156,23 @@ def measure(scheme: str, width: int, head_dim: int, arch: int, n: int = 2048) ->
     with runtime.recording(runtime.TARGETS[arch]) as launches:
         q, k, v = (torch.zeros(1, 8, n, head_dim, dtype=torch.bfloat16) for _ in range(3))
         forward(q, k, v, left, width - 1 - left, scheme, block_m, warps)
-    cubin, _, _, _ = perf_report._compile(launches[0], arch)
-    sass, registers = perf_report.disassemble(cubin)
-    instructions = perf_report.parse_sass(sass)
+    cubin, _, _, _ = sass.compile_launch(launches[0], arch)
+    text, registers = sass.disassemble(cubin)
+    instructions = sass.parse_sass(text)
     where = {ins.label: i for i, ins in enumerate(instructions) if ins.label}
     # the offset loops: backward branches over more than one instruction (not the spin after EXIT)
     loops = sorted({(where[ins.target], i) for i, ins in enumerate(instructions)
                     if ins.target in where and where[ins.target] < i})
     inside = {i for a, b in loops for i in range(a, b + 1)}
     programs = -(-n // block_m)
-    total = perf_report.Counts().add(perf_report.classify([x for i, x in enumerate(instructions) if i not in inside]),
+    total = sass.Counts().add(sass.classify([x for i, x in enumerate(instructions) if i not in inside]),
                                      programs)
     for a, b in loops:
-        total = total.add(perf_report.classify(perf_report.path_counts(instructions[a:b + 1])[1]), programs * width)
+        total = total.add(sass.classify(sass.path_counts(instructions[a:b + 1])[1]), programs * width)
     useful = sum(min(n - 1, i + width - 1 - left) - max(0, i - left) + 1 for i in range(n))
     threads = 32 * warps
     return dict(kernel=f"diagonal_{scheme}_fwd", width=width, head_dim=head_dim, arch=arch, tiles=f"{block_m} rows",
-                registers=registers, spill_bytes=perf_report.spilled_bytes(sass),
+                registers=registers, spill_bytes=sass.spilled_bytes(text),
                 in_band=useful / (programs * block_m * width), issue=total.instructions * warps / useful,
                 mufu=total.mufu_total * threads / useful, ldg_bytes=total.ldg_bytes * threads / useful,
                 tensor_flops=total.tensor_flops * warps / useful)

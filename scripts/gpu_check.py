@@ -181,7 +181,7 @@ def _training(preset: str, data: Path, out: Path, steps: int, smoke: bool, timeo
              "train.test_beam=1", "train.progress=false", "train.keep_last=false"]
     if smoke:
         flags += ["train.device=cpu", "train.compile=false", "model.encoder_layers=1", "model.decoder_layers=1",
-                  "model.d_model=32", "model.num_heads=4", "data.subword_vocab=60", "data.max_tokens=96",
+                  "model.d_model=32", "model.num_heads=4", "data.subword_vocab=1000", "data.max_tokens=96",
                   "data.max_len=24", "data.test=null", "train.num_threads=1"]
     command = [sys.executable, "-m", "maskattn.cli", "train", "--preset", preset, "--data", str(data), "--out",
                str(run), "--overwrite", *sum((["--set", f] for f in flags), [])]

@@ -44,7 +44,7 @@ SAMPLE = """
 
 
 def test_sass_lines_labels_and_branches_are_parsed():
-    from maskattn.kernels.triton.offline.perf_report import parse_sass
+    from maskattn.kernels.triton.offline.sass import parse_sass
     code = parse_sass(SAMPLE)
     assert [i.address for i in code[:3]] == [0, 0x10, 0x20]
     assert code[3].label == ".L_x_2" and code[3].base == "LDGSTS"
@@ -56,7 +56,7 @@ def test_sass_lines_labels_and_branches_are_parsed():
 
 
 def test_the_hot_loop_and_its_light_and_heavy_paths():
-    from maskattn.kernels.triton.offline.perf_report import classify, hot_loop, parse_sass, path_counts
+    from maskattn.kernels.triton.offline.sass import classify, hot_loop, parse_sass, path_counts
     code = parse_sass(SAMPLE)
     first, last = hot_loop(code)
     assert (code[first].address, code[last].address) == (0x30, 0xf0)
@@ -107,7 +107,7 @@ def test_hot_loops_finds_every_innermost_loop_with_the_hot_loops_products():
     """The report counts DMAN's near and far loops both (the far tiles run the second): every innermost loop with as
     many tensor-core instructions as the hot one, in address order; a loop with fewer products and a loop that nests
     another are not hot; a kernel without a loop has none."""
-    from maskattn.kernels.triton.offline.perf_report import hot_loop, hot_loops, parse_sass
+    from maskattn.kernels.triton.offline.sass import hot_loop, hot_loops, parse_sass
     code = parse_sass(TWO_LOOPS)
     spans = [(code[a].address, code[b].address) for a, b in hot_loops(code)]
     assert spans == [(0x10, 0x50), (0x60, 0x80)]
@@ -122,7 +122,7 @@ def test_hot_loops_finds_every_innermost_loop_with_the_hot_loops_products():
 
 
 def test_occupancy_from_registers_warps_and_shared_memory():
-    from maskattn.kernels.triton.offline.perf_report import occupancy
+    from maskattn.kernels.triton.offline.sass import occupancy
     assert occupancy(90, 128, 4, 0) == (4, 0.25)  # 128 regs x 128 threads = 16K: 4 blocks by registers
     assert occupancy(90, 255, 8, 0) == (1, 0.125)  # 256 x 256 = 64K: one block
     assert occupancy(80, 64, 4, 100 * 1024) == (1, 4 / 64)  # shared memory: 164 KB hold one 101 KB block
@@ -237,3 +237,78 @@ def test_the_narrow_band_bound_is_the_share_of_16_row_tiles_a_band_fills():
         assert narrow_band_bound(width) == pytest.approx(inside / (16 * keys))
     assert (_band_width("band 11 (CSAN window 11)"), _band_width("window(3) head")) == (11, 7)
     assert narrow_band_bound(11) == pytest.approx(11 / 32) and narrow_band_bound(7) == pytest.approx(7 / 32)
+
+
+def _pass_row(family, kernel, mask, per, computed=1000, useful=1000, d=64, n=2048, wgmma=True):
+    from maskattn.kernels.triton.offline.perf_report import Row
+    return Row(family, kernel, mask, d, 90, n, wgmma=wgmma, computed=computed, useful=useful, per_score=per)
+
+
+def test_a_pass_takes_its_largest_limit():
+    """Per computed score: wgmma FLOPs at 4,096 per clock, the rest of the tensor work at mma.sync's 2,730, MUFU at
+    16, warp instructions at 4, bytes from L2 at 47 — and a family adds its passes by the limit that decides each."""
+    from maskattn.kernels.triton.offline import time_model as tm
+    machine = tm.MACHINES[90]
+    per = dict(tensor_flops=4096.0, wgmma_flops=2048.0, mufu=1.0, issue=0.5, ldg_bytes=4.7)
+    clocks = tm.pass_clocks(per, machine, wgmma=True)
+    assert clocks["tensor"] == pytest.approx(2048 / 4096 + 2048 / 2730)
+    assert (clocks["mufu"], clocks["issue"], clocks["l2"]) == pytest.approx((1 / 16, 0.125, 0.1))
+    # rows of an earlier report have no wgmma_flops: all of it on wgmma when the pass uses it
+    old = {k: v for k, v in per.items() if k != "wgmma_flops"}
+    assert tm.pass_clocks(old, machine, wgmma=True)["tensor"] == pytest.approx(1.0)
+    assert tm.pass_clocks(old, machine, wgmma=False)["tensor"] == pytest.approx(4096 / 2730)
+    rows = [_pass_row("mtsa", "k", "m", dict(per, issue=8.0), computed=100),
+            _pass_row("mtsa", "k", "m", per, computed=10)]
+    by_limit = tm.passes_time(rows, machine)
+    assert by_limit["issue"] == pytest.approx(2.0 * 100) and by_limit["tensor"] == pytest.approx(clocks["tensor"] * 10)
+
+
+def test_a_familys_ratio_is_its_passes_and_its_wrappers_bytes_over_the_anchors():
+    """mtsa_layer: the forward head's three passes plus the wrapper's bytes per element over DRAM, against the
+    non-causal anchor's passes plus its Δ pre-pass; mtsa_head against the causal anchor, without the wrapper."""
+    from maskattn.kernels.triton.offline import time_model as tm
+    machine = tm.MACHINES[90]
+    issue_only = dict(tensor_flops=0.0, mufu=0.0, issue=4.0, ldg_bytes=0.0)  # 1 clock per computed score
+    rows = []
+    for stage in ("fwd", "bwd_kv", "bwd_q"):
+        rows.append(_pass_row("mtsa", f"tensorized_{stage}", "forward head", issue_only, computed=600))
+        rows.append(_pass_row("anchor", f"anchor_{stage}", "full", issue_only, computed=1000))
+        rows.append(_pass_row("anchor-causal", f"anchor_{stage}", "causal", issue_only, computed=500))
+    predictions = {p["family"]: p for p in tm.family_rows(rows, {"tensorized": 10.0, "dman": 0.0})}
+    assert set(predictions) == {"mtsa_layer", "mtsa_head"}  # the other families have no rows here
+    elements = 2048 * 64
+    anchor = 3000 + tm.ANCHOR_WRAPPER_BYTES * elements / machine.dram_bytes
+    layer = predictions["mtsa_layer"]
+    assert layer["predicted_ratio"] == pytest.approx((1800 + 10.0 * elements / machine.dram_bytes) / anchor, rel=1e-3)
+    assert layer["bound"] == "memory" and layer["anchor_mask"] == "none" and layer["arch"] == "sm_90"
+    causal = 1500 + tm.ANCHOR_WRAPPER_BYTES * elements / machine.dram_bytes
+    assert predictions["mtsa_head"]["predicted_ratio"] == pytest.approx(1800 / causal, rel=1e-3)
+    assert predictions["mtsa_head"]["anchor_mask"] == "causal" and predictions["mtsa_head"]["bound"] == "issue"
+    # a failed pass leaves its family out rather than predicting from two passes
+    rows[0].error = "RuntimeError: no loop"
+    assert {p["family"] for p in tm.family_rows(rows, {"tensorized": 10.0})} == set()
+    checks = tm.ratio_targets(list(predictions.values()))
+    assert ("mtsa_layer ≤ 1.2× flash (d 64, n 2,048)", f"{layer['predicted_ratio']:.2f}× (memory)",
+            layer["predicted_ratio"] <= 1.2) in checks
+    table = tm.table(list(predictions.values()))
+    assert "| mtsa_layer | flash | 64 | sm_90 |" in table and "| mtsa_head | causal flash | 64 | sm_90 |" in table
+
+
+def test_the_tutorial_comparison_reads_as_ratios_and_refuses_what_it_cannot_compile(tmp_path):
+    """Per direction, the anchor over the tutorial; within 5 % or not; a path that is not the tutorial is refused
+    naming it (no silent empty comparison)."""
+    from maskattn.kernels.triton.offline import tutorial
+    figures = {"issue": {"tutorial": 0.25, "anchor": 0.26, "ratio": 1.04},
+               "mufu": {"tutorial": 1.0, "anchor": 1.0, "ratio": 1.0},
+               "tensor_flops": {"tutorial": 256.0, "anchor": 256.0, "ratio": 1.0}}
+    rows = [{"direction": "forward", "d": 64, "arch": 90, **figures}]
+    assert tutorial.within(rows) and "| forward | 64 | sm_90 | 250 → 260 (1.04×) | 1 → 1 (1.00×) |" in \
+        tutorial.table(rows)
+    rows[0]["issue"] = {"tutorial": 0.25, "anchor": 0.35, "ratio": 1.4}
+    assert not tutorial.within(rows)
+    with pytest.raises(FileNotFoundError, match="no file at"):
+        tutorial.load(tmp_path / "missing.py", 90)
+    other = tmp_path / "other.py"
+    other.write_text("x = 1\n")
+    with pytest.raises(ImportError, match="has no _attn_fwd"):
+        tutorial.load(other, 90)

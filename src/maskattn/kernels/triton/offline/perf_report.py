@@ -30,295 +30,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import pathlib
 import re
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Instruction", "parse_sass", "innermost_loops", "hot_loop", "hot_loops", "path_counts", "Counts", "classify", "occupancy",
-           "visited_tiles", "Pass", "Row", "measure", "report", "main", "SHAPES", "ARCHS", "DIMS"]
+from . import anchor
+from .sass import (Counts, classify, compile_launch, disassemble, hot_loops, occupancy, parse_sass, path_counts,
+                   spilled_bytes)
 
-#: the report's shapes: B·H = 8 (batch 2 × 4 heads, compile_check's calls), n = 1024 and 2048; d = 64 and 128,
-#: bfloat16 (the per-score figures are per (batch, head) pair: they do not depend on B·H)
-SHAPES = (1024, 2048)
+__all__ = ["visited_tiles", "Pass", "Row", "measure", "report", "main", "SHAPES", "ARCHS", "DIMS"]
+
+#: the report's shapes: B·H = 8 (batch 2 × 4 heads, compile_check's calls), n = 2,048 and 16,384; d = 64, 128 and
+#: 150 (the sentence presets' heads: d_model 300 over 2 heads), bfloat16 (the per-score figures are per (batch, head)
+#: pair: they do not depend on B·H)
+SHAPES = (2048, 16384)
 BATCH, HEADS = 2, 4
-DIMS = (64, 128)
+DIMS = (64, 128, 150)
 ARCHS = (90, 80)
-#: shared memory per SM (bytes) and per block reserved by the driver, for occupancy
-_SMEM_PER_SM = {80: 164 * 1024, 86: 100 * 1024, 90: 228 * 1024}
-_REGISTERS_PER_SM = 65536
-_MAX_WARPS_PER_SM = {80: 64, 86: 48, 90: 64}
-_MAX_BLOCKS_PER_SM = 32
 
-
-# --------------------------------------------------------------------------------------------------
-# SASS: parsing, the hot loop, its paths, what each instruction costs
-# --------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Instruction:
-    """One SASS instruction: its address, predicate (``@P0``, ``@!PT`` …, or empty), opcode with modifiers
-    (``HMMA.16816.F32.BF16``) and operand text; ``label`` the label that precedes it, if any."""
-
-    address: int
-    predicate: str
-    opcode: str
-    operands: str
-    label: str = ""
-
-    @property
-    def base(self) -> str:
-        return self.opcode.split(".")[0]
-
-    @property
-    def target(self) -> str | None:
-        """The label a branch jumps to."""
-        if self.base not in ("BRA", "BRX", "JMP"):
-            return None
-        found = re.search(r"\(\s*(\.L_[\w]+)\s*\)", self.operands)
-        return found.group(1) if found else None
-
-    @property
-    def dead(self) -> bool:
-        """Never executed (``@!PT``: the padding that nvdisasm prints)."""
-        return self.predicate == "@!PT"
-
-    @property
-    def conditional(self) -> bool:
-        return bool(self.predicate) and self.predicate != "@PT"
-
-
-_LINE = re.compile(r"^\s*/\*([0-9a-fA-F]+)\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)\s*([^;]*);")
-_LABEL = re.compile(r"^\s*(\.L_[\w]+):")
-
-
-def parse_sass(text: str) -> list[Instruction]:
-    """The instructions of ``nvdisasm -c`` output (one function), in address order, with their labels."""
-    instructions: list[Instruction] = []
-    label = ""
-    for line in text.splitlines():
-        found = _LABEL.match(line)
-        if found:
-            label = found.group(1)
-            continue
-        found = _LINE.match(line)
-        if found:
-            address, predicate, opcode, operands = found.groups()
-            instructions.append(Instruction(int(address, 16), (predicate or "").strip(), opcode, operands.strip(),
-                                            label))
-            label = ""
-    return instructions
-
-
-def _is_tensor_core(ins: Instruction) -> bool:
-    return ins.base in ("HMMA", "HGMMA")
-
-
-def innermost_loops(instructions: list[Instruction]) -> list[tuple[int, int]]:
-    """``(first, last)`` indices of every loop (a backward branch to a label) that contains no other loop, in
-    address order."""
-    where = {ins.label: i for i, ins in enumerate(instructions) if ins.label}
-    loops = {(where[ins.target], i) for i, ins in enumerate(instructions)
-             if ins.target is not None and ins.target in where and where[ins.target] <= i}
-    return sorted((a, b) for a, b in loops if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in loops))
-
-
-def _tensor_instructions(instructions: list[Instruction], loop: tuple[int, int]) -> int:
-    return sum(_is_tensor_core(x) for x in instructions[loop[0]:loop[1] + 1])
-
-
-def hot_loop(instructions: list[Instruction]) -> tuple[int, int] | None:
-    """``(first, last)`` indices of the hot loop: among the innermost loops, the one with the most tensor-core
-    instructions (then the longest); None without a loop."""
-    inner = innermost_loops(instructions)
-    if not inner:
-        return None
-    return max(inner, key=lambda ab: (_tensor_instructions(instructions, ab), ab[1] - ab[0]))
-
-
-def hot_loops(instructions: list[Instruction]) -> list[tuple[int, int]]:
-    """The hot loops: :func:`hot_loop`'s, and every other innermost loop with as many tensor-core instructions — a
-    kernel that runs the same products in two branch-free loops (DMAN's near tiles, then its far tiles) has two, in
-    address order."""
-    first = hot_loop(instructions)
-    if first is None:
-        return []
-    most = _tensor_instructions(instructions, first)
-    return [ab for ab in innermost_loops(instructions) if _tensor_instructions(instructions, ab) == most]
-
-
-def path_counts(body: list[Instruction]) -> tuple[list[Instruction], list[Instruction]]:
-    """``(lightest, heaviest)``: the instructions executed along the path through a loop body with the fewest and
-    with the most instructions (forward branches inside the body; the backward branch closes the loop)."""
-    starts = {0}
-    index = {ins.label: i for i, ins in enumerate(body) if ins.label}
-    for i, ins in enumerate(body):
-        if ins.label:
-            starts.add(i)
-        if ins.target is not None and not ins.dead:
-            starts.add(i + 1)
-    bounds = sorted(s for s in starts if s < len(body))
-    blocks = [(s, (bounds[k + 1] if k + 1 < len(bounds) else len(body))) for k, s in enumerate(bounds)]
-    block_of = {s: k for k, (s, _) in enumerate(blocks)}
-    successors: list[list[int]] = []
-    for k, (_, e) in enumerate(blocks):
-        last = body[e - 1]
-        out = []
-        target = last.target if not last.dead else None
-        if target is not None and target in index and index[target] > e - 1:
-            out.append(block_of[index[target]])
-        if target is None or last.conditional or index.get(target, -1) <= e - 1:
-            if k + 1 < len(blocks):
-                out.append(k + 1)
-        successors.append(out)
-    weight = [sum(not ins.dead for ins in body[s:e]) for s, e in blocks]
-    best: list[tuple[float, list[int]]] = [(math.inf, [])] * len(blocks)
-    worst: list[tuple[float, list[int]]] = [(-math.inf, [])] * len(blocks)
-    best[0], worst[0] = (weight[0], [0]), (weight[0], [0])
-    for k in range(len(blocks)):
-        for nxt in successors[k]:
-            if best[k][0] + weight[nxt] < best[nxt][0]:
-                best[nxt] = (best[k][0] + weight[nxt], best[k][1] + [nxt])
-            if worst[k][0] + weight[nxt] > worst[nxt][0]:
-                worst[nxt] = (worst[k][0] + weight[nxt], worst[k][1] + [nxt])
-    end = len(blocks) - 1
-
-    def flatten(path):
-        return [ins for k in path for ins in body[blocks[k][0]:blocks[k][1]] if not ins.dead]
-    return flatten(best[end][1]), flatten(worst[end][1])
-
-
-_WIDTH = {"128": 16, "64": 8, "32": 4, "U16": 2, "S16": 2, "U8": 1, "S8": 1}
-
-
-def _bytes(opcode: str) -> int:
-    """Bytes per thread of a load or store from its width modifier (32 bits when none)."""
-    for part in reversed(opcode.split(".")[1:]):
-        if part in _WIDTH:
-            return _WIDTH[part]
-    return 4
-
-
-def _ldsm_bytes(opcode: str) -> int:
-    """``LDSM.16.M88.4`` / ``STSM``: four 8 × 8 matrices of 16-bit elements per warp = 16 bytes per thread."""
-    parts = opcode.split(".")
-    count = int(parts[-1]) if parts[-1] in ("1", "2", "4") else 1
-    return 4 * count
-
-
-_HGMMA = re.compile(r"HGMMA\.(\d+)x(\d+)x(\d+)")
-#: m, n, k of ``HMMA`` shapes
-_HMMA_SHAPES = {"16816": (16, 8, 16), "1688": (16, 8, 8), "16832": (16, 8, 32), "884": (8, 8, 4)}
-
-
-def _mma_flops(ins: Instruction) -> tuple[float, float]:
-    """``(FLOPs per warp that executes it, shared-memory operand bytes per warp)`` of a tensor-core instruction:
-    ``HMMA.16816`` is m16n8k16 per warp; ``HGMMA.64xNxK`` is one warpgroup's (four warps') 64 × N × K product, its
-    B operand (and A when it is a descriptor, not registers) read from shared memory (16-bit elements)."""
-    found = _HGMMA.match(ins.opcode)
-    if found:
-        m, n, k = (int(x) for x in found.groups())
-        operands = [o.strip() for o in ins.operands.split(",")]
-        smem = n * k * 2 + (m * k * 2 if len(operands) > 1 and operands[1].startswith("gdesc") else 0)
-        return 2.0 * m * n * k / 4, smem / 4
-    parts = ins.opcode.split(".")
-    if parts[0] == "HMMA" and len(parts) > 1 and parts[1] in _HMMA_SHAPES:
-        m, n, k = _HMMA_SHAPES[parts[1]]
-        return 2.0 * m * n * k, 0.0
-    return 0.0, 0.0
-
-
-@dataclass
-class Counts:
-    """Per-warp instruction counts of a stretch of SASS (multiply by the warps of a block and by 32 for threads);
-    bytes are per thread."""
-
-    instructions: int = 0
-    tensor: int = 0
-    hgmma: int = 0
-    tensor_flops: float = 0.0
-    mufu: dict[str, float] = field(default_factory=dict)
-    ldg: int = 0
-    ldg_bytes: int = 0
-    shared: int = 0
-    shared_bytes: float = 0.0
-    wgmma_shared_bytes: float = 0.0
-    spill_stores: int = 0
-
-    def add(self, other: "Counts", times: float = 1.0) -> "Counts":
-        out = Counts(**{k: v for k, v in asdict(self).items() if k != "mufu"}, mufu=dict(self.mufu))
-        for name in ("instructions", "tensor", "hgmma", "tensor_flops", "ldg", "ldg_bytes", "shared", "shared_bytes",
-                     "wgmma_shared_bytes", "spill_stores"):
-            setattr(out, name, getattr(out, name) + times * getattr(other, name))
-        for key, value in other.mufu.items():
-            out.mufu[key] = out.mufu.get(key, 0.0) + times * value
-        return out
-
-    @property
-    def mufu_total(self) -> float:
-        return float(sum(self.mufu.values()))
-
-
-def classify(instructions: list[Instruction]) -> Counts:
-    """Count ``instructions`` by kind (:class:`Counts`); ``@!PT`` padding is skipped."""
-    counts = Counts()
-    for ins in instructions:
-        if ins.dead:
-            continue
-        counts.instructions += 1
-        base = ins.base
-        if base in ("HMMA", "HGMMA"):
-            counts.tensor += 1
-            counts.hgmma += base == "HGMMA"
-            flops, smem = _mma_flops(ins)
-            counts.tensor_flops += flops
-            counts.wgmma_shared_bytes += smem
-        elif base == "MUFU":
-            kind = ins.opcode.split(".")[1] if "." in ins.opcode else "?"
-            counts.mufu[kind] = counts.mufu.get(kind, 0.0) + 1
-        elif base in ("LDG", "LDGSTS"):
-            counts.ldg += 1
-            counts.ldg_bytes += _bytes(ins.opcode)
-            if base == "LDGSTS":  # the copy lands in shared memory
-                counts.shared += 1
-                counts.shared_bytes += _bytes(ins.opcode)
-        elif base in ("LDS", "STS"):
-            counts.shared += 1
-            counts.shared_bytes += _bytes(ins.opcode)
-        elif base in ("LDSM", "STSM"):
-            counts.shared += 1
-            counts.shared_bytes += _ldsm_bytes(ins.opcode)
-        elif base == "STL":
-            counts.spill_stores += 1
-    return counts
-
-
-def spilled_bytes(sass: str) -> int:
-    """Bytes a thread stores to local memory (``STL``: register spills) in one pass over the code."""
-    return sum(_WIDTH.get(width or "32", 4) for width in re.findall(r"STL(?:\.(\d+))?", sass))
-
-
-def occupancy(arch: int, registers: int, warps: int, smem: int) -> tuple[int, float]:
-    """``(blocks per SM, fraction of the SM's warp slots)`` that ``registers`` per thread (allocated per warp in
-    units of 256), ``warps`` per block and ``smem`` bytes of shared memory per block (plus 1 KB the driver
-    reserves) allow."""
-    per_warp = -(-max(registers, 1) * 32 // 256) * 256
-    by_registers = (_REGISTERS_PER_SM // per_warp) // warps
-    by_smem = _SMEM_PER_SM[arch] // (smem + 1024) if smem else _MAX_BLOCKS_PER_SM
-    by_warps = _MAX_WARPS_PER_SM[arch] // warps
-    blocks = max(0, min(by_registers, by_smem, by_warps, _MAX_BLOCKS_PER_SM))
-    return blocks, blocks * warps / _MAX_WARPS_PER_SM[arch]
-
-
-# --------------------------------------------------------------------------------------------------
-# the tiles each program visits (mirrors of the kernels' loop bounds)
-# --------------------------------------------------------------------------------------------------
 
 def _aligned_run(start: int, end: int, lowest: int, highest: int, block: int) -> tuple[int, int]:
     """:func:`.jit_helpers.aligned_run` in Python."""
@@ -475,12 +207,12 @@ def _recorded(family: str, head_dim: int, arch: int, n: int):
     from .. import runtime
     if family.startswith("anchor"):
         import torch
-        anchor = _anchor_module()
+        anchor_module = anchor.load()
         with runtime.recording(runtime.TARGETS[arch]) as launches:
             q, k, v = (torch.randn(BATCH, HEADS, n, head_dim).to(torch.bfloat16) for _ in range(3))
-            out, lse = anchor.forward(q, k, v, family == "anchor-causal")
-            anchor.backward(torch.randn_like(out), q, k, v, out, lse, family == "anchor-causal")
-        return [la for la in launches if la.kernel.fn.__name__ in anchor.KERNELS]
+            out, lse = anchor_module.forward(q, k, v, family == "anchor-causal")
+            anchor_module.backward(torch.randn_like(out), q, k, v, out, lse, family == "anchor-causal")
+        return [la for la in launches if la.kernel.fn.__name__ in anchor_module.KERNELS]
     base = family.split("-")[0]
     options = dict(cc.PLAIN[base])
     if family == "band-narrow":
@@ -490,54 +222,6 @@ def _recorded(family: str, head_dim: int, arch: int, n: int):
     if reason:
         raise RuntimeError(reason)
     return launches
-
-
-def _anchor_module():
-    """``benchmarks/anchor_attention.py`` (imported from the repository's ``benchmarks`` folder)."""
-    import importlib.util
-    if "anchor_attention" in sys.modules:
-        return sys.modules["anchor_attention"]
-    root = pathlib.Path(__file__).resolve().parents[5]  # the repository: src/maskattn/kernels/triton/offline/…
-    path = os.environ.get("MASKATTN_ANCHOR", os.path.join(root, "benchmarks", "anchor_attention.py"))
-    spec = importlib.util.spec_from_file_location("anchor_attention", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"the anchor kernel is not at {path} (set MASKATTN_ANCHOR)")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["anchor_attention"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _tool(name: str) -> str:
-    import triton
-    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
-
-
-def disassemble(cubin: bytes) -> tuple[str, int]:
-    """``(nvdisasm -c text, registers per thread)`` of a cubin (``cuobjdump -res-usage``)."""
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "kernel.cubin")
-        with open(path, "wb") as f:
-            f.write(cubin)
-        sass = subprocess.run([_tool("nvdisasm"), "-c", path], capture_output=True, text=True, check=True).stdout
-        usage = subprocess.run([_tool("cuobjdump"), "-res-usage", path], capture_output=True, text=True).stdout
-    found = re.search(r"REG:(\d+)", usage)
-    return sass, int(found.group(1)) if found else 0
-
-
-def _compile(launch, arch: int):
-    """``(cubin, shared bytes, constexprs by name, options)`` of a recorded launch."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    from .compile_check import bind
-    options, signature, constexprs, attrs = bind(launch.kernel, launch.args, launch.kwargs, arch)
-    compiled = triton.compile(ASTSource(launch.kernel, signature, constexprs, attrs),
-                              target=GPUTarget("cuda", arch, 32), options=dict(options.__dict__))
-    names = launch.kernel.arg_names
-    named = {names[path[0]]: value for path, value in constexprs.items()}
-    return compiled.asm["cubin"], int(compiled.metadata.shared or 0), named, dict(options.__dict__)
 
 
 def _args(launch) -> dict[str, Any]:
@@ -586,7 +270,7 @@ def measure(p: Pass, head_dim: int, arch: int, lengths=SHAPES, _cache: dict | No
             launch = launches[0]  # MTSA: the launch that runs the row's head (its heads share its tiles)
             key = (p.family, p.kernel, head_dim, arch, bool(_args(launch).get("BAND_START")))
             if key not in cache:
-                cubin, smem, named, options = _compile(launch, arch)
+                cubin, smem, named, options = compile_launch(launch, arch)
                 sass, registers = disassemble(cubin)
                 cache[key] = (sass, registers, smem, named, options)
             sass, registers, smem, named, options = cache[key]
@@ -622,6 +306,7 @@ def measure(p: Pass, head_dim: int, arch: int, lengths=SHAPES, _cache: dict | No
             scores = max(row.computed, 1)
             row.per_score = dict(
                 tensor_flops=total.tensor_flops * row.warps / scores,
+                wgmma_flops=total.wgmma_flops * row.warps / scores,
                 mufu=total.mufu_total * threads / scores,
                 mufu_kinds={k: v * threads / scores for k, v in total.mufu.items()},
                 ldg=total.ldg * threads / scores, ldg_bytes=total.ldg_bytes * threads / scores,
@@ -635,8 +320,8 @@ def measure(p: Pass, head_dim: int, arch: int, lengths=SHAPES, _cache: dict | No
 
 def passes() -> list[Pass]:
     from .. import band, dman, tensorized
-    anchor = _anchor_module()
-    kernels = {"anchor": anchor.KERNELS, "anchor-causal": anchor.KERNELS, "mtsa": tensorized.KERNELS[:3],
+    anchor_kernels = anchor.load().KERNELS
+    kernels = {"anchor": anchor_kernels, "anchor-causal": anchor_kernels, "mtsa": tensorized.KERNELS[:3],
                "dman": dman.KERNELS, "band": band.KERNELS[:3], "band-narrow": band.KERNELS[:3]}
     return [Pass(family, kernel, mask, head) for family, mask, head in FAMILIES for kernel in kernels[family]]
 
@@ -756,6 +441,12 @@ def _target_rows(rows: list[Row], n: int) -> dict[tuple, tuple[str, float, bool]
             if a:
                 ratio = r.per_score["mufu"] / a.per_score["mufu"]
                 out[("MUFU per score ≤ 1.5× the anchor's",) + where] = (f"{ratio:.2f}×", ratio, ratio <= 1.5)
+        if r.family in ("mtsa", "dman") and r.mask != "window(3) head" and r.arch == 90 and r.head_dim in (64, 128):
+            closest = _anchor_for(r, rows, r.mask != "full" and "full" not in r.mask)
+            if closest:
+                ratio = _per_useful(r, "issue") / _per_useful(closest, "issue")
+                out[("warp instructions per useful score ≤ 1.5× the anchor's (dense passes)",) + where] = (
+                    f"{ratio:.2f}×", ratio, ratio <= 1.5)
         if r.family == "mtsa" and r.mask == "forward head" and r.arch == 90 and r.head_dim == 128:
             out[("wgmma on sm_90 at d = 128",) + where] = ("HGMMA" if r.wgmma else "HMMA", float(r.wgmma), r.wgmma)
         if r.family == "dman" and r.arch == 90 and _stage(r.kernel) != "fwd":
@@ -876,21 +567,63 @@ def _section(title: str, rows: list[Row], n: int) -> str:
             + f"\n\n### {title}: ratios to the anchor (n = {n})\n\n" + ratio_table(rows, n) + "\n")
 
 
-def document(rows: list[Row], before: list[Row], command: str, seconds: float, notes: str = "") -> str:
-    """The whole report (docs/gpu/offline-perf.md): what ran, the targets before and after, what the ratios
-    predict, the tables now at every length and the tables before at the longest."""
+def document(rows: list[Row], before: list[Row], command: str, seconds: float, notes: str = "",
+             predictions: list[dict] | None = None, tutorial_rows: list[dict] | None = None) -> str:
+    """The whole report (docs/gpu/offline-perf.md): what ran, the predicted time per family (``predictions``:
+    :func:`.time_model.family_rows`) and its targets, the pass targets before and after, the anchor beside the
+    tutorial (``tutorial_rows``: :func:`.tutorial.compare`), what the ratios predict, the tables now at every
+    length and the tables before at their longest."""
     import triton
+
+    from . import time_model, tutorial
     lengths = sorted({r.n for r in rows})
-    longest = lengths[-1]
-    parts = [_INTRO.format(command=command, triton=triton.__version__, seconds=seconds),
-             f"## Targets (n = {longest})\n\n" + targets(rows, longest, before) + "\n", NOTES if not notes else notes,
-             _PREDICTS]
+    target_n = TARGET_LENGTH if TARGET_LENGTH in lengths else lengths[-1]
+    parts = [_INTRO.format(command=command, triton=triton.__version__, seconds=seconds)]
+    if predictions:
+        checks = time_model.ratio_targets(predictions) + time_model.width_targets(rows, target_n)
+        parts.append("## Predicted time: forward + backward, as a ratio to flash attention\n\n" + _TIME_MODEL
+                     + "\n" + time_model.table(predictions) + "\n\n### Targets by the prediction (sm_90)\n\n"
+                     + "| target | predicted | met |\n|---|---:|---|\n"
+                     + "\n".join(f"| {name} | {value} | {'yes' if met else 'no'} |" for name, value, met in checks)
+                     + "\n")
+    parts.append(f"## Targets per pass (n = {target_n})\n\n" + targets(rows, target_n, before) + "\n")
+    if tutorial_rows:
+        verdict = "within" if tutorial.within(tutorial_rows) else "not everywhere within"
+        parts.append("## The anchor beside Triton's tutorial\n\n" + _TUTORIAL.format(verdict=verdict) + "\n"
+                     + tutorial.table(tutorial_rows) + "\n")
+    parts += [NOTES if not notes else notes, _PREDICTS]
     for n in reversed(lengths):
         parts.append(_section("Now", rows, n))
     if before:
         parts.append("## Before (the kernels as they were before this report's changes)\n\n"
                      + _section("Before", before, max(r.n for r in before)))
     return "\n".join(parts)
+
+
+#: the length at which the per-pass targets are read
+TARGET_LENGTH = 2048
+
+_TIME_MODEL = """`maskattn.kernels.triton.offline.time_model`: each pass takes, per computed score, the largest of four limits
+of one SM per clock — tensor-core FLOPs (wgmma 4,096 on sm_90, `mma.sync` ~2,730 there and 2,048 on sm_80),
+`MUFU` (16), issue (4 warp instructions; libdevice's calls are counted instruction by instruction) and bytes loaded
+from L2 (47) — times the scores it computes; a family adds its passes and its launcher's elementwise PyTorch work
+over DRAM (13–14 B/clk/SM), measured by counting the bytes every operation outside the kernels reads and writes
+(MTSA, DMAN; the anchor's Δ pre-pass: 4 B per element). The ratio is the family's forward + backward over the
+anchor's with the nearest mask (`mtsa_layer`, `dman`: non-causal multi-head flash on the same B, H, n, d; `mtsa_head`,
+the window head and the bands: causal flash); `bound` is the limit behind the largest share of the family's time
+(`memory`: the elementwise work). A ratio, not a time: no stalls, no overlap beyond the largest limit, no occupancy.
+Machine-readable: docs/gpu/offline-perf.json.
+"""
+
+_TUTORIAL = """`python -m maskattn.kernels.triton.offline.perf_report --tutorial PATH` compiles Triton's fused-attention
+tutorial (`python/tutorials/06-fused-attention.py`, from the user's copy: not part of maskattn) and the anchor at
+the tutorial's own tiles — forward 128 × 64 on 4 warps, 3 stages; backward 32 queries × 128 keys and 128 × 32 on
+4 warps, 5 stages — float16 (the tutorial casts `p` to float16), non-causal, and reads the steady state of each loop
+(its unmasked loop, per score). The anchor is {verdict} 5 % of the tutorial on every figure; where the tutorial's
+fixed tiles spill (its backward at d = 128: 2.5 KB on sm_90, 23.6 KB on sm_80; every pass at d = 64 on sm_80:
+240 B), the anchor at the same tiles issues fewer instructions, and the report's own anchor tiles (`TILES` in
+`benchmarks/anchor_attention.py`) are chosen not to spill. Per score, tutorial → anchor (anchor / tutorial):
+"""
 
 
 #: what changed and why, in the document (kept here so that the report regenerates the whole page)
@@ -1026,6 +759,9 @@ def main(argv=None) -> int:
     parser.add_argument("--markdown", help="write the tables here")
     parser.add_argument("--doc", help="write the whole report here (docs/gpu/offline-perf.md)")
     parser.add_argument("--before", help="rows of an earlier run (--json) to show as the 'before' tables")
+    parser.add_argument("--predictions", help="write the predicted ratio of every family here (offline-perf.json)")
+    parser.add_argument("--tutorial", help="Triton's python/tutorials/06-fused-attention.py: compile it beside the "
+                                           "anchor at its own tiles")
     args = parser.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
@@ -1050,17 +786,29 @@ def main(argv=None) -> int:
             sys.stderr.write(f"\r[{i + 1}/{len(jobs)}] {time.perf_counter() - started:.0f} s   ")
     sys.stderr.write("\n")
     before_rows = load_rows(args.before) if args.before else None
+    from . import time_model, tutorial
+    wrapper = {family: time_model.wrapper_bytes(family)["per_element"] for family in ("tensorized", "dman")}
+    predictions = time_model.family_rows(rows, wrapper)
+    tutorial_rows = tutorial.compare(args.tutorial, args.archs, [d for d in args.dims if d in (64, 128)]) \
+        if args.tutorial else None
+    target_n = TARGET_LENGTH if TARGET_LENGTH in args.lengths else args.lengths[-1]
     text = ("\n".join(report(rows, n) for n in args.lengths) + "\n#### Targets\n\n"
-            + targets(rows, args.lengths[-1], before_rows))
+            + targets(rows, target_n, before_rows) + "\n\n#### Predicted ratios\n\n" + time_model.table(predictions)
+            + ("\n\n#### The anchor beside the tutorial\n\n" + tutorial.table(tutorial_rows) if tutorial_rows else ""))
     print(text)
     if args.doc:
         before = before_rows or []
         given = list(argv if argv is not None else sys.argv[1:])
-        shown = [x for i, x in enumerate(given) if x not in ("--json", "--markdown", "--jobs")
-                 and (i == 0 or given[i - 1] not in ("--json", "--markdown", "--jobs"))]
+        hidden = ("--json", "--markdown", "--jobs", "--tutorial")
+        shown = [x for i, x in enumerate(given) if x not in hidden and (i == 0 or given[i - 1] not in hidden)]
         command = " ".join(["python -m maskattn.kernels.triton.offline.perf_report", *shown])
         with open(args.doc, "w") as f:
-            f.write(document(rows, before, command, time.perf_counter() - started))
+            f.write(document(rows, before, command, time.perf_counter() - started, predictions=predictions,
+                             tutorial_rows=tutorial_rows))
+    if args.predictions:
+        with open(args.predictions, "w") as f:
+            json.dump(predictions, f, indent=1)
+            f.write("\n")
     if args.json:
         with open(args.json, "w") as f:
             json.dump([asdict(r) for r in rows], f, indent=1)

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
+from . import anchor, sass
+
 #: the tutorial's tiles, ``(block_m, block_n, warps, stages)``: its forward's test configuration (128 × 64 on
 #: 4 warps, the autotuner's pick for d ≤ 128 without warp specialisation) and its backward's fixed launch
 #: (``BLOCK_M1, BLOCK_N1 = 32, 128``; ``BLOCK_M2, BLOCK_N2 = 128, 32``; 4 warps, 5 stages)
@@ -116,14 +118,13 @@ class Steady:
 def steady(launch, arch: int, loop: str, head_dim: int, area: int, warps: int) -> Steady:
     """Compile ``launch`` for ``arch`` and read, per score, the light path of its innermost loop whose tensor-core
     FLOPs per iteration are ``FLOPS_PER_SCORE[loop] · head_dim · area`` (an iteration computes ``area`` scores)."""
-    from . import perf_report as pr
-    cubin, _, _, _ = pr._compile(launch, arch)
-    sass, registers = pr.disassemble(cubin)
-    instructions = pr.parse_sass(sass)
+    cubin, _, _, _ = sass.compile_launch(launch, arch)
+    text, registers = sass.disassemble(cubin)
+    instructions = sass.parse_sass(text)
     wanted = FLOPS_PER_SCORE[loop] * head_dim * area
     found = []
-    for a, b in pr.innermost_loops(instructions):
-        light = pr.classify(pr.path_counts(instructions[a:b + 1])[0])
+    for a, b in sass.innermost_loops(instructions):
+        light = sass.classify(sass.path_counts(instructions[a:b + 1])[0])
         if abs(light.tensor_flops * warps - wanted) <= 1e-6 * wanted:
             found.append(light)
     if len(found) != 1:
@@ -131,7 +132,7 @@ def steady(launch, arch: int, loop: str, head_dim: int, area: int, warps: int) -
                            f"iteration (the {loop} loop of {area} scores at d = {head_dim}); expected one")
     light = found[0]
     return Steady(light.instructions * warps / area, light.mufu_total * 32 * warps / area,
-                  light.tensor_flops * warps / area, registers, pr.spilled_bytes(sass))
+                  light.tensor_flops * warps / area, registers, sass.spilled_bytes(text))
 
 
 def _launch(kernel, args, kwargs):
@@ -170,25 +171,23 @@ def tutorial_passes(module, arch: int, head_dim: int, n: int = 2048) -> dict[str
 def anchor_passes(arch: int, head_dim: int, n: int = 2048) -> dict[str, Steady]:
     """The anchor's three passes at :data:`TUTORIAL_TILES`, float16, non-causal, whole tiles."""
     import torch
-
-    from . import perf_report as pr
-    anchor = pr._anchor_module()
+    anchor_module = anchor.load()
     pairs = 8
     x = torch.empty(pairs, n, head_dim, dtype=torch.float16)
     rows = torch.empty(pairs, n, dtype=torch.float32)
     out = {}
     common = dict(CAUSAL=False, EVEN=True, BLOCK_D=head_dim)
     m, nb, warps, stages = TUTORIAL_TILES["fwd"]
-    out["fwd"] = steady(_launch(anchor.anchor_fwd, (x, x, x, x, rows, n, head_dim, n // m, 0.18),
+    out["fwd"] = steady(_launch(anchor_module.anchor_fwd, (x, x, x, x, rows, n, head_dim, n // m, 0.18),
                                 dict(common, BLOCK_M=m, BLOCK_N=nb, num_warps=warps, num_stages=stages)),
                         arch, "fwd", head_dim, m * nb, warps)
     m, nb, warps, stages = TUTORIAL_TILES["bwd_kv"]
-    out["bwd_kv"] = steady(_launch(anchor.anchor_bwd_kv, (x, x, x, x, rows, rows, x, x, n, head_dim, n // nb, 0.125,
+    out["bwd_kv"] = steady(_launch(anchor_module.anchor_bwd_kv, (x, x, x, x, rows, rows, x, x, n, head_dim, n // nb, 0.125,
                                                           0.18),
                                    dict(common, BLOCK_M=m, BLOCK_N=nb, num_warps=warps, num_stages=stages)),
                            arch, "bwd_kv", head_dim, m * nb, warps)
     m, nb, warps, stages = TUTORIAL_TILES["bwd_q"]
-    out["bwd_q"] = steady(_launch(anchor.anchor_bwd_q, (x, x, x, x, rows, rows, x, n, head_dim, n // m, 0.125, 0.18),
+    out["bwd_q"] = steady(_launch(anchor_module.anchor_bwd_q, (x, x, x, x, rows, rows, x, n, head_dim, n // m, 0.125, 0.18),
                                   dict(common, BLOCK_M=m, BLOCK_N=nb, num_warps=warps, num_stages=stages)),
                           arch, "bwd_q", head_dim, m * nb, warps)
     return out
@@ -206,11 +205,11 @@ def compare(path: str | Path, archs=(90, 80), dims=(64, 128)) -> list[dict]:
     for arch in archs:
         module = load(path, arch)
         for d in dims:
-            tutorial, anchor = tutorial_passes(module, arch, d), anchor_passes(arch, d)
+            theirs, ours = tutorial_passes(module, arch, d), anchor_passes(arch, d)
             for direction in ("forward", "backward"):
                 row: dict = {"direction": direction, "d": d, "arch": arch}
                 for key, _, _ in FIGURES:
-                    t, a = _direction(tutorial, key)[direction], _direction(anchor, key)[direction]
+                    t, a = _direction(theirs, key)[direction], _direction(ours, key)[direction]
                     row[key] = {"tutorial": t, "anchor": a, "ratio": a / t if t else float("nan")}
                 rows.append(row)
     return rows
