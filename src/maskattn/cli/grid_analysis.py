@@ -24,22 +24,23 @@ def compare(
     metric: str = typer.Option(..., "--metric", "-m", help="the test metric compared (accuracy, f1, rouge, rouge1, "
                                "rouge2, rougeL, bleu, chrf, loss)"),
     output: str = typer.Option("md", "--format", help="md (a Markdown table) or json"),
-    samples: int = typer.Option(1000, "--samples", help="bootstrap resamples (generation metrics)"),
-    seed: int = typer.Option(12345, "--seed", help="the bootstrap's seed (sacreBLEU's default)"),
+    samples: int = typer.Option(1000, "--samples", help="bootstrap resamples, 40 to 100,000 (one test set)"),
+    seed: int = typer.Option(12345, "--seed", help="the bootstrap's seed, an int >= 0 (sacreBLEU's default)"),
 ):
     """Compare cells on a test metric: for each pair, the difference of the means (A − B) with its 95 % interval,
-    the statistic, p and whether the difference is established at 5 %. The test follows the replication: seeds →
-    Welch's t (and how many seed pairs each leads); cross-validation folds → paired t with the Nadeau–Bengio
-    corrected variance; one test set → also a paired bootstrap over the test items per seed pair (needs the runs'
-    test.hyp.txt for ROUGE / BLEU / chrF, test.pred.jsonl for accuracy / F1). Example: maskattn grid compare benchmarks/results/table5_vectors/trec --metric accuracy
-    mtsa cnn_nonstatic"""
-    from ..grid.compare import compare as run_compare, json_report, markdown_report, resolve_cells
+    the statistic, p and whether the difference is established at 5 % (p < 0.05, which is the interval excluding
+    0). The test follows the replication: seeds → Welch's t (and how many seed pairs each leads); cross-validation
+    folds → paired t with the Nadeau–Bengio corrected variance; one test set → also a paired bootstrap over the
+    test items per seed pair (needs the runs' test.hyp.txt for ROUGE / BLEU / chrF, test.pred.jsonl for accuracy /
+    F1, and the runs' data: the references, the gold labels). Example: maskattn grid compare
+    benchmarks/results/table5_vectors/trec --metric accuracy mtsa cnn_nonstatic"""
+    from ..grid.compare import (check_bootstrap_options, compare as run_compare, json_report, markdown_report,
+                                resolve_cells)
 
     with user_errors():
         if output not in ("md", "json"):
             raise ArgumentError(f"--format {output!r}: expected md or json")
-        if samples < 1:
-            raise ArgumentError(f"--samples must be an int >= 1, got {samples}")
+        check_bootstrap_options(samples, seed)
         grids = [item for item in items if ":" not in item and Path(item).is_dir()]
         cells = [item for item in items if item not in grids]
         reports = run_compare(resolve_cells(cells, grids), metric, samples=samples, seed=seed)

@@ -43,7 +43,8 @@ from .spec import LAUNCH_RECORD, MANIFEST, REPLICATE_KEYS, RUN_LOG, WORKER_LOCK,
 
 __all__ = ["RunRecord", "read_run_record", "collect_runs", "read_summary", "result_text", "read_run_metrics",
            "read_test_predictions", "read_test_hypotheses", "read_grid", "read_cost", "read_record", "is_held",
-           "log_tail", "finite", "HOW_KEYS", "SUMMARY", "METRICS", "COST_FILE", "HYPOTHESES", "PREDICTIONS"]
+           "log_tail", "finite", "tested_metrics", "check_tested", "HOW_KEYS", "SUMMARY", "METRICS", "COST_FILE", "HYPOTHESES",
+           "PREDICTIONS", "FRACTION_METRICS", "METRIC_RANGES", "INTERVAL_BOUNDS"]
 
 #: the costs ``maskattn grid cost`` measured, in a grid's folder
 COST_FILE = "cost.json"
@@ -53,6 +54,15 @@ METRICS = "metrics.jsonl"
 HOW_KEYS = {f"{section}.{key}" for section, key in FREE_SETTINGS} | {"train.out_dir"}
 _DATA_KEYS = ("data.source", "data.dir", "data.format", "data.train", "data.dev", "data.test", "data.cv_folds",
               "data.hf_name")
+#: the metrics recorded as fractions (shown in %: :data:`maskattn.grid.table.PERCENT_METRICS`)
+FRACTION_METRICS = ("accuracy", "f1")
+#: the values a metric can take (its interval bounds too): a recorded value outside is damage, refused when read
+METRIC_RANGES: dict[str, tuple[float, float]] = {
+    **{name: (0.0, 1.0) for name in FRACTION_METRICS},
+    **{name: (0.0, 100.0) for name in ("rouge", "rouge1", "rouge2", "rougeL", "bleu", "chrf")},
+    "loss": (0.0, math.inf), "ppl": (1.0, math.inf)}
+#: the suffixes of a metric's interval bounds in a summary's test metrics (``rouge1_low``): bounds, not metrics
+INTERVAL_BOUNDS = ("_low", "_high")
 #: the most bytes read of a summary or cost file, and of a launch or worker record (a few hundred bytes each)
 _JSON_BYTES = 2**24
 _RECORD_BYTES = 2**20
@@ -156,7 +166,42 @@ def _check_summary(summary: dict, path: Path) -> dict:
     if isinstance(metric, str) and metric in summary.get("test", {}) and not finite(summary["test"][metric]):
         raise DataError(f"{path}: test {metric!r} must be a finite number, got {shown(summary['test'][metric])}; "
                         f"{_DAMAGED}")
+    values = [(f"test {name!r}", name, value) for name, value in summary.get("test", {}).items()]
+    if isinstance(metric, str) and summary.get("best_dev") is not None:
+        values.append(("entry 'best_dev'", metric, summary["best_dev"]))
+    for what, name, value in values:
+        low, high = METRIC_RANGES.get(_base_metric(name), (-math.inf, math.inf))
+        if finite(value) and not low <= value <= high:
+            raise DataError(f"{path}: {what} must be in [{low:g}, {high:g}] (a {_base_metric(name)} value), got "
+                            f"{shown(value)}; {_DAMAGED} (a run of a grid: delete the file and run the grid again "
+                            "to train the run again)")
     return summary
+
+
+def _base_metric(name: str) -> str:
+    """The metric an interval bound belongs to (``rouge1_low`` → ``rouge1``); any other name is its own."""
+    for suffix in INTERVAL_BOUNDS:
+        if name.endswith(suffix) and name != suffix:
+            return name[:-len(suffix)]
+    return name
+
+
+def tested_metrics(records: Sequence[RunRecord]) -> list[str]:
+    """The metrics the runs were tested on, sorted: the finite numbers of their summaries' ``test``, without the
+    bounds of an interval beside a metric (``rouge1_low`` / ``rouge1_high`` beside ``rouge1``)."""
+    names = {key for r in records for key, value in r.summary.get("test", {}).items() if finite(value)}
+    return sorted(name for name in names if _base_metric(name) == name or _base_metric(name) not in names)
+
+
+def check_tested(names: Sequence[str], records: Sequence[RunRecord]) -> None:
+    """Refuse (:class:`ArgumentError`, one line) a ``--metric`` name that is not one of :func:`tested_metrics` —
+    one no run was tested on, or the bound of a metric's interval — naming the metrics there are."""
+    tested = tested_metrics(records)
+    for name in names:
+        if name not in tested:
+            base = _base_metric(name)
+            why = f"a bound of {base}'s 95 % interval, not a metric" if base in tested else "no run was tested on it"
+            raise ArgumentError(f"--metric {name}: {why}; the runs' test metrics are {', '.join(tested) or 'none'}")
 
 
 def _summary_from_log(folder: Path, config: dict) -> dict | None:

@@ -3,7 +3,10 @@ differ only in their replicate keys (``train.seed``, ``data.fold``) and in how t
 device) — with the test metric of every run, its mean ± sample standard deviation, the mean best dev metric, the
 epochs trained, the training throughput, the wall time per run and the parameters without the word embeddings
 (MTSA Table 1's |θ|); with the efficiency figures of ``maskattn grid cost`` (``cost.json`` in a grid folder) beside
-them. The rows (:func:`table_rows`) are also the cells that ``grid compare`` and ``grid plot`` name.
+them. The rows (:func:`table_rows`) are also the cells that ``grid compare`` and ``grid plot`` name. Two runs of
+one cell with the same replicate values (the same seed, and fold) are one run counted twice — a copy of a grid
+inside the folders given (``runs/gc`` beside its backup ``runs/gc.bak``) would double a cell's runs and its seed
+pairs: refused, naming both folders.
 
 A run is a folder holding ``config.yaml`` and ``summary.json`` (what a grid run or a cross-validation fold writes),
 or ``config.yaml`` and a ``metrics.jsonl`` that ends with its test row (a finished ``maskattn train`` run: its
@@ -22,14 +25,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import ArgumentError
-from .records import HOW_KEYS, RunRecord, finite
+from .records import FRACTION_METRICS, HOW_KEYS, RunRecord, check_tested, finite, tested_metrics
 from .spec import REPLICATE_KEYS
 
 __all__ = ["Row", "resolved_records", "table_rows", "markdown_table", "count_text", "seconds_text", "bytes_text",
            "shown_value", "PERCENT_METRICS"]
 
 #: the metrics shown in % (recorded as fractions)
-PERCENT_METRICS = ("accuracy", "f1")
+PERCENT_METRICS = FRACTION_METRICS
 
 
 @dataclass
@@ -78,13 +81,31 @@ def table_rows(records: list[RunRecord]) -> tuple[list[str], list[Row]]:
     if all(name is not None for name in names) and len(set(names)) == len(names):
         for row, name in zip(rows, names):
             row.label = name or "(base)"
+        _refuse_copies(rows)
         return ["cell"], rows
     differing = sorted({key for key in records[0].config.keys() | {k for r in records for k in r.config}
                         if key not in HOW_KEYS and key not in REPLICATE_KEYS
                         and len({json.dumps(row.runs[0].config.get(key), default=str) for row in rows}) > 1})
     for row in rows:
         row.label = ", ".join(f"{key}={_text(row.runs[0].config.get(key))}" for key in differing) or "(one cell)"
+    _refuse_copies(rows)
     return ["settings"], rows
+
+
+def _refuse_copies(rows: list[Row]) -> None:
+    """Refuse two runs of one row with the same replicate values (module docstring), naming both folders."""
+    for row in rows:
+        seen: dict[tuple, RunRecord] = {}
+        for record in row.runs:
+            replicate = tuple(record.config.get(key) for key in REPLICATE_KEYS)
+            if replicate in seen:
+                told = ", ".join(f"{key.split('.')[-1]} {value}" for key, value in zip(REPLICATE_KEYS, replicate)
+                                 if _tells_apart(record, key))
+                raise ArgumentError(f"{seen[replicate].folder} and {record.folder} are the same run of cell "
+                                    f"{row.label} ({told or 'the same settings'}), counted twice: a copy of a run or "
+                                    "of a grid (a backup?) among the folders given; move one of them out, or give "
+                                    "the grid folders themselves")
+            seen[replicate] = record
 
 
 def _number(value) -> float:
@@ -170,11 +191,8 @@ def markdown_table(records: list[RunRecord], *, metric: str | Sequence[str] | No
     :class:`ArgumentError` naming those they were."""
     names = metric.split(",") if isinstance(metric, str) else list(metric or [])
     metrics = [name.strip() for name in names if name.strip()] or [records[0].summary.get("metric", "accuracy")]
-    tested = sorted({key for r in records for key, value in r.summary.get("test", {}).items() if finite(value)})
-    unknown = [name for name in metrics if name not in tested]
-    if unknown and tested:
-        raise ArgumentError(f"--metric {', '.join(unknown)}: no run was tested on it; the runs' test metrics are "
-                            f"{', '.join(tested)}")
+    if tested_metrics(records):  # a table of runs without test scores shows "–"
+        check_tested(metrics, records)
     _, rows = table_rows(records)
     with_cost = any(r.cost for r in records)
     # training throughput in the task's unit: examples (classifiers) or target tokens (seq2seq); one task per table
