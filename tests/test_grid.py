@@ -301,6 +301,59 @@ def test_a_runs_log_tail_is_read_from_its_end(tmp_path):
     assert log_tail(tmp_path, 3) == ["one", "two", "three"] and log_tail(tmp_path / "nosuch") == []
 
 
+def _sparse_log(path: Path, size: int, end: bytes) -> None:
+    """A log of ``size`` bytes of NULs (a sparse file: nothing on disk) and no line break, then ``end``."""
+    with open(path, "wb") as log:
+        log.truncate(size)
+        log.seek(size)
+        log.write(end)
+
+
+def test_grid_status_of_a_failed_run_reads_a_2_gb_log_from_its_end(tmp_path):
+    import tracemalloc
+
+    from maskattn.train.resumable import write_json
+
+    data = write_sentiment(tmp_path)
+    grid = define_grid(tmp_path / "grid", overrides=[f"data.dir={data}", *TINY], seeds="0")
+    grid.folder.mkdir()
+    grid.save()
+    folder = grid.folder / "seed0"
+    folder.mkdir()
+    write_json(folder / "worker.json", {"pid": 1, "host": "h", "outcome": "failed", "error": "DataError: x"})
+    _sparse_log(folder / "train.log", 2 * 2**30, b"\nerror: the last words\n")
+    tracemalloc.start()
+    try:
+        result = run_cli("status", grid.folder)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.exit_code == 0 and "seed0: failed: error: the last words" in result.output, result.output
+    assert peak < 64 * 2**20, peak
+
+
+def test_a_slurm_jobs_failure_reads_the_last_line_of_the_log_from_its_end(tmp_path):
+    """The job's process says why its worker failed from the log's last line: read from the end (it read every
+    line, holding a line as long as it is: a log of one long line was held whole)."""
+    import sys
+    import tracemalloc
+
+    from maskattn.grid.launchers.slurm_job import SlurmRun
+
+    (tmp_path / "r").mkdir()
+    _sparse_log(tmp_path / "r" / "train.log", 64 * 2**20, b"\n")  # an earlier job's output, one long line
+    job = SlurmRun(str(tmp_path), "r", [sys.executable, "-c", "print('error: the last words'); raise SystemExit(3)"],
+                   {}, str(tmp_path), watch_parent=False)
+    tracemalloc.start()
+    try:
+        with pytest.raises(RuntimeError, match=r"worker ended with exit status 3: error: the last words \(log: "):
+            job()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 2**20, peak
+
+
 def test_grid_status_says_where_each_run_is(tmp_path):
     from maskattn.train.resumable import write_json
 

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from .errors import ArgumentError
 
-__all__ = ["atomic_write", "remove_stale_temp_files", "temp_path", "check_outputs", "check_output_folder"]
+__all__ = ["atomic_write", "atomic_savefig", "remove_stale_temp_files", "temp_path", "check_outputs",
+           "check_output_folder"]
 
 _TEMP = re.compile(r"^\..+\.tmp-(\d+)$")
 
@@ -59,6 +60,18 @@ def atomic_write(path: str | Path, chunks: Iterable[bytes | memoryview]) -> Path
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def atomic_savefig(figure, path: str | Path, **options) -> Path:
+    """A matplotlib ``figure`` written to ``path`` atomically (:func:`atomic_write`): drawn into memory in the
+    format of ``path``'s suffix (``figure.savefig(…, **options)``), then written whole — a full disk keeps the
+    previous image."""
+    import io
+
+    path = Path(path)
+    image = io.BytesIO()
+    figure.savefig(image, format=path.suffix.lstrip(".").lower(), **options)
+    return atomic_write(path, [image.getbuffer()])
 
 
 def _alive(pid: int) -> bool:

@@ -4,6 +4,7 @@ attention) and a rich terminal table."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 
@@ -11,25 +12,26 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ArgumentError
+from ..files import atomic_savefig, atomic_write
 from .runner import FIELDS, BenchResult
 
 __all__ = ["write_outputs", "write_csv", "write_json", "plot", "figure", "render_tables"]
 
 
 def write_csv(result: BenchResult, path: Path) -> Path:
-    """One row per record, the columns of :data:`maskattn.bench.FIELDS`."""
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=list(FIELDS))
-        writer.writeheader()
-        for record in result.records:
-            writer.writerow({k: "" if v is None else v for k, v in record.items()})
-    return path
+    """One row per record, the columns of :data:`maskattn.bench.FIELDS`; written atomically
+    (:func:`~maskattn.files.atomic_write`, as every output here)."""
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=list(FIELDS))
+    writer.writeheader()
+    for record in result.records:
+        writer.writerow({k: "" if v is None else v for k, v in record.items()})
+    return atomic_write(path, [text.getvalue().encode("utf-8")])
 
 
 def write_json(result: BenchResult, path: Path) -> Path:
     """Machine, settings, field and module descriptions, notes, wall time and the records."""
-    path.write_text(json.dumps(result.to_dict(), indent=1), encoding="utf-8")
-    return path
+    return atomic_write(path, [json.dumps(result.to_dict(), indent=1).encode("utf-8")])
 
 
 #: The panels of the plot: one per mechanism family, each drawn against the references.
@@ -57,9 +59,10 @@ def plot(result: BenchResult, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig = figure(result)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    try:
+        return atomic_savefig(fig, path, dpi=110, bbox_inches="tight")
+    finally:
+        plt.close(fig)
 
 
 def figure(result: BenchResult):

@@ -54,15 +54,20 @@ def plot(
                              "OUT.svg (default: <first folder>/curves)"),
     metric: str = typer.Option(None, "--metric", help="the dev metric drawn (default: the runs' train.metric)"),
     title: str = typer.Option(None, "--title", help="the figure's title"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace OUT.png and OUT.svg if they exist"),
 ):
     """Draw a grid's learning curves: per cell, training loss and dev metric against the step, mean ± std over its
-    seeds or folds, each run's test score marked at the step of its tested (best) checkpoint; PNG and SVG. A run
-    without a metrics log is named and left out."""
+    seeds or folds, each run's test score marked at the step of its tested (best) checkpoint; PNG and SVG, written
+    atomically (existing files need --overwrite). A run without a metrics log is named and left out; dev values
+    that are not finite and logs cut short are named in notes."""
     from ..grid.plot import plot_grid
 
     with user_errors():
-        written, skipped = plot_grid(folders, out or folders[0] / "curves", metric=metric, title=title)
+        written, skipped, notes = plot_grid(folders, out or folders[0] / "curves", metric=metric, title=title,
+                                            overwrite=overwrite)
     err = Console(stderr=True)
     for line in skipped:
         err.print(f"skipped {escape(line)}", highlight=False, soft_wrap=True)
+    for line in notes:
+        err.print(f"note: {escape(line)}", highlight=False, soft_wrap=True)
     print("\n".join(str(path) for path in written))

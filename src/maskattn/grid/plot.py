@@ -4,10 +4,15 @@ score marked at the step of the checkpoint it was tested from (``best_step``: th
 named as ``maskattn grid table`` names them (runs whose configurations differ only in how a value is spelled —
 ``model.embed_scale: null`` or the 1.0 it means — are one cell: :func:`~maskattn.grid.table.resolved_records`).
 A run's curve is its ``metrics.jsonl``; a finished run without one (or without rows) is named and left out, not an
-error.
+error. What is drawn with a caveat is said in a note: a run's dev values that are not finite (NaN) are left out of
+its cell's curve (they made the whole mean NaN: the curve vanished while the legend counted the run), and a
+finished run whose log ends before the step it finished at (a truncated log) is drawn as far as it goes.
 
 At a step only some runs reached (early stopping ends runs at different steps) the mean and band are over the
-runs that reached it; a band needs two. Accuracy and F1 are shown in %.
+runs that reached it; a band needs two. Accuracy and F1 are shown in %. The figures are written atomically
+(:func:`maskattn.files.atomic_savefig`: a full disk keeps the previous ``curves.png``), and an existing one is
+replaced only with ``overwrite`` (``--overwrite``), checked before anything is read
+(:func:`maskattn.files.check_outputs`).
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ArgumentError, DataError
-from .records import METRICS, RunRecord, collect_runs, read_run_metrics
+from ..files import atomic_savefig, check_outputs
+from .records import METRICS, RunRecord, collect_runs, finite, read_run_metrics
 from .table import PERCENT_METRICS, shown_value, table_rows
 
-__all__ = ["CellCurves", "cell_curves", "plot_grid"]
+__all__ = ["CellCurves", "cell_curves", "plot_grid", "output_paths"]
 
 
 @dataclass
@@ -37,13 +43,16 @@ class CellCurves:
     tests: list[tuple[int, float]] = field(default_factory=list)
 
 
-def cell_curves(grids: Sequence[str | Path], metric: str | None = None) -> tuple[list[CellCurves], str, list[str]]:
+def cell_curves(grids: Sequence[str | Path],
+                metric: str | None = None) -> tuple[list[CellCurves], str, list[str], list[str]]:
     """The curves of every cell of ``grids`` (folders of runs), the dev metric drawn (default: the runs'
-    ``train.metric``) and the runs left out, each as ``folder: why``."""
+    ``train.metric``), the runs left out and the notes on runs drawn with a caveat (module docstring), each as
+    ``folder: why``."""
     records, _ = collect_runs(grids)
     _, rows = table_rows(records)
     metric = metric or records[0].summary.get("metric", "accuracy")
     skipped: list[str] = []
+    notes: list[str] = []
     cells = []
     for row in rows:
         curves = CellCurves(row.label, 0)
@@ -52,14 +61,25 @@ def cell_curves(grids: Sequence[str | Path], metric: str | None = None) -> tuple
             if not rows_of_run:
                 continue
             curves.runs += 1
+            not_finite = 0
             for item in rows_of_run:
-                if item["split"] == "train" and isinstance(item.get("loss"), (int, float)):
+                if item["split"] == "train" and finite(item.get("loss")):
                     curves.train.setdefault(item["step"], []).append(float(item["loss"]))
-                elif item["split"] == "dev" and isinstance(item.get(metric), (int, float)):
-                    curves.dev.setdefault(item["step"], []).append(shown_value(metric, float(item[metric])))
+                elif item["split"] == "dev" and metric in item:
+                    if finite(item[metric]):
+                        curves.dev.setdefault(item["step"], []).append(shown_value(metric, float(item[metric])))
+                    else:
+                        not_finite += 1
+            if not_finite:
+                notes.append(f"{record.folder}: {not_finite} dev {metric} value(s) not a finite number (NaN, infinite or null), "
+                             "left out of its cell's curve")
+            ended, logged = record.summary.get("steps"), max(item["step"] for item in rows_of_run)
+            if isinstance(ended, int) and logged < ended:
+                notes.append(f"{record.folder}: its {METRICS} ends at step {logged:,}, the run finished at step "
+                             f"{ended:,} (the log was cut short): its curves stop at {logged:,}")
             test = record.summary.get("test", {}).get(metric)
             step = record.summary.get("best_step") or record.summary.get("steps")
-            if isinstance(test, (int, float)) and isinstance(step, int):
+            if finite(test) and isinstance(step, int):
                 curves.tests.append((step, shown_value(metric, float(test))))
         if curves.runs:
             cells.append(curves)
@@ -69,7 +89,7 @@ def cell_curves(grids: Sequence[str | Path], metric: str | None = None) -> tuple
     if not any(c.dev for c in cells):
         raise ArgumentError(f"no run has dev rows of {metric!r}; the runs' metric is "
                             f"{records[0].summary.get('metric')!r}")
-    return cells, metric, skipped
+    return cells, metric, skipped, notes
 
 
 def _rows(record: RunRecord, skipped: list[str]) -> list[dict]:
@@ -93,10 +113,21 @@ def _band(points: dict[int, list[float]]) -> tuple[np.ndarray, np.ndarray, np.nd
     return steps, means, stds
 
 
+def output_paths(out: str | Path, formats: Sequence[str] = ("png", "svg")) -> list[Path]:
+    """The files :func:`plot_grid` writes for ``out``: ``<out>.png`` and ``<out>.svg``."""
+    out = Path(out)
+    return [out.with_name(f"{out.name}.{extension}") for extension in formats]
+
+
 def plot_grid(grids: Sequence[str | Path], out: str | Path, *, metric: str | None = None, title: str | None = None,
-              formats: tuple[str, ...] = ("png", "svg")) -> tuple[list[Path], list[str]]:
-    """Draw the curves of ``grids`` (module docstring) into ``<out>.png`` and ``<out>.svg``; returns the files
-    written and the runs left out (``folder: why``)."""
+              formats: tuple[str, ...] = ("png", "svg"),
+              overwrite: bool = False) -> tuple[list[Path], list[str], list[str]]:
+    """Draw the curves of ``grids`` (module docstring) into ``<out>.png`` and ``<out>.svg``, atomically; an existing
+    file is refused unless ``overwrite`` (before anything is read). Returns the files written, the runs left out and
+    the notes on runs drawn with a caveat (``folder: why``)."""
+    paths = output_paths(out, formats)
+    for path in paths:
+        check_outputs({"--out": path}, overwrite=overwrite)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -104,7 +135,7 @@ def plot_grid(grids: Sequence[str | Path], out: str | Path, *, metric: str | Non
 
     matplotlib.rcParams["svg.hashsalt"] = "maskattn"  # the same SVG for the same curves
 
-    cells, metric, skipped = cell_curves(grids, metric)
+    cells, metric, skipped, notes = cell_curves(grids, metric)
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     unit = " (%)" if metric in PERCENT_METRICS else ""
@@ -129,12 +160,9 @@ def plot_grid(grids: Sequence[str | Path], out: str | Path, *, metric: str | Non
     right.legend(fontsize=8, loc="best")
     fig.suptitle(title or ", ".join(map(str, grids)) + ": mean ± std over the runs of each cell", fontsize=10)
     fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    written = []
-    for extension in formats:
-        path = out.with_name(f"{out.name}.{extension}")
-        fig.savefig(path, dpi=110, metadata={"Date": None} if extension == "svg" else None)
-        written.append(path)
-    plt.close(fig)
-    return written, skipped
+    try:
+        for path in paths:
+            atomic_savefig(fig, path, dpi=110, metadata={"Date": None} if path.suffix == ".svg" else None)
+    finally:
+        plt.close(fig)
+    return paths, skipped, notes

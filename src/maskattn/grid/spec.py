@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..data.text import read_yaml
+from ..data.text import MAX_TEXT_BYTES, read_text, read_yaml
 from ..errors import ConfigError, MaskattnError
 from ..sections import parse_yaml, shown
 from ..train.resumable import SUMMARY, read_summary, write_json
@@ -273,8 +273,8 @@ def load_grid(folder: str | Path) -> Grid:
     if not path.is_file():
         raise ConfigError(f"{folder} holds no grid ({MANIFEST} not found); start one with maskattn grid run --out "
                           f"{folder} and its settings")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+    try:  # bounded: a few hundred bytes per run, at most max_runs() runs (a larger file is not a manifest)
+        data = json.loads(read_text(path, "grid manifest", max_bytes=max(MAX_TEXT_BYTES, max_runs() * 4096)))
         if not isinstance(data, dict):
             raise TypeError(f"a JSON {type(data).__name__}, not an object")
         if data.get("format") != FORMAT:

@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from ..errors import ArgumentError, ArgumentTypeError
+from ..files import atomic_savefig
 from ..validation import describe
 from .panels import Heatmap
 
@@ -77,11 +78,9 @@ def draw_grid(rows: Sequence[Sequence[Heatmap]], *, title: str | None = None, ce
 def save_grid(rows: Sequence[Sequence[Heatmap]], path: str | Path, *, title: str | None = None,
               dpi: int = 110) -> Path:
     """Draw ``rows`` (see :func:`draw_grid`) and write the image to ``path`` (``.png``, ``.svg`` or ``.pdf``;
-    parent folders are created)."""
+    parent folders are created) atomically (:func:`~maskattn.files.atomic_savefig`: a failed write keeps the
+    previous file)."""
     path = Path(path)
     if path.suffix.lower() not in IMAGE_SUFFIXES:
         raise ArgumentError(f"output file {path} must end in one of {', '.join(IMAGE_SUFFIXES)}")
-    fig = draw_grid(rows, title=title)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    return path
+    return atomic_savefig(draw_grid(rows, title=title), path, dpi=dpi)

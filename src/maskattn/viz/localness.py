@@ -15,6 +15,7 @@ skipped and counted in :attr:`LocalnessTable.skipped`.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ import torch
 from rich.table import Table
 
 from ..errors import ArgumentError, ArgumentTypeError
+from ..files import atomic_write
 from ..validation import describe
 from ..analysis import localness_per_sequence
 from .maps import describe_layers, find_sublayers
@@ -73,21 +75,17 @@ class LocalnessTable:
                           "values": {str(layer): v for layer, v in r.values.items()}} for r in self.rows]}
 
     def write_json(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
-        return path
+        """:meth:`to_dict` as JSON, written atomically (:func:`~maskattn.files.atomic_write`)."""
+        return atomic_write(path, [(json.dumps(self.to_dict(), indent=2) + "\n").encode("utf-8")])
 
     def write_csv(self, path: str | Path) -> Path:
-        """Table 5's layout: ``mechanism, window, layer_<l>…`` (percent), one line per row."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(["mechanism", "checkpoint", "window", *(f"layer_{layer}" for layer in self.layers)])
-            for r in self.rows:
-                writer.writerow([r.mechanism, r.checkpoint, r.window, *(f"{r.values[layer]:.4f}" for layer in self.layers)])
-        return path
+        """Table 5's layout: ``mechanism, window, layer_<l>…`` (percent), one line per row; written atomically."""
+        text = io.StringIO(newline="")
+        writer = csv.writer(text)
+        writer.writerow(["mechanism", "checkpoint", "window", *(f"layer_{layer}" for layer in self.layers)])
+        for r in self.rows:
+            writer.writerow([r.mechanism, r.checkpoint, r.window, *(f"{r.values[layer]:.4f}" for layer in self.layers)])
+        return atomic_write(path, [text.getvalue().encode("utf-8")])
 
     def summary(self) -> str:
         """Where the rows come from: the data file, and per checkpoint its rows, sentence count and the

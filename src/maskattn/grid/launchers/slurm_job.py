@@ -5,7 +5,6 @@ import maskattn."""
 
 from __future__ import annotations
 
-import collections
 import os
 import signal
 import subprocess
@@ -55,10 +54,9 @@ class SlurmRun:
         while (code := self._process.poll()) is None:  # not wait(): checkpoint() runs in a signal handler meanwhile,
             time.sleep(0.5)  # and Popen's lock, held through wait(), would deadlock it
         if code not in (0, self.busy_exit):
-            with open(log, encoding="utf-8", errors="replace") as handle:
-                lines = collections.deque((line.strip() for line in handle if line.strip()), maxlen=1)
+            last = _last_line(log)
             raise RuntimeError(f"grid run {self.name}: the worker ended with exit status {code}"
-                               f"{': ' + lines[-1] if lines else ''} (log: {log})")
+                               f"{': ' + last if last else ''} (log: {log})")
         return code
 
     def checkpoint(self):
@@ -106,6 +104,22 @@ def _stop(pid: int, timeout: float = 120) -> None:
             os.kill(pid, signal.SIGKILL)
             deadline = float("inf")
         time.sleep(0.2)
+
+
+def _last_line(path: str, span: int = 2**16) -> str:
+    """The last non-empty line of the log ``path`` within its last ``span`` bytes, read from its end (a failed
+    run's log may be gigabytes; ``maskattn.grid.records.log_tail`` reads it the same way, which this module may
+    not import); "" when there is none."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - span))
+            lines = handle.read(span).decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    if size > span:
+        lines = lines[1:]  # the line the piece starts inside
+    return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
 def _ignore_usr2() -> None:
