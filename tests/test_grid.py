@@ -20,7 +20,7 @@ from maskattn.grid.records import collect_runs
 from maskattn.grid.scheduler import run_grid
 from maskattn.grid.spec import define_grid, parse_seeds, split_values
 from maskattn.grid.table import markdown_table
-from maskattn.grid.worker import run_one
+from maskattn.grid.worker import DONE_EXIT, run_one
 
 TINY = ["model.d_model=16", "model.num_heads=2", "model.ffn=false", "train.batch_size=16", "train.max_steps=6",
         "train.eval_every=3", "train.log_every=1", "data.dev_fraction=0.25", "optim.name=adam", "optim.lr=0.01",
@@ -109,8 +109,32 @@ def test_an_interrupted_run_resumes_exactly_and_a_finished_one_is_kept(tmp_path,
     assert summary["test"] == reference["test"] and summary["steps"] == 6
     assert yaml.safe_load((grid.folder / "seed0" / "config.yaml").read_text())["train"]["num_threads"] == 1
     best = (grid.folder / "seed0" / "best.safetensors").stat().st_mtime_ns
-    assert run_one(grid.folder, "seed0", 1) == 0  # finished: not trained again
+    record = (grid.folder / "seed0" / "worker.json").read_bytes()
+    assert run_one(grid.folder, "seed0", 1) == DONE_EXIT  # finished: not trained again, nothing recorded
     assert (grid.folder / "seed0" / "best.safetensors").stat().st_mtime_ns == best
+    assert (grid.folder / "seed0" / "worker.json").read_bytes() == record
+
+
+def test_a_run_another_grid_process_finished_meanwhile_is_not_reported_finished_twice(tmp_path):
+    """Two grid run on one folder: a run the other process finished after this one planned it is "finished by
+    another process", not "finished now" — no worker started for it, nothing appended to its log (both processes
+    reported it finished and appended the summary to train.log twice)."""
+    from maskattn.train.resumable import write_json
+
+    data = write_sentiment(tmp_path)
+    grid = define_grid(tmp_path / "grid", overrides=[f"data.dir={data}", *TINY], seeds="0-1")
+    lines: list[str] = []
+
+    def say(line: str) -> None:  # once the grid is planned, "another process" finishes seed1
+        lines.append(line)
+        if len(lines) == 1:
+            (grid.folder / "seed1").mkdir(parents=True)
+            write_json(grid.folder / "seed1" / "summary.json", {"metric": "accuracy", "test": {"accuracy": 0.5}})
+
+    outcome = run_grid(grid, jobs=1, threads=1, say=say)
+    assert outcome["finished"] == ["seed0"] and outcome["done"] == ["seed1"], lines
+    assert "seed1: finished by another process meanwhile" in lines
+    assert not (grid.folder / "seed1" / "train.log").exists()
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from pathlib import Path
 from .launchers import ENDED, QUEUED, RUNNING, Job, Launcher, SlurmOptions, make_launcher, recorded_jobs
 from .records import is_held, log_tail, read_record, read_summary, result_text
 from .spec import RUN_LOG, WORKER_RECORD, Grid, GridRun
-from .worker import BUSY_EXIT
+from .worker import BUSY_EXIT, DONE_EXIT
 
 __all__ = ["run_grid", "OUTCOMES"]
 
@@ -96,8 +96,11 @@ def _follow(grid: Grid, launcher: Launcher, pending: list[GridRun], running: lis
         while pending or running:
             free = (launcher.at_once or len(pending)) - len(running)
             if pending and free > 0:
-                running += launcher.submit(grid, pending[:free])
+                starting = _unfinished(grid, pending[:free], outcome, say)
                 del pending[:free]
+                running += launcher.submit(grid, starting) if starting else []
+                if not starting:
+                    continue
             time.sleep(launcher.poll_s)
             if not launcher.poll(running):
                 continue  # the launcher cannot tell this time
@@ -113,8 +116,26 @@ def _follow(grid: Grid, launcher: Launcher, pending: list[GridRun], running: lis
         raise
 
 
+def _unfinished(grid: Grid, runs: list[GridRun], outcome: dict[str, list[str]],
+                say: Callable[[str], None]) -> list[GridRun]:
+    """``runs`` less those another process has finished since the grid was planned (``done``, said so)."""
+    left = []
+    for run in runs:
+        if read_summary(grid.folder / run.name) is None:
+            left.append(run)
+        else:
+            _finished_elsewhere(run.name, outcome, say)
+    return left
+
+
+def _finished_elsewhere(name: str, outcome: dict[str, list[str]], say: Callable[[str], None]) -> None:
+    outcome["done"].append(name)
+    say(f"{name}: finished by another process meanwhile")
+
+
 def _report(grid: Grid, job: Job, outcome: dict[str, list[str]], say: Callable[[str], None]) -> None:
-    """How the run of an ended job ended: ``busy`` (its worker found it held), ``finished`` (its summary is there,
+    """How the run of an ended job ended: ``busy`` (its worker found it held), ``done`` (its worker found it
+    finished by another process), ``finished`` (its summary is there,
     and its worker exited 0 if this process saw it exit), ``failed`` (a worker that exited otherwise, or whose
     record says so, or that never recorded itself but wrote to the log), else ``stopped`` (interrupted: the next
     ``grid run`` continues it)."""
@@ -123,13 +144,20 @@ def _report(grid: Grid, job: Job, outcome: dict[str, list[str]], say: Callable[[
         outcome["busy"].append(name)
         say(f"{name}: held by another process, left to it")
         return
+    if job.exit_code == DONE_EXIT:
+        _finished_elsewhere(name, outcome, say)
+        return
     summary = read_summary(folder)
+    worker = read_record(folder, WORKER_RECORD)
+    if summary is not None and job.exit_code is None and worker.get("job_id") not in (None, job.id):
+        _finished_elsewhere(name, outcome, say)  # a queue's job that found its run finished by another's worker
+        return
     if summary is not None and job.exit_code in (None, 0):
         outcome["finished"].append(name)
         took = f"({job.name})" if job.exit_code is None else f"in {time.perf_counter() - job.started:.0f} s"
         say(f"{name}: finished {took}, {result_text(summary) or 'no test split'}")
         return
-    worker, tail = read_record(folder, WORKER_RECORD), log_tail(folder, 1, grid.folder)
+    tail = log_tail(folder, 1, grid.folder)
     if job.exit_code is not None or worker.get("outcome") == "failed" or (not worker and tail):
         outcome["failed"].append(name)
         why = job.name if job.exit_code is None else f"exit status {job.exit_code}"

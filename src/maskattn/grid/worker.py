@@ -3,7 +3,9 @@
 its folder (a finished run is not trained again, an interrupted one continues from its ``last.safetensors``).
 
 The worker holds its run while it trains it (``<run>/.grid-worker``, a ``flock``: a run another process holds is
-left to it, exit status :data:`BUSY_EXIT`) and records its start and end in ``<run>/worker.json``: ``host``,
+left to it, exit status :data:`BUSY_EXIT`; a run another process finished before this worker took it is left as it
+is — nothing recorded, printed or appended to its log —, exit status :data:`DONE_EXIT`, so two ``grid run`` on one
+folder never both report it as finished) and records its start and end in ``<run>/worker.json``: ``host``,
 ``pid``, ``job_id`` (``SLURM_JOB_ID``, or the array's ``<job>_<task>``), ``started``; and once it has stopped,
 ``ended`` and ``outcome`` (``finished``, ``interrupted``: it keeps its checkpoints, or ``failed`` with ``error``).
 """
@@ -25,12 +27,14 @@ from .spec import WORKER_LOCK, WORKER_RECORD, load_grid
 if TYPE_CHECKING:
     from ..train.config import RunConfig
 
-__all__ = ["run_one", "thread_env", "WORKER", "BUSY_EXIT", "PARENT_ENV"]
+__all__ = ["run_one", "thread_env", "WORKER", "BUSY_EXIT", "DONE_EXIT", "PARENT_ENV"]
 
 #: the module a run's process executes: ``python -m <WORKER> GRID RUN THREADS`` (:func:`run_one`)
 WORKER = "maskattn.cli.grid_worker"
 #: a worker's exit status when another process holds its run
 BUSY_EXIT = 75
+#: a worker's exit status when its run had finished before it took it (another process trained it meanwhile)
+DONE_EXIT = 76
 #: the process a worker dies with (its pid): the grid process, or a Slurm job's (``maskattn.cli.grid_worker``)
 PARENT_ENV = "MASKATTN_GRID_PARENT"
 
@@ -59,8 +63,9 @@ def _train_beside(cfg: RunConfig) -> None:
 
 def run_one(grid_folder: str | Path, name: str, threads: int) -> int:
     """Run the run ``name`` of the grid in ``grid_folder`` to its end with ``threads`` threads (module docstring);
-    the exit status: 0, or :data:`BUSY_EXIT` when another process holds the run. Under ``torchrun`` the first
-    process holds the run and records it; the others train beside it."""
+    the exit status: 0, :data:`BUSY_EXIT` when another process holds the run, :data:`DONE_EXIT` when it had
+    finished already. Under ``torchrun`` the first process holds the run and records it; the others train beside
+    it."""
     grid = load_grid(grid_folder)
     run = next((r for r in grid.runs if r.name == name), None)
     if run is None:
@@ -75,6 +80,8 @@ def run_one(grid_folder: str | Path, name: str, threads: int) -> int:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return BUSY_EXIT
+        if read_summary(folder) is not None:  # finished by another process since this one was started
+            return DONE_EXIT
         job = os.environ.get("SLURM_JOB_ID")
         if os.environ.get("SLURM_ARRAY_TASK_ID") and os.environ.get("SLURM_ARRAY_JOB_ID"):
             job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"

@@ -30,7 +30,7 @@ from pathlib import Path
 from ...errors import ArgumentError
 from ...train.resumable import write_json
 from ..spec import LAUNCH_RECORD, Grid, GridRun
-from ..worker import BUSY_EXIT, WORKER, thread_env
+from ..worker import BUSY_EXIT, DONE_EXIT, WORKER, thread_env
 from . import slurm_job
 from .base import ENDED, QUEUED, RUNNING, Job, Launcher
 
@@ -236,7 +236,7 @@ def _slurm_run(grid: Grid, run: GridRun, threads: int, gpus: int) -> slurm_job.S
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus),
                    *worker]
     return slurm_job.SlurmRun(str(grid.folder.resolve()), run.name, command, thread_env(threads), grid.cwd,
-                              watch_parent=gpus <= 1, busy_exit=BUSY_EXIT)
+                              watch_parent=gpus <= 1, busy_exit=BUSY_EXIT, done_exit=DONE_EXIT)
 
 
 def _default_minutes(partition: str | None) -> int:

@@ -25,9 +25,9 @@ class SlurmRun:
     in its last jobs (then requeueing would not get further). Self-contained on purpose (module docstring)."""
 
     def __init__(self, grid_folder: str, name: str, command: list[str], env: dict[str, str], cwd: str,
-                 watch_parent: bool = True, busy_exit: int = 75, fruitless: int = 0) -> None:
+                 watch_parent: bool = True, busy_exit: int = 75, fruitless: int = 0, done_exit: int = 76) -> None:
         self.grid_folder, self.name, self.command, self.env, self.cwd = grid_folder, name, command, env, cwd
-        self.watch_parent, self.busy_exit = watch_parent, busy_exit
+        self.watch_parent, self.busy_exit, self.done_exit = watch_parent, busy_exit, done_exit
         self.fruitless = fruitless  # jobs in a row, before this one, in which the run wrote no checkpoint
         self._process: subprocess.Popen | None = None
         self._started = 0.0
@@ -53,7 +53,7 @@ class SlurmRun:
                                              preexec_fn=_ignore_usr2)
         while (code := self._process.poll()) is None:  # not wait(): checkpoint() runs in a signal handler meanwhile,
             time.sleep(0.5)  # and Popen's lock, held through wait(), would deadlock it
-        if code not in (0, self.busy_exit):
+        if code not in (0, self.busy_exit, self.done_exit):
             last = _last_line(log)
             raise RuntimeError(f"grid run {self.name}: the worker ended with exit status {code}"
                                f"{': ' + last if last else ''} (log: {log})")
@@ -78,7 +78,8 @@ class SlurmRun:
                   "--slurm-time or lower train.eval_every)", file=sys.stderr, flush=True)
             return None
         return submitit.helpers.DelayedSubmission(type(self)(self.grid_folder, self.name, self.command, self.env,
-                                                             self.cwd, self.watch_parent, self.busy_exit, fruitless))
+                                                             self.cwd, self.watch_parent, self.busy_exit, fruitless,
+                                                             self.done_exit))
 
 
 #: jobs in a row without a new checkpoint after which a run is not requeued
