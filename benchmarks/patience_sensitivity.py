@@ -19,7 +19,7 @@ import statistics
 from pathlib import Path
 
 from maskattn.metrics.test_outputs import PREDICTIONS, read_predictions
-from maskattn.grid.compare import label_statistics, paired_bootstrap, welch
+from maskattn.grid.compare import label_statistics, p_text, paired_bootstrap, welch
 
 
 def run_record(grid: Path, longer: Path, cell: str, seed: int) -> tuple[dict, dict, Path]:
@@ -73,7 +73,7 @@ def main() -> None:
                 for cell, rows in ((a, stats_a), (b, stats_b)):  # the file is what the run was scored on
                     assert abs(score(rows.sum(0)) - tests["longer"][cell][seeds.index(seed)]) < 1e-9, (cell, seed)
                 result = paired_bootstrap(stats_a, stats_b, score, samples=args.samples)
-                pairs.append(f"{result.difference:+.2f} ({result.p:.3g})")
+                pairs.append(f"{result.difference:+.2f} ({p_text(result)})")
             print(f"| {a} − {b} | {short.difference:+.2f}, {short.p:.3g} | {longer.difference:+.2f}, {longer.p:.3g} | "
                   f"{' / '.join(pairs)} |")
 

@@ -1,6 +1,6 @@
 """The committed grids of benchmarks/results: running one again trains nothing (``grid run --dry-run`` reports 0
 runs to train), every record's files agree with each other (summary.json, metrics.jsonl, metrics.csv, train.log,
-test.pred.jsonl), and they keep their paths relative (to the repository or the data root), so a fresh clone with the data beside it
+test.pred.jsonl, and the run manifest .run-files.json lists them), and they keep their paths relative (to the repository or the data root), so a fresh clone with the data beside it
 re-runs them. Reads the records only: no data, no training (the configurations are checked against the data
 folder only where ../shared/data is there)."""
 
@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from maskattn.cli import app
 from maskattn.metrics.test_outputs import PREDICTIONS, read_predictions
 from maskattn.grid.spec import load_grid
+from maskattn.train.run_folder import MANIFEST_NAME, RUN_FILES
 
 from _train_helpers import flat
 
@@ -93,6 +94,11 @@ def test_a_records_files_agree(grid, folder):
     best = (min if metric == "loss" else max)(dev, key=lambda row: row[metric])
     assert best[metric] == summary["best_dev"] and best["step"] == summary["best_step"]
     assert max(row["step"] for row in rows) == summary["steps"]
+    # the run's manifest lists every run file there (test.pred.jsonl written later by `maskattn eval --predictions`
+    # too: a file a manifest does not list is not the run's, so --overwrite would leave it and a rerun refuse it)
+    if (folder / MANIFEST_NAME).is_file():
+        listed = set(json.loads((folder / MANIFEST_NAME).read_text())["files"])
+        assert {name for name in RUN_FILES if (folder / name).is_file()} <= listed, folder
     # test.pred.jsonl (a classifier's predictions, for paired tests): they rescore to the test accuracy recorded
     if (folder / PREDICTIONS).is_file():
         predictions = read_predictions(folder / PREDICTIONS)

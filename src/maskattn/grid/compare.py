@@ -63,7 +63,7 @@ from .table import PERCENT_METRICS, shown_value, table_rows
 
 __all__ = ["Cell", "Result", "PairReport", "resolve_cells", "compare", "welch", "nadeau_bengio", "paired_bootstrap",
            "cv_ratio", "markdown_report", "json_report", "item_statistics", "label_statistics", "run_references",
-           "run_labels", "check_bootstrap_options", "bootstrap_memory", "GENERATION_METRICS", "HYPOTHESES",
+           "run_labels", "p_text", "check_bootstrap_options", "bootstrap_memory", "GENERATION_METRICS", "HYPOTHESES",
            "PREDICTIONS", "LEVEL", "MIN_SAMPLES", "MAX_SAMPLES"]
 
 #: metrics scored on generated text (one test set), compared per seed pair by a paired bootstrap
@@ -637,7 +637,7 @@ def _number(value: float, digits: int = 2) -> str:
     return f"{value:+.{digits}f}" if math.isfinite(value) else "–"
 
 
-def _p(result: Result) -> str:
+def p_text(result: Result) -> str:
     """p as the table shows it: "–" when undefined, "< 0.002" for a bootstrap's 0 (below its resolution)."""
     p = result.p
     if math.isnan(p):
@@ -670,7 +670,7 @@ def markdown_report(reports: list[PairReport]) -> str:
                 statistic = f"Δ = {result.statistic:.2f}"
             test = f"{result.test} ({result.n})"
             lines.append(f"| {report.a} | {report.b} | {means} | {test} | {_number(result.difference)} | "
-                         f"[{_number(result.low)}, {_number(result.high)}] | {statistic} | {_p(result)} | "
+                         f"[{_number(result.low)}, {_number(result.high)}] | {statistic} | {p_text(result)} | "
                          f"{_verdict(result)} |")
         if report.ahead is not None:
             pairs = "fold pairs" if report.replication == "folds" else "seed pairs"
