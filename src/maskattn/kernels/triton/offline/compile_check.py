@@ -406,7 +406,9 @@ def _compile(job: _Job) -> Row:
     row = Row(name, job.case.label, job.arch, "ok", job.case.plain, job.case.dtype, job.case.head_dim,
               _describe(job.constexprs, job.kernel), job.options["num_warps"], job.options["num_stages"],
               smem_limit=runtime.TARGETS[job.arch].smem,
-              padding=padding_share(job.case.head_dim, blocks.get("BLOCK_DK", 0), blocks.get("BLOCK_DV", 0)))
+              # elementwise kernels (no BLOCK_DK: no tl.dot) put no tensor work on padding
+              padding=padding_share(job.case.head_dim, blocks["BLOCK_DK"], blocks["BLOCK_DV"]) if "BLOCK_DK" in blocks
+              else 0.0)
     triton.knobs.nvidia.dump_ptxas_log = True
     log = io.StringIO()
     started = time.perf_counter()
