@@ -52,7 +52,8 @@ does not visit, so its buffer needs no fill, and one sum per far side; the wrapp
 import triton
 import triton.language as tl
 
-from .jit_helpers import (LOG2E, dropout_keep, dropout_key_pass, head_base, load_tile, log_sigmoid, online_softmax, program_tile,
+from .jit_helpers import (LOG2E, dropout_keep, dropout_key_pass, head_base, load_tile, log_sigmoid, online_softmax,
+                          online_softmax_scaled, program_tile,
                           store_tile)
 
 #: never specialised on == 1 (a new length, offset or distance must not recompile)
@@ -159,14 +160,15 @@ def _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, i0, j0, rows, idx_n, fk,
     cols = j0 + idx_n
     k = load_tile(k_base, j0, skn, skd, idx_n, fk, M, D_K)
     v = load_tile(v_base, j0, svn, svd, idx_n, fv, M, D_V)
-    s2 = _keep_keys(tl.dot(q, tl.trans(k), input_precision=PRECISION).to(acc.dtype) * scale2, cols, M, kpm_row,
-                    HAS_KPM)
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(acc.dtype)
     if NEAR:
-        score = _near_scores(s2, query_bias, rows, cols, i0, j0, P, sp, D, q_offset, log_floor, CAUSAL, HAS_FLOOR,
-                             BLOCK_M, BLOCK_N)[0]
-    else:
-        score = s2 + far_log_m2[:, None]
-    p, alpha, new_max = online_softmax(score, row_max)
+        score = _near_scores(_keep_keys(s * scale2, cols, M, kpm_row, HAS_KPM), query_bias, rows, cols, i0, j0, P,
+                             sp, D, q_offset, log_floor, CAUSAL, HAS_FLOOR, BLOCK_M, BLOCK_N)[0]
+        p, alpha, new_max = online_softmax(score, row_max)
+    else:  # one gate per row: scale, gate and maximum in one FMA per score; keys masked at the end or with padding
+        if HAS_KPM or j0 + BLOCK_N > M:
+            s = _keep_keys(s, cols, M, kpm_row, HAS_KPM)
+        p, alpha, new_max = online_softmax_scaled(s, scale2, far_log_m2, row_max)
     row_sum = row_sum * alpha + tl.sum(p, axis=1)
     if DROPOUT:
         p = tl.where(dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK_M, BLOCK_N), p / (1.0 - drop_p), 0.0)
@@ -248,16 +250,17 @@ def _bwd_kv_tile(grad_k, grad_v, k, v, kept, q_base, do_base, i0, j0, idx_m, col
     lse = tl.load(LSE + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
     delta = tl.load(DELTA + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
     query_bias = tl.load(a_row + rows * san, mask=in_rows, other=0.0).to(lse.dtype) + u_h
-    s2 = tl.where(kept[:, None], tl.dot(k, tl.trans(q), input_precision=PRECISION).to(lse.dtype) * scale2,
-                  float("-inf"))  # (BLOCK_N keys, BLOCK_M queries)
+    s = tl.dot(k, tl.trans(q), input_precision=PRECISION).to(lse.dtype)  # (BLOCK_N keys, BLOCK_M queries)
     if NEAR:
         log_m = _near_gate(query_bias, i0, j0, P, sp, D, q_offset, log_floor, HAS_FLOOR, BLOCK_M, BLOCK_N, True)[0]
-        score = s2 + log_m * LOG2E
+        score = tl.where(kept[:, None], s * scale2, float("-inf")) + log_m * LOG2E
         if CAUSAL:
             score = tl.where(cols[:, None] <= q_offset + rows[None, :], score, float("-inf"))
-    else:
-        score = s2 + (_gate(query_bias + edge.to(lse.dtype), log_floor, HAS_FLOOR)[0] * LOG2E)[None, :]
-    p = tl.exp2(score - lse[None, :])
+        p = tl.exp2(score - lse[None, :])
+    else:  # scale, the row's gate and its log-sum-exp in one FMA per score; the masked keys' rows are zeroed at the
+        # end (a key's mask decides only its own dK and dV rows in this pass)
+        gate2 = _gate(query_bias + edge.to(lse.dtype), log_floor, HAS_FLOOR)[0] * LOG2E
+        p = tl.exp2(s * scale2 + (gate2 - lse)[None, :])
     dp = tl.dot(v, tl.trans(do), input_precision=PRECISION).to(lse.dtype)
     if DROPOUT:
         dp, dropped = dropout_key_pass(seed, bh, rows, j0, N, M, drop_p, dp, p, BLOCK_M, BLOCK_N)
@@ -321,6 +324,8 @@ def dman_bwd_kv(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, DK, DV,
                                       log_floor, LSE, DELTA, san, sqn, sqd, sgn, sgd, N, M, D_K, D_V, seed, bh, scale2,
                                       drop_p, False, CAUSAL, HAS_FLOOR, DROPOUT, PRECISION, BLOCK_M, BLOCK_N)
     key_base = bh.to(tl.int64) * M
+    grad_k = tl.where(kept[:, None], grad_k, 0.0)  # far tiles did not mask: a padded key's rows (even NaN) are 0
+    grad_v = tl.where(kept[:, None], grad_v, 0.0)
     store_tile(DK + key_base * D_K, j0, D_K, 1, idx_n, fk, M, D_K, (grad_k * scale).to(DK.dtype.element_ty))
     store_tile(DV + key_base * D_V, j0, D_V, 1, idx_n, fv, M, D_V, grad_v.to(DV.dtype.element_ty))
 
@@ -363,15 +368,16 @@ def _bwd_q_tile(grad_q, left_ds, near_dz, right_ds, q, do, lse, delta, k_base, v
     cols = j0 + idx_n
     k = load_tile(k_base, j0, skn, skd, idx_n, fk, M, D_K)
     v = load_tile(v_base, j0, svn, svd, idx_n, fv, M, D_V)
-    s2 = _keep_keys(tl.dot(q, tl.trans(k), input_precision=PRECISION).to(lse.dtype) * scale2, cols, M, kpm_row,
-                    HAS_KPM)
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(lse.dtype)
     if NEAR:
-        score, grad_gate = _near_scores(s2, query_bias, rows, cols, i0, j0, P, sp, D, q_offset, log_floor, CAUSAL,
-                                        HAS_FLOOR, BLOCK_M, BLOCK_N)
-    else:
-        score = s2 + tl.where(left, left_log_m2, right_log_m2)[:, None]
-        grad_gate = s2  # unused on far tiles
-    p = tl.exp2(score - lse[:, None])
+        score, grad_gate = _near_scores(_keep_keys(s * scale2, cols, M, kpm_row, HAS_KPM), query_bias, rows, cols,
+                                        i0, j0, P, sp, D, q_offset, log_floor, CAUSAL, HAS_FLOOR, BLOCK_M, BLOCK_N)
+        p = tl.exp2(score - lse[:, None])
+    else:  # scale, the row's gate and its log-sum-exp in one FMA per score; keys masked at the end or with padding
+        if HAS_KPM or j0 + BLOCK_N > M:
+            s = _keep_keys(s, cols, M, kpm_row, HAS_KPM)
+        p = tl.exp2(s * scale2 + (tl.where(left, left_log_m2, right_log_m2) - lse)[:, None])
+        grad_gate = p  # unused on far tiles
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION).to(lse.dtype)
     if DROPOUT:
         dp = tl.where(dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK_M, BLOCK_N), dp / (1.0 - drop_p), 0.0)

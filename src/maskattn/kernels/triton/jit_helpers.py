@@ -3,11 +3,40 @@
 Exponentials are base 2 (``exp2``, ``log2``: the hardware's ``ex2`` / ``lg2``); callers fold ``log₂e`` into the
 factor they already multiply by (the score scale), FlashAttention-2's way."""
 
+import os
+
 import triton
 import triton.language as tl
 
 LOG2E = tl.constexpr(1.4426950408889634)  # log₂ e (a constexpr: @jit functions read only those as globals)
 LN2 = tl.constexpr(0.6931471805599453)  # ln 2
+#: Triton's interpreter runs these kernels (it has no inline PTX: the special-function helpers take its exact
+#: operations; this module is imported once the runtime has decided, :func:`.runtime.load`)
+INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
+
+
+@triton.jit
+def log2_mufu(x):
+    """``log₂ x`` on the special-function unit: ``lg2.approx.f32``, one ``MUFU.LG2`` (PTX ISA: maximum absolute error
+    2⁻²²·⁶ for x in [0.5, 2], relative 2⁻²² elsewhere) where ``tl.log2`` is libdevice's accurate ``log2f``, ~20
+    FMA-pipe instructions. Float64 and the interpreter take ``tl.log2``."""
+    if x.dtype == tl.float64 or INTERPRETED:
+        return tl.log2(x)
+    else:
+        return tl.inline_asm_elementwise("lg2.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
+                                         pack=1)
+
+
+@triton.jit
+def reciprocal_mufu(x):
+    """``1 / x`` on the special-function unit: ``rcp.approx.ftz.f32``, one ``MUFU.RCP`` (PTX ISA: maximum relative
+    error 2⁻²³; denormal results flush to zero — the callers' ``x`` lie in [1, 2]). Float64 and the interpreter
+    divide."""
+    if x.dtype == tl.float64 or INTERPRETED:
+        return 1.0 / x
+    else:
+        return tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
+                                         pack=1)
 
 
 @triton.jit
@@ -17,30 +46,16 @@ def sigmoid_log2(x2):
 
 
 @triton.jit
-def reciprocal_1_2(a):
-    """``1 / a`` for ``a`` in [1, 2] on the FMA units, without a special-function instruction: the linear start
-    ``24/17 − 8/17·a`` (relative error at most 1/17) and three Newton steps ``r ← r + r·(1 − a·r)`` (each squares
-    the error: 1/17⁸ ≈ 1.4·10⁻¹⁰, below float32's rounding), two FMAs each — seven FMAs in all. A NaN stays NaN."""
-    r = 1.4117647058823530 - 0.47058823529411764 * a
-    r = r + r * (1.0 - a * r)
-    r = r + r * (1.0 - a * r)
-    return r + r * (1.0 - a * r)
-
-
-@triton.jit
-def sigmoid_log2_fma(x2):
-    """``σ(x)`` of ``x2 = x·log₂e``, like :func:`sigmoid_log2`, with one special-function instruction per value
-    instead of two (docs/design.md §3; docs/gpu/offline-perf.md): ``t = 2^(−|x2|)`` in (0, 1] (``ex2``), then
-    ``σ = 1 / (1 + t)`` for ``x2 >= 0`` and ``t / (1 + t)`` below, the reciprocal of ``1 + t`` in [1, 2] by
-    :func:`reciprocal_1_2` on the FMA units (float64 divides exactly). Relative accuracy as :func:`sigmoid_log2`'s
-    over the whole range (no cancellation; a tiny σ is ``t`` itself to within a few ulp); ±inf give 1 and 0, NaN
-    stays NaN."""
+def sigmoid_log2_rcp(x2):
+    """``σ(x)`` of ``x2 = x·log₂e``, like :func:`sigmoid_log2`, in two special-function instructions and three others
+    (docs/design.md §3; docs/gpu/offline-perf.md): ``t = 2^(−|x2|)`` in (0, 1] (``ex2``), then ``σ = r`` for ``x2 >= 0``
+    and ``t·r`` below with ``r = 1 / (1 + t)`` (:func:`reciprocal_mufu`: ``1 + t`` in [1, 2], relative error 2⁻²³).
+    Relative accuracy as :func:`sigmoid_log2`'s over the whole range (no cancellation; a tiny σ is ``t`` itself to
+    within a few ulp); ±inf give 1 and 0, NaN stays NaN. (The last round computed ``r`` by three Newton steps on the
+    FMA units, seven FMAs per score, to spare a ``MUFU``; the passes are bound by instruction issue, not by the
+    special-function unit: docs/gpu/offline-perf.md, "Predicted time".)"""
     t = tl.exp2(-tl.abs(x2))
-    a = 1.0 + t
-    if x2.dtype == tl.float64:
-        r = 1.0 / a
-    else:
-        r = reciprocal_1_2(a)
+    r = reciprocal_mufu(1.0 + t)
     return tl.where(x2 >= 0, r, t * r)
 
 
@@ -55,8 +70,10 @@ def sigmoid(x):
 
 @triton.jit
 def log_sigmoid(x):
-    """``log σ(x) = min(x, 0) − log(1 + exp(−|x|))``: finite for every finite ``x``."""
-    return tl.minimum(x, 0.0) - LN2 * tl.log2(1.0 + tl.exp2(-tl.abs(x) * LOG2E))
+    """``log σ(x) = min(x, 0) − log(1 + exp(−|x|))``: finite for every finite ``x``; the logarithm of a value in
+    (1, 2] on the special-function unit (:func:`log2_mufu`: absolute error below 2⁻²² there, so below 1.2·10⁻⁷ in
+    ``log σ``)."""
+    return tl.minimum(x, 0.0) - LN2 * log2_mufu(1.0 + tl.exp2(-tl.abs(x) * LOG2E))
 
 
 @triton.jit
@@ -68,6 +85,17 @@ def online_softmax(score, row_max):
     new_max = tl.maximum(row_max, tl.max(score, axis=1))
     safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
     return tl.exp2(score - safe_max[:, None]), tl.exp2(row_max - safe_max), new_max
+
+
+@triton.jit
+def online_softmax_scaled(score, scale2, row_bias, row_max):
+    """:func:`online_softmax` of the scores ``score·scale2 + row_bias`` (``scale2 > 0``; ``row_bias`` one value per
+    row) without forming them: the row maximum is taken of the unscaled scores, and the scale, the row's bias and
+    its maximum are folded into the exponent's argument — one FMA per score, FlashAttention-2's way (the Triton
+    tutorial's ``qk·scale − m``). ``score`` ``−inf`` where not allowed."""
+    new_max = tl.maximum(row_max, tl.max(score, axis=1) * scale2 + row_bias)
+    safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
+    return tl.exp2(score * scale2 + (row_bias - safe_max)[:, None]), tl.exp2(row_max - safe_max), new_max
 
 
 #: Philox-4×32 rounds of the dropout masks: 7, the fewest that pass TestU01's BigCrush (Salmon et al., SC 2011,

@@ -8,8 +8,8 @@ to the head's band ``lo <= j − i <= hi``::
     N_i = Σ_j w_ij·d_ij·(v⊙E)_j      D_i = Σ_j w_ij·E_j      out_i = N_i / D_i
 
 ``d_ij`` is the weights' dropout keep-mask (MTSA Appendix A.3), drawn from Philox by position. ``σ`` is
-:func:`.jit_helpers.sigmoid_log2_fma`: one ``ex2`` per score and a reciprocal of ``1 + 2^(−|x|)`` on the FMA units
-(the division was a second special-function instruction per score; docs/gpu/offline-perf.md). Backward takes
+:func:`.jit_helpers.sigmoid_log2_rcp`: one ``ex2`` and one ``rcp.approx`` of ``1 + 2^(−|x|)`` per score, both on the
+special-function unit (the passes are issue-bound: docs/gpu/offline-perf.md, "Predicted time"). Backward takes
 ``dN = dO / D`` and ``dD = −dN·out`` from a pre-pass (the wrapper: FlashAttention-2's Δ, here per feature) and
 computes ``dW_ij = d_ij·(dN_i·(v⊙E)_j) + dD_i·E_j`` and ``dR = dW ⊙ σ(1 − σ)`` (identity: ``dW ⊙ w``).
 
@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from .jit_helpers import (aligned_run, dropout_key_pass, dropout_keep, head_base, key_range, load_tile, online_softmax, program_tile,
-                          query_range, sigmoid_log2_fma, store_tile)
+                          query_range, sigmoid_log2_rcp, store_tile)
 
 #: never specialised on == 1 (a new length must not recompile); the head widths stay specialised: their divisibility
 #: by 16 lets the feature masks vectorise the loads (and pipeline them)
@@ -81,7 +81,7 @@ def _fwd_tile(num, den, row_max, q, k_base, ve_base, e_base, j0, rows, idx_n, fk
         num = num * alpha[:, None]
         den = den * alpha[:, None]
     else:
-        w = sigmoid_log2_fma(s)
+        w = sigmoid_log2_rcp(s)
         if masked:  # uniform over the program: tiles wholly inside the band skip the mask
             w = tl.where(_band_mask(rows, cols, lo, hi, M), w, 0.0)
         if HAS_KPM:  # padded keys add 0 anyway (their v⊙E and E are 0): this keeps a non-finite key out
@@ -152,7 +152,7 @@ def _weights_t(k, q, rows, cols, lo, hi, M, kpm_row, row_max, scale2, masked, ID
             allowed = allowed & (tl.load(kpm_row + cols, mask=cols < M, other=1) == 0)[:, None]
         return tl.exp2(tl.where(allowed, s - row_max[None, :], float("-inf")))
     else:
-        w = sigmoid_log2_fma(s)
+        w = sigmoid_log2_rcp(s)
         if masked:
             w = tl.where(_band_mask_t(cols, rows, lo, hi, M), w, 0.0)
         if HAS_KPM:
@@ -257,7 +257,7 @@ def _bwd_q_tile(grad_q, q, d_num, d_den, k_base, ve_base, e_base, j0, rows, idx_
             allowed = allowed & (tl.load(kpm_row + cols, mask=cols < M, other=1) == 0)[None, :]
         w = tl.exp2(tl.where(allowed, s - row_max[:, None], float("-inf")))
     else:
-        w = sigmoid_log2_fma(s)
+        w = sigmoid_log2_rcp(s)
         if masked:
             w = tl.where(_band_mask(rows, cols, lo, hi, M), w, 0.0)
         if HAS_KPM:
