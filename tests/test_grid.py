@@ -417,20 +417,62 @@ def test_the_slurm_launcher_refuses_in_one_line_what_it_cannot_submit(tmp_path, 
             (["--launcher", "slurm", "--slurm-time", "1:2:3:4"], "--slurm-time '1:2:3:4': expected Slurm's time"),
             (["--launcher", "slurm", "--slurm-option", "=x"], "--slurm-option '=x': expected key=value"),
             (["--launcher", "slurm", "--slurm-gpus-per-task", "0"], "--slurm-gpus-per-task must be an int >= 1"),
-            (["--launcher", "slurm", "--slurm-time", "1", "--slurm-signal-delay", "60"],
-             "--slurm-signal-delay must be an int >= 1 and below the time limit (60 s), got 60")):
+            (["--launcher", "slurm", "--slurm-time", "1", "--slurm-signal-delay", "0"],
+             "--slurm-signal-delay must be an int >= 1, got 0"),
+            (["--launcher", "slurm", "--slurm-time", "1", "--slurm-signal-delay", "16"],
+             "--slurm-signal-delay 16: at most 15 s with a 1-minute time limit (--slurm-time 1): Slurm sends the "
+             "warning up to 30 s before the delay asks"),
+            (["--launcher", "slurm", "--slurm-time", "4:00:00", "--slurm-signal-delay", "7186"],
+             "--slurm-signal-delay 7186: at most 7185 s with a 240-minute time limit")):
         result = run_cli(*common, *extra)
         assert result.exit_code == 2 and result.output.startswith(f"error: {message}"), result.output
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no Slurm here
     result = run_cli(*common, "--launcher", "slurm")
-    assert result.exit_code == 2 and result.output == ("error: --launcher slurm: sbatch, squeue, scontrol not found "
-                                                       "on PATH (Slurm's client commands are needed on the machine "
+    assert result.exit_code == 2 and result.output == ("error: --launcher slurm: sbatch, squeue, scontrol, sinfo not "
+                                                       "found on PATH (Slurm's client commands are needed on the machine "
                                                        "that submits the grid)\n")
     monkeypatch.setattr("maskattn.grid.launchers.slurm._have_submitit", lambda: False)
     result = run_cli(*common, "--launcher", "slurm")
     assert result.output == "error: --launcher slurm needs submitit: pip install 'maskattn[slurm]' (or pip install " \
                             "submitit)\n"
     assert not (tmp_path / "grid").exists()  # refused before anything was written
+
+
+def test_an_unreachable_slurm_controller_is_refused_before_anything_is_written(tmp_path):
+    """The controller check asked `squeue -j 0`, which squeue refuses itself ("Invalid job id") without asking the
+    controller: with none answering, grid.json, .grid-submit and submitit's files were written before sbatch failed.
+    Here the client commands point at a controller that is not there (SLURM_CONF)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
+        pytest.skip("Slurm's client commands are not installed")
+    pytest.importorskip("submitit")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=nowhere\nSlurmctldHost=localhost\nSlurmctldPort=9\nAuthType=auth/munge\n"
+                    "NodeName=localhost CPUs=1 State=UNKNOWN\nPartitionName=debug Nodes=localhost Default=YES\n")
+    data = write_sentiment(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "maskattn.cli", "grid", "run", "--out", str(tmp_path / "grid"),
+                           "--data", str(data), *[a for i in TINY for a in ("--set", i)], "--launcher", "slurm"],
+                          capture_output=True, text=True, env={**os.environ, "SLURM_CONF": str(conf), "COLUMNS": "300"},
+                          timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "error: --launcher slurm: the Slurm controller does not answer (sinfo: " in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "grid").exists()
+
+
+def test_slurm_signal_delays_that_work():
+    """Slurm warns a job at its first look (every 30 s) within delay + 30 s of its end, from each start: the
+    delays allowed leave every job at least the delay before the earliest warning; the default is always one."""
+    from maskattn.grid.launchers.slurm import CHECK_INTERVAL_S, default_signal_delay, max_signal_delay
+
+    for minutes in (1, 2, 5, 20, 60, 240, 1440, 525600):
+        most = max_signal_delay(minutes)
+        assert minutes * 60 - most - CHECK_INTERVAL_S >= most  # the earliest warning, after the delay's length
+        assert 1 <= default_signal_delay(minutes) <= most
+    assert max_signal_delay(1) == 15 and max_signal_delay(2) == 45
 
 
 def test_slurm_times_and_options_read_as_slurm_writes_them():

@@ -58,6 +58,8 @@ ALLOWED = {
     ("grid/launchers/local.py", "LocalLauncher._start", "write"): "train.log: the worker's output, appended as it "
                                                                   "runs (a stream, never replaced)",
     ("grid/launchers/slurm_job.py", "SlurmRun.__call__", "write"): "train.log: the worker's output, appended",
+    ("grid/launchers/slurm.py", "_test_submission", "write"): "a batch script for sbatch --test-only, in a "
+                                                              "temporary folder",
     ("grid/launchers/slurm_job.py", "_last_line", "read"): "a log's last line: at most 64 KiB from its end (this "
                                                            "module may not import maskattn's readers)",
     ("train/logger.py", "MetricsLogger.log", "write"): "metrics rows appended and fsync-ed; a last line cut by a "

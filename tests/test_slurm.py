@@ -214,14 +214,70 @@ def test_a_cancelled_job_resumes_on_the_next_grid_run_bit_identically(slurm, dat
     assert records(run) == records(reference / "seed0")
 
 
-def test_an_unknown_partition_is_refused_in_one_line_before_anything_is_submitted(slurm, data, tmp_path):
-    out = tmp_path / "nosuch"
-    code, output = grid_cli("run", "--out", out, "--data", data, *sets(TINY), "--seeds", "0", "--launcher", "slurm",
-                            "--slurm-partition", "nosuch")
-    assert code == 2, output
-    errors = [line for line in output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "sbatch refused the jobs" in errors[0] and "--slurm-partition nosuch" in errors[0]
-    assert not jobs_of(out) and not (out / "seed0" / "launch.json").exists()
+def test_what_sbatch_refuses_is_refused_in_one_line_before_anything_is_written(slurm, data, tmp_path):
+    """An unknown partition, memory no node has: sbatch --test-only refuses them before the grid writes anything
+    (grid.json, .grid-submit and submitit's files were left behind by the refusal of the real submission)."""
+    for option, value, named in (("--slurm-partition", "nosuch", "(--slurm-partition nosuch)"),
+                                 ("--slurm-mem", "100000G", "(no node has what --slurm-mem 100000G asks for)")):
+        out = tmp_path / value
+        code, output = grid_cli("run", "--out", out, "--data", data, *sets(TINY), "--seeds", "0", "--launcher",
+                                "slurm", option, value)
+        assert code == 2, output
+        errors = [line for line in output.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "sbatch refused the jobs" in errors[0] and named in errors[0], output
+        assert not jobs_of(out) and not out.exists()
+
+
+PROBE = """import os, signal, subprocess, sys, time
+log = sys.argv[1]
+restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+with open(log, "a") as f:
+    f.write(f"start {restarts} {time.time()}\\n")
+def warned(signum, frame):
+    with open(log, "a") as f:
+        f.write(f"usr2 {restarts} {time.time()}\\n")
+    if restarts == 0:
+        subprocess.run(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]], check=True)
+    os._exit(0)
+signal.signal(signal.SIGUSR2, warned)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def _warnings(tmp_path: Path, delay: int) -> list[float]:
+    """Seconds from each start of a 1-minute job (--signal=USR2@delay, as submitit asks) to its warning: the job
+    requeues itself at its first warning and ends at its second."""
+    (tmp_path / "probe.py").write_text(PROBE)
+    log = tmp_path / f"delay{delay}.log"
+    script = tmp_path / f"delay{delay}.sh"
+    script.write_text(f"#!/bin/bash\n#SBATCH --time=1\n#SBATCH --signal=USR2@{delay}\n#SBATCH --requeue\n"
+                      f"#SBATCH --output={tmp_path}/delay{delay}.out\n#SBATCH --open-mode=append\n"
+                      f"srun --ntasks=1 {sys.executable} {tmp_path / 'probe.py'} {log}\n")
+    job = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, check=True)
+    job_id = job.stdout.strip().split(";")[0]
+    wait_until(lambda: log.exists() and log.read_text().count("usr2") >= 2, 300, f"two warnings of job {job_id}",
+               poll=1)
+    subprocess.run(["scancel", job_id])
+    events = [line.split() for line in log.read_text().splitlines()]
+    starts = {int(n): float(t) for kind, n, t in events if kind == "start"}
+    return [float(t) - starts[int(n)] for kind, n, t in events if kind == "usr2"]
+
+
+def test_the_warning_before_the_time_limit_comes_within_30_s_of_the_delay_after_each_start(slurm, tmp_path):
+    """Slurm looks at running jobs every 30 s and warns at the first look within delay + 30 s of the end, counted
+    from each start — a requeued job's too: a 1-minute job warned 20 s before is warned 10–40 s after each start;
+    one warned 45 s before (too long: maskattn refuses it) is inside that distance from its start, so it is warned
+    at the first look after each start, anywhere in its first 30 s (a requeued job was warned 0.1 s after it
+    started, before its worker had trained anything)."""
+    slack = 3  # slurmd and srun relaying the signal, the probe's start
+    fine = _warnings(tmp_path, 20)
+    assert len(fine) == 2 and all(60 - 20 - 30 - slack <= gap <= 60 - 20 + slack for gap in fine), fine
+    early = _warnings(tmp_path, 45)
+    assert len(early) == 2 and all(0 <= gap <= 30 + slack for gap in early), early
+    code, output = grid_cli("run", "--out", tmp_path / "refused", "--data", tmp_path, "--seeds", "0", "--launcher",
+                            "slurm", "--slurm-time", "1", "--slurm-signal-delay", "45")
+    assert code == 2 and "--slurm-signal-delay 45: at most 15 s with a 1-minute time limit" in output, output
 
 
 def test_a_job_at_a_one_minute_time_limit_is_requeued_and_finishes(time_limited):

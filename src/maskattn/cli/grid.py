@@ -84,7 +84,8 @@ def run(out: Path = OUT, config: Path = CONFIG, preset: str = PRESET, data: Path
                                                 "key=value (constraint=a100, exclusive) (repeatable)"),
         slurm_signal_delay: int = typer.Option(None, "--slurm-signal-delay", help="slurm: seconds before the time "
                                                "limit that a job is told to stop and requeue (default: a twelfth of "
-                                               "the limit, 5 to 90)"),
+                                               "the limit, 5 to 90; at most (limit - 30 s) / 2: Slurm may warn up "
+                                               "to 30 s early, from each start of a job)"),
         tensorboard: Path = typer.Option(None, "--tensorboard", help="TensorBoard event files of every run, each in "
                                          "DIR/<cell>/<seed> (tensorboard --logdir DIR shows the grid; kept for the "
                                          "grid's later runs)")):

@@ -10,6 +10,21 @@ bit-exact resume as the local launcher's). The jobs' files (submitit's, and each
 ``<grid>/slurm/``; a run's ``launch.json`` names its job: ``launcher``, ``job_id``, ``submitted`` (Unix time), the
 ``host`` that submitted it and the job's ``slurm_folder``. The grid command returns once they are submitted, or
 follows them to their end with ``--wait``; Ctrl-C leaves them to Slurm.
+
+What Slurm would refuse is refused before anything is written (:meth:`SlurmLauncher.check`): the controller must
+answer (``sinfo``), and one job of the grid's, with every option it asks for, must pass ``sbatch --test-only`` (an
+unknown partition, memory no node has, an account or QOS that does not exist — Slurm's own words, one line), so a
+refusal leaves no ``grid.json``, ``.grid-submit`` or submitit files behind.
+
+**The warning before the time limit.** Slurm looks at the running jobs' limits every 30 s (``PERIODIC_TIMEOUT`` in
+slurmctld) and sends ``USR2`` at the first look within ``delay + 30`` s of a job's end (its manual: up to 60 s
+early) — counted from each start, a requeued job's too (requeueing clears the sent flag). So the warning comes
+between ``limit − delay − 30`` and ``limit − delay`` seconds after a job starts, and a delay of ``limit − 30`` s or
+more warns every job at the first look after it starts — anywhere in its first 30 s, sometimes 0.1 s after: a
+requeued job was stopped before its worker had trained a step, and the run ended "fruitless" (measured:
+``tests/test_slurm.py``, a 1-minute job warned 10–40 s after each start with a 20-s delay, 27 and 30 s with 45 s). A delay is therefore at most ``(limit − 30) / 2``
+(:func:`max_signal_delay`): every job trains at least as long as the delay before it can be warned. The default,
+a twelfth of the limit within 5–90 s, is always inside.
 """
 
 from __future__ import annotations
@@ -35,7 +50,7 @@ from . import slurm_job
 from .base import ENDED, QUEUED, RUNNING, Job, Launcher
 
 __all__ = ["SlurmLauncher", "SlurmOptions", "check_slurm", "slurm_states", "parse_slurm_time", "parse_slurm_options",
-           "SLURM_FOLDER", "MAX_REQUEUES"]
+           "max_signal_delay", "default_signal_delay", "SLURM_FOLDER", "MAX_REQUEUES", "CHECK_INTERVAL_S"]
 
 #: the folder of the grid that holds submitit's files and the Slurm jobs' stdout / stderr (one folder per job)
 SLURM_FOLDER = "slurm"
@@ -45,6 +60,20 @@ _QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"
 _RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "SIGNALING", "STAGE_OUT", "RESIZING"}
 #: requeues of one job after time limits or preemptions at most (a job that wrote no checkpoint is not requeued)
 MAX_REQUEUES = 100
+#: how often slurmctld looks at the running jobs' time limits (PERIODIC_TIMEOUT): how early a warning may come
+CHECK_INTERVAL_S = 30
+
+
+def max_signal_delay(minutes: int) -> int:
+    """The longest ``--slurm-signal-delay`` that works for a ``minutes`` time limit (module docstring): every job
+    trains at least as long as the delay before Slurm may warn it."""
+    return (minutes * 60 - CHECK_INTERVAL_S) // 2
+
+
+def default_signal_delay(minutes: int) -> int:
+    """The delay without ``--slurm-signal-delay``: a twelfth of the limit, 5 to 90 s (within
+    :func:`max_signal_delay` for any limit of a minute or more)."""
+    return min(90, max(5, minutes * 60 // 12))
 
 
 # --- the options and the controller --------------------------------------------------------------------------------
@@ -92,7 +121,8 @@ class SlurmOptions:
     """What the jobs of ``maskattn grid run --launcher slurm`` ask Slurm for (``--slurm-*``); ``None``: the cluster's
     default. ``time``: Slurm's spelling (:func:`parse_slurm_time`); ``options``: more sbatch options
     (``--slurm-option key=value``); ``signal_delay_s``: how long before the time limit the job is told to stop
-    and requeue (default: a twelfth of the limit, 5 to 90 s; Slurm may send it up to 60 s earlier)."""
+    and requeue (default: a twelfth of the limit, 5 to 90 s; at most :func:`max_signal_delay`: Slurm may send it
+    up to 30 s earlier, module docstring)."""
 
     partition: str | None = None
     time: str | None = None
@@ -109,14 +139,28 @@ class SlurmOptions:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ArgumentError(f"--slurm-{name.replace('_', '-')} must be an int >= 1, got {value!r}")
-        minutes = parse_slurm_time(self.time) if self.time is not None else None
         delay = self.signal_delay_s
-        if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int) or delay < 1
-                                  or (minutes is not None and delay >= minutes * 60)):
-            limit = f" and below the time limit ({minutes * 60} s)" if minutes is not None else ""
-            raise ArgumentError(f"--slurm-signal-delay must be an int >= 1{limit}, got {delay!r}")
+        if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int) or delay < 1):
+            raise ArgumentError(f"--slurm-signal-delay must be an int >= 1, got {delay!r}")
+        if self.time is not None:
+            self.check_delay(parse_slurm_time(self.time))
         if self.mem is not None and not re.fullmatch(r"\d+[KMGT]?B?", self.mem.strip(), flags=re.IGNORECASE):
             raise ArgumentError(f"--slurm-mem {self.mem!r}: expected Slurm's memory spelling, e.g. 16G or 4000M")
+
+    def check_delay(self, minutes: int) -> None:
+        """Refuse a ``signal_delay_s`` longer than :func:`max_signal_delay` of a ``minutes`` time limit."""
+        delay, most = self.signal_delay_s, max_signal_delay(minutes)
+        if delay is not None and delay > most:
+            where = f"--slurm-time {self.time}" if self.time is not None else "the partition's default time limit"
+            raise ArgumentError(f"--slurm-signal-delay {delay}: at most {most} s with a {minutes}-minute time limit "
+                                f"({where}): Slurm sends the warning up to {CHECK_INTERVAL_S} s before the delay "
+                                "asks, from each start of a job, so a longer delay stops jobs (requeued ones too) "
+                                "before they have trained as long as the delay; give a shorter delay or a longer "
+                                "--slurm-time")
+
+    def limit_minutes(self) -> int:
+        """The jobs' time limit in minutes: ``time``, else the partition's default (or maximum)."""
+        return parse_slurm_time(self.time) if self.time else _default_minutes(self.partition)
 
 
 def _run_quietly(command: list[str], timeout: float = 30) -> subprocess.CompletedProcess:
@@ -139,18 +183,18 @@ def check_slurm() -> None:
     if not _have_submitit():
         raise ArgumentError("--launcher slurm needs submitit: pip install 'maskattn[slurm]' (or pip install "
                             "submitit)")
-    missing = [name for name in ("sbatch", "squeue", "scontrol") if shutil.which(name) is None]
+    missing = [name for name in ("sbatch", "squeue", "scontrol", "sinfo") if shutil.which(name) is None]
     if missing:
         raise ArgumentError(f"--launcher slurm: {', '.join(missing)} not found on PATH (Slurm's client commands are "
                             "needed on the machine that submits the grid)")
-    try:
-        answer = _run_quietly(["squeue", "-h", "-o", "%i", "-j", "0"], timeout=30)
-        down = answer.returncode != 0 and "Invalid job id" not in answer.stderr
+    try:  # sinfo asks the controller (squeue -j 0 did not: it refused the job id itself, controller or not)
+        answer = _run_quietly(["sinfo", "-h", "-o", "%P"], timeout=30)
+        down = answer.returncode != 0
         reason = answer.stderr.strip().splitlines()[-1] if answer.stderr.strip() else f"exit status {answer.returncode}"
     except subprocess.TimeoutExpired:
         down, reason = True, "no answer in 30 s"
     if down:
-        raise ArgumentError(f"--launcher slurm: the Slurm controller does not answer (squeue: {reason})")
+        raise ArgumentError(f"--launcher slurm: the Slurm controller does not answer (sinfo: {reason})")
 
 
 def slurm_states() -> dict[str, str] | None:
@@ -189,9 +233,14 @@ class SlurmLauncher(Launcher):
         self.poll_s = poll_s
 
     def check(self) -> None:
-        """The options (:meth:`SlurmOptions.check`), submitit and the controller (:func:`check_slurm`)."""
+        """The options (:meth:`SlurmOptions.check`), submitit and the controller (:func:`check_slurm`), the signal
+        delay against the jobs' time limit, and one job with every option the grid's jobs ask for through ``sbatch
+        --test-only`` (module docstring): all before anything is written."""
         self.options.check()
         check_slurm()
+        minutes = self.options.limit_minutes()
+        self.options.check_delay(minutes)
+        _test_submission(self.options, threads=self.threads, minutes=minutes)
 
     def describe(self, *, pending: int, queued: int, busy: int) -> str:
         return (f"{queued} queued or running in Slurm, {busy} held by another process, {pending} to submit "
@@ -271,7 +320,51 @@ def _refusal(text: str, options: SlurmOptions) -> str:
         ("cpus-per-task", options.cpus_per_task, ("cpu", "processor")))
         if value is not None and any(word in lower for word in words)]
     named += [f"--slurm-option {key}" for key in options.options if key in lower]
+    if not named and "node configuration is not available" in lower:  # no node has what a job asks for
+        named = [f"--slurm-{name} {value}" for name, value in (
+            ("mem", options.mem), ("cpus-per-task", options.cpus_per_task), ("gpus-per-task", options.gpus_per_task))
+            if value is not None] + [f"--slurm-option {key}" for key in options.options]
+        if named:
+            named = [f"no node has what {' and '.join(named)} ask{'s' if len(named) == 1 else ''} for"]
     return f"--launcher slurm: sbatch refused the jobs: {line}" + (f" ({', '.join(named)})" if named else "")
+
+
+def _executor(folder: Path, options: SlurmOptions, *, threads: int, minutes: int, name: str, parallelism: int):
+    """submitit's executor of the grid's jobs, in ``folder``, with every sbatch option they ask for."""
+    import submitit
+
+    executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=MAX_REQUEUES)
+    extra: dict = dict(options.options)
+    for key, value in (("partition", options.partition), ("account", options.account), ("qos", options.qos),
+                       ("mem", options.mem), ("gpus-per-task", options.gpus_per_task)):
+        if value is not None:
+            extra[key] = value
+    delay = options.signal_delay_s if options.signal_delay_s is not None else default_signal_delay(minutes)
+    executor.update_parameters(time=minutes, cpus_per_task=options.cpus_per_task or threads, signal_delay_s=delay,
+                               job_name=name, array_parallelism=parallelism, additional_parameters=extra)
+    return executor
+
+
+def _test_submission(options: SlurmOptions, *, threads: int, minutes: int) -> None:
+    """One job as the grid's are submitted, given to ``sbatch --test-only`` (Slurm checks it and submits nothing),
+    its files in a temporary folder; what sbatch refuses is an :class:`ArgumentError` naming the option."""
+    import tempfile
+
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    with tempfile.TemporaryDirectory(prefix="maskattn-sbatch-") as folder:
+        executor = _executor(Path(folder), options, threads=threads, minutes=minutes, name="grid:test-only",
+                             parallelism=1)
+        script = Path(folder) / "test-only.sh"
+        parameters = {key: value for key, value in executor.parameters.items() if key != "array_parallelism"}
+        script.write_text(_make_sbatch_string(command="true", folder=folder, **parameters), encoding="utf-8")
+        try:
+            answer = _run_quietly(["sbatch", "--test-only", str(script)], timeout=60)
+        except subprocess.TimeoutExpired:
+            raise ArgumentError("--launcher slurm: sbatch --test-only did not answer in 60 s (is the Slurm "
+                                "controller reachable?)") from None
+    if answer.returncode != 0:
+        raise ArgumentError(_refusal(answer.stderr or answer.stdout, options))
 
 
 def _submit(grid: Grid, runs: Sequence[GridRun], options: SlurmOptions, *, threads: int,
@@ -282,17 +375,9 @@ def _submit(grid: Grid, runs: Sequence[GridRun], options: SlurmOptions, *, threa
     import submitit
 
     options.check()
-    minutes = parse_slurm_time(options.time) if options.time else _default_minutes(options.partition)
-    executor = submitit.SlurmExecutor(folder=grid.folder.resolve() / SLURM_FOLDER / "%j", max_num_timeout=MAX_REQUEUES)
-    extra: dict = dict(options.options)
-    for key, value in (("partition", options.partition), ("account", options.account), ("qos", options.qos),
-                       ("mem", options.mem), ("gpus-per-task", options.gpus_per_task)):
-        if value is not None:
-            extra[key] = value
-    delay = options.signal_delay_s if options.signal_delay_s is not None else min(90, max(5, minutes * 60 // 12))
-    executor.update_parameters(time=minutes, cpus_per_task=options.cpus_per_task or threads, signal_delay_s=delay,
-                               job_name=f"grid:{grid.folder.name}", array_parallelism=parallelism or len(runs),
-                               additional_parameters=extra)
+    executor = _executor(grid.folder.resolve() / SLURM_FOLDER / "%j", options, threads=threads,
+                         minutes=options.limit_minutes(), name=f"grid:{grid.folder.name}",
+                         parallelism=parallelism or len(runs))
     gpus = options.gpus_per_task or 0
     now = time.time()  # submitted: before sbatch
     cloudpickle.register_pickle_by_value(slurm_job)  # the job's process needs neither maskattn nor torch
