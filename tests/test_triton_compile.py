@@ -23,7 +23,10 @@ from maskattn.kernels.triton.offline import compile_check
 pytestmark = pytest.mark.skipif(not runtime.installed(), reason="needs the triton package")
 
 KERNELS = {"tensorized_fwd", "tensorized_bwd_kv", "tensorized_bwd_q", "dman_fwd", "dman_bwd_kv", "dman_bwd_q",
-           "band_fwd", "band_bwd_q", "band_bwd_kv"}
+           "band_fwd", "band_bwd_q", "band_bwd_kv",
+           # MTSA's fused elementwise kernels (tensorized.ELEMENTWISE_KERNELS)
+           "tensorized_source_max", "tensorized_prologue", "tensorized_reliable", "tensorized_output_grads",
+           "tensorized_prologue_bwd"}
 
 
 def _check(tmp_path, *args: str, timeout: int = 1800) -> tuple[subprocess.CompletedProcess, list[dict]]:

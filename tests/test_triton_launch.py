@@ -57,9 +57,11 @@ def test_grids_stay_within_cuda_limits_past_65535_heads_times_batch():
     """B·H = 70,000 (> 65,535, CUDA's limit on gridDim.y, where the pairs used to go): every launch is one grid
     axis of tiles × B·H programs."""
     B, H, n, d = 35_000, 2, 3, 16
+    from maskattn.kernels.triton.tensorized import ELEMENTWISE_KERNELS
     launches = _record_all(B, H, n, d)
     for family, recorded in launches.items():
-        assert len(recorded) == 3, family  # forward, key pass, query pass
+        # forward, key pass, query pass (and MTSA's fused elementwise kernels around them, whose grids are checked too)
+        assert len([la for la in recorded if la.kernel.fn.__name__ not in ELEMENTWISE_KERNELS]) == 3, family
         for launch in recorded:
             assert len(launch.grid) == 1 and launch.grid[0] <= runtime.GRID_LIMIT, (family, launch.grid)
             assert all(size <= CUDA_GRID_Y for size in launch.grid[1:])

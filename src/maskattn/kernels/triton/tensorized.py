@@ -13,11 +13,16 @@ a pre-pass ``dN = dO / D``, ``dD = −dN ⊙ out`` (:func:`output_gradients`) an
 then queries).
 
 Attention dropout follows MTSA Appendix A.3 (keep probability ``√(1 − p)`` on each numerator factor): the
-weights' mask is drawn inside the kernel from a seed and redrawn by backward; the per-(key, feature) mask of
-``v ⊙ E`` does not depend on the query and is ordinary dropout in front of the kernel.
+weights' mask is drawn inside the attention kernels from a seed and redrawn by backward; the per-(key, feature) mask
+of ``v ⊙ E`` does not depend on the query and is drawn, by position under a second seed, where ``v ⊙ E`` is made.
 
-The kernels are the ``torch.library`` operators ``maskattn::tensorized_triton`` (and its backward), so
-``torch.compile(fullgraph=True)`` takes them as one node each, for any sequence length.
+MTSA's per-element work runs in fused elementwise kernels (:mod:`.tensorized_elementwise_jit`; docs/design.md §3),
+each reading and writing every element once: in front, ``c`` (S's maximum per feature) and one prologue that writes
+``v ⊙ E`` and ``E`` in the value dtype, already padded to the kernels' feature width; behind, the ``reliable`` flags;
+in backward, the ``dN`` / ``dD`` pre-pass and the chain rule from ``d(v ⊙ E)``, ``dE`` back to v and S.
+
+The kernels are the ``torch.library`` operators ``maskattn::tensorized_prologue`` and ``maskattn::tensorized_triton``
+(each with its backward), so ``torch.compile(fullgraph=True)`` takes them as one node each, for any sequence length.
 """
 
 from __future__ import annotations
@@ -25,13 +30,12 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch.library import custom_op, register_autograd
 
 from . import runtime
 
 __all__ = ["tensorized_triton", "head_offsets", "head_groups", "unsupported", "output_gradients", "BAND_SENTINEL",
-           "KERNELS", "NARROW_BAND"]
+           "KERNELS", "NARROW_BAND", "ELEMENTWISE_KERNELS", "ELEMENTWISE_BLOCK", "elementwise_rows"]
 
 LOG2E = 1.4426950408889634  # log₂ e: the kernels' exponentials are base 2
 
@@ -87,6 +91,150 @@ def _threshold(acc: torch.dtype) -> float:
     return info.tiny / info.eps
 
 
+# --------------------------------------------------------------------------------------------------
+# MTSA's per-element work: fused elementwise kernels (tensorized_elementwise_jit; docs/design.md §3)
+# --------------------------------------------------------------------------------------------------
+
+#: the kernels of MTSA's per-element work around the attention passes (:mod:`.tensorized_elementwise_jit`). They
+#: hold no tile in shared memory and loop over nothing but their keys (``c``), so their tiles are not
+#: :data:`.runtime.TILE_TABLE`'s (per shared-memory class): :func:`elementwise_rows` rows × the padded feature width
+ELEMENTWISE_KERNELS = ("tensorized_source_max", "tensorized_prologue", "tensorized_reliable", "tensorized_output_grads",
+                       "tensorized_prologue_bwd")
+#: elements per program of the elementwise kernels: with :data:`ELEMENTWISE_WARPS` warps, 16 per thread — two 16-byte
+#: loads of bfloat16 per tensor, in flight together: memory-bound work wants many bytes in flight and short programs
+ELEMENTWISE_BLOCK = 2048
+ELEMENTWISE_WARPS = 4
+#: features per program of the maximum over keys (:func:`tensorized_source_max` loops over a sequence, so its
+#: programs split the features: d_v / 32 programs per (batch, head) pair; 64 contiguous bytes of bfloat16 per row)
+SOURCE_MAX_FEATURES = 32
+
+
+def elementwise_rows(block: int) -> int:
+    """Rows (positions) per program of an elementwise kernel whose feature tile is ``block`` wide:
+    :data:`ELEMENTWISE_BLOCK` / ``block``; 16 under the interpreter, so that test lengths cross tile edges (as the
+    attention kernels' 16 × 16 tiles there: :func:`.runtime.tiles`)."""
+    return 16 if runtime.interpreted() else max(1, ELEMENTWISE_BLOCK // block)
+
+
+def _feature_block(width: int) -> int:
+    """The power-of-two feature tile (at least 16) that covers ``width`` features."""
+    return max(16, runtime.next_power_of_2(width))
+
+
+def _acc_type(dtype: torch.dtype):
+    """The Triton type of the accumulator of ``dtype`` (:func:`.runtime.accumulator`)."""
+    return runtime.load("jit_helpers").accumulator_type(str(runtime.accumulator(dtype)).removeprefix("torch."))
+
+
+def _launch_rows(kernel, B: int, H: int, length: int, width: int, *args, **constants) -> None:
+    """Launch elementwise ``kernel`` over ``length`` positions of every (batch, head) pair, one program per
+    :func:`elementwise_rows` positions × ``width`` features (padded to a power of two: ``BLOCK_DV``); the kernel takes
+    ``num_tiles`` as its last positional argument."""
+    block = _feature_block(width)
+    rows = elementwise_rows(block)
+    tiles = runtime.cdiv(length, rows)
+    runtime.launch(kernel, tiles * B * H, *args, tiles, ROWS=rows, BLOCK_DV=block, num_warps=ELEMENTWISE_WARPS,
+                   **constants)
+
+
+@custom_op("maskattn::tensorized_prologue", mutates_args=())
+def _prologue(v: torch.Tensor, s2t: torch.Tensor, key_padding: torch.Tensor | None, seed: torch.Tensor | None,
+              dropout_p: float, values: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(v ⊙ E, E, c)`` of MTSA's factorised form (docs/design.md §1) for v, s2t ``(B, H, m, d_v)`` (any strides):
+    ``c`` ``(B, H, d_v)`` the maximum of S over the keys that are not padding, per feature (0 where it is not
+    finite), in the accumulator type of ``values``; ``E = exp(S − c)`` (exactly 0 at padding keys) and ``v ⊙ E``
+    (Appendix A.3's (key, feature) dropout factor applied, ``dropout_p`` its drop probability, drawn under
+    ``seed[1]``), contiguous ``(B, H, m, d_p)`` in ``values`` with the features padded with zeros to ``d_p =``
+    :func:`.runtime.padded_head_dim` ``(d_v)``. Two launches: the maximum (reads S), the prologue (reads S and v,
+    writes both)."""
+    jit = runtime.load("tensorized_elementwise_jit")
+    B, H, m, d_v = v.shape
+    width = runtime.padded_head_dim(d_v)
+    ve, e = (v.new_empty(B, H, m, width, dtype=values) for _ in range(2))
+    c = v.new_empty(B, H, d_v, dtype=runtime.accumulator(values))
+    kpm = runtime.placeholder(key_padding, v)
+    common = dict(HAS_KPM=key_padding is not None, ACC=_acc_type(values))
+    block = min(_feature_block(d_v), SOURCE_MAX_FEATURES)
+    tiles = runtime.cdiv(d_v, block)
+    runtime.launch(jit.tensorized_source_max, tiles * B * H, s2t, kpm, c, *s2t.stride(), H, m, d_v, tiles,
+                   ROWS=elementwise_rows(block), BLOCK_D=block, num_warps=ELEMENTWISE_WARPS, **common)
+    _launch_rows(jit.tensorized_prologue, B, H, m, width, v, s2t, kpm, c, runtime.placeholder(seed, v, torch.int64),
+                 ve, e, *runtime.stride_args(v, s2t), H, m, d_v, width, dropout_p, DROPOUT=dropout_p > 0, **common)
+    return ve, e, c
+
+
+@_prologue.register_fake
+def _(v, s2t, key_padding, seed, dropout_p, values):
+    B, H, m, d_v = v.shape
+    width = runtime.padded_head_dim(d_v)
+    return (v.new_empty(B, H, m, width, dtype=values), v.new_empty(B, H, m, width, dtype=values),
+            v.new_empty(B, H, d_v, dtype=runtime.accumulator(values)))
+
+
+@custom_op("maskattn::tensorized_prologue_backward", mutates_args=())
+def _prologue_backward(grad_ve: torch.Tensor, grad_e: torch.Tensor, v: torch.Tensor, s2t: torch.Tensor,
+                       key_padding: torch.Tensor | None, seed: torch.Tensor | None, c: torch.Tensor,
+                       dropout_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(dv, dS)`` from the gradients of :func:`_prologue`'s ``v ⊙ E`` and ``E`` (``(B, H, m, d_p)``, any strides):
+    one launch that recomputes ``E`` (and redraws the dropout) from v, S and ``c``; each gradient in its input's
+    dtype and layout."""
+    jit = runtime.load("tensorized_elementwise_jit")
+    B, H, m, d_v = v.shape
+    grad_v, grad_s = torch.empty_like(v), torch.empty_like(s2t)
+    _launch_rows(jit.tensorized_prologue_bwd, B, H, m, d_v, grad_ve, grad_e, v, s2t, runtime.placeholder(key_padding, v),
+                 c, runtime.placeholder(seed, v, torch.int64), grad_v, grad_s,
+                 *runtime.stride_args(grad_ve, grad_e, v, s2t, grad_v, grad_s), H, m, d_v, dropout_p,
+                 HAS_KPM=key_padding is not None, DROPOUT=dropout_p > 0, ACC=_acc_type(c.dtype))
+    return grad_v, grad_s
+
+
+@_prologue_backward.register_fake
+def _(grad_ve, grad_e, v, s2t, key_padding, seed, c, dropout_p):
+    return torch.empty_like(v), torch.empty_like(s2t)
+
+
+def _prologue_setup_context(ctx, inputs, output):
+    v, s2t, key_padding, seed, dropout_p, _ = inputs
+    ctx.save_for_backward(v, s2t, key_padding, seed, output[2])
+    ctx.dropout_p = dropout_p
+
+
+def _prologue_backward_formula(ctx, grad_ve, grad_e, _grad_c):
+    v, s2t, key_padding, seed, c = ctx.saved_tensors
+    return (*_prologue_backward(grad_ve, grad_e, v, s2t, key_padding, seed, c, ctx.dropout_p), None, None, None, None)
+
+
+register_autograd("maskattn::tensorized_prologue", _prologue_backward_formula, setup_context=_prologue_setup_context)
+
+
+def _reliable(den: torch.Tensor, value_dim: int) -> torch.Tensor:
+    """``(B, H, n, value_dim)`` bool: False where the denominator (``den``, contiguous ``(B, H, n, d_p)``)
+    underflowed and the output is 0 — one elementwise launch behind the attention kernel."""
+    B, H, n, width = den.shape
+    reliable = den.new_empty(B, H, n, value_dim, dtype=torch.bool)
+    _launch_rows(runtime.load("tensorized_elementwise_jit").tensorized_reliable, B, H, n, value_dim, den, reliable, n,
+                 value_dim, width, _threshold(den.dtype))
+    return reliable
+
+
+def output_gradients(grad_out: torch.Tensor, out: torch.Tensor, den: torch.Tensor, value_dtype: torch.dtype
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The backward pre-pass (FlashAttention-2's Δ, per feature): ``dN = dO / D`` and ``dD = −dN ⊙ out`` (0 where
+    ``D`` underflowed; a NaN ``D`` propagates, as on the reference) from ``grad_out``, ``out`` ``(B, H, n, d_v)``
+    (any strides) and ``den`` contiguous ``(B, H, n, d_p)``: contiguous ``(B, H, n, d_p)`` in ``value_dtype``
+    (features past ``d_v`` zero), read once per tile by both passes — one elementwise launch."""
+    B, H, n, width = den.shape
+    d_num, d_den = (den.new_empty(B, H, n, width, dtype=value_dtype) for _ in range(2))
+    _launch_rows(runtime.load("tensorized_elementwise_jit").tensorized_output_grads, B, H, n, width, grad_out, out, den,
+                 d_num, d_den, *runtime.stride_args(grad_out, out), H, n, out.shape[-1], width, _threshold(den.dtype),
+                 ACC=_acc_type(den.dtype))
+    return d_num, d_den
+
+
+# --------------------------------------------------------------------------------------------------
+# the attention passes (tensorized_jit)
+# --------------------------------------------------------------------------------------------------
+
 def _constants(kernel: str, suffix: str, q: torch.Tensor, ve: torch.Tensor, kpm, identity: bool,
                dropout_p: float) -> dict:
     """The launch constants of pass ``kernel`` for a head group of :func:`head_groups` (``suffix``)."""
@@ -104,10 +252,12 @@ def _scales(scale: float) -> tuple[float, float]:
 
 @custom_op("maskattn::tensorized_triton", mutates_args=())
 def _forward(q: torch.Tensor, k: torch.Tensor, ve: torch.Tensor, e: torch.Tensor, key_padding: torch.Tensor | None,
-             bands: list[int], seed: torch.Tensor | None, identity: bool,
-             dropout_p: float, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(out, D, row_max)``: out ``(B, H, n, d_v)`` in q's dtype, laid out as ``(B, n, H, d_v)`` (merging the
-    heads is a view), the float32 (float64) denominators and with the identity scale the row maxima (log₂ units)."""
+             bands: list[int], seed: torch.Tensor | None, identity: bool, dropout_p: float, scale: float,
+             value_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(out, reliable, D, row_max)``: out ``(B, H, n, value_dim)`` in q's dtype — the first ``value_dim`` features
+    of a ``(B, n, H, d_p)`` buffer (``d_p`` = ve's padded width; merging the heads of an unpadded one is a view) —,
+    ``reliable`` (:func:`_reliable`), the float32 (float64) denominators ``(B, H, n, d_p)`` and with the identity
+    scale the row maxima (log₂ units)."""
     jit = runtime.load("tensorized_jit")
     B, H, n, d_k = q.shape
     m, d_v = k.shape[2], ve.shape[-1]
@@ -124,25 +274,16 @@ def _forward(q: torch.Tensor, k: torch.Tensor, ve: torch.Tensor, e: torch.Tensor
             runtime.placeholder(seed, q, torch.int64), out, den,
             runtime.placeholder(row_max if identity else None, q, acc), *runtime.stride_args(q, k, ve, e, out),
             H, n, m, d_k, d_v, tiles, len(heads), _scales(scale)[1], dropout_p, _threshold(acc), **constants)
-    return out, den, row_max
+    return runtime.unpad_features(out, value_dim), _reliable(den, value_dim), den, row_max
 
 
 @_forward.register_fake
-def _(q, k, ve, e, key_padding, bands, seed, identity, dropout_p, scale):
+def _(q, k, ve, e, key_padding, bands, seed, identity, dropout_p, scale, value_dim):
     B, H, n, _ = q.shape
     acc = runtime.accumulator(q.dtype)
-    return (q.new_empty(B, n, H, ve.shape[-1]).transpose(1, 2), q.new_empty(B, H, n, ve.shape[-1], dtype=acc),
-            q.new_empty((B, H, n) if identity else (0,), dtype=acc))
-
-
-def output_gradients(grad_out: torch.Tensor, out: torch.Tensor, den: torch.Tensor, value_dtype: torch.dtype
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The backward pre-pass (FlashAttention-2's Δ, per feature): ``dN = dO / D`` and ``dD = −dN ⊙ out`` (0 where
-    ``D`` underflowed), contiguous ``(B, H, n, d_v)`` in ``value_dtype`` — read once per tile by both passes."""
-    underflow = den <= _threshold(den.dtype)  # NaN is not underflow: it propagates, as on the reference
-    d_num = torch.where(underflow, 0.0, grad_out.to(den.dtype) / torch.where(underflow, 1.0, den))
-    d_den = -d_num * out.to(den.dtype)
-    return d_num.to(value_dtype).contiguous(), d_den.to(value_dtype).contiguous()
+    out = q.new_empty(B, n, H, ve.shape[-1]).transpose(1, 2)
+    return (runtime.unpad_features(out, value_dim), q.new_empty(B, H, n, value_dim, dtype=torch.bool),
+            q.new_empty(B, H, n, ve.shape[-1], dtype=acc), q.new_empty((B, H, n) if identity else (0,), dtype=acc))
 
 
 @custom_op("maskattn::tensorized_triton_backward", mutates_args=())
@@ -180,17 +321,20 @@ def _(grad_out, q, k, ve, e, key_padding, bands, seed, out, den, row_max, identi
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, ve, e, key_padding, bands, seed, identity, dropout_p, scale = inputs
-    out, den, row_max = output
+    q, k, ve, e, key_padding, bands, seed, identity, dropout_p, scale, _ = inputs
+    out, _, den, row_max = output
     ctx.save_for_backward(q, k, ve, e, key_padding, seed, out, den, row_max)
     ctx.arguments = (bands, identity, dropout_p, scale)
+    ctx.set_materialize_grads(False)  # reliable, D and the row maxima have none: no zeros are written for them
 
 
-def _backward_formula(ctx, grad_out, _grad_den, _grad_row_max):
+def _backward_formula(ctx, grad_out, _grad_reliable, _grad_den, _grad_row_max):
+    if grad_out is None:  # the output's gradient is undefined (zero): so are the inputs'
+        return (None,) * 11
     q, k, ve, e, key_padding, seed, out, den, row_max = ctx.saved_tensors
     bands, identity, dropout_p, scale = ctx.arguments
     grads = _backward(grad_out, q, k, ve, e, key_padding, bands, seed, out, den, row_max, identity, dropout_p, scale)
-    return (*grads, None, None, None, None, None, None)
+    return (*grads, None, None, None, None, None, None, None)
 
 
 register_autograd("maskattn::tensorized_triton", _backward_formula, setup_context=_setup_context)
@@ -209,26 +353,17 @@ def tensorized_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s2t: to
     with torch.autocast(q.device.type, enabled=False):
         work = runtime.kernel_dtype(q.dtype)
         q, k = q.to(work), k.to(work)
-        values = runtime.value_dtype(q.dtype)  # E's range: bfloat16 for half precision (docs/design.md §3)
-        keep_pad = None if key_padding_mask is None else key_padding_mask[:, None, :, None]  # (B, 1, m, 1)
-        s2t = s2t.to(runtime.accumulator(q.dtype))
-        if keep_pad is not None:
-            s2t = s2t.masked_fill(keep_pad, float("-inf"))
-        c = s2t.detach().amax(dim=-2, keepdim=True)
-        e = torch.exp(s2t - torch.where(torch.isfinite(c), c, torch.zeros_like(c)))  # E = exp(S − c); 0 on padding
-        ve = v.to(e.dtype) * e
-        if keep_pad is not None:
-            ve = ve.masked_fill(keep_pad, 0.0)  # junk values at padding keys cannot reach the sums
-        keep_factor = 1.0 - math.sqrt(1.0 - dropout_p) if dropout_p > 0 else 0.0
-        if keep_factor > 0:
-            ve = F.dropout(ve, keep_factor, training=True)  # the (key, feature) factor of Appendix A.3
-        seed = torch.randint(0, 2**62, (1,), dtype=torch.int64, device=q.device) if keep_factor > 0 else None
+        # each numerator factor of Appendix A.3 keeps √(1 − p): the weights' (in the attention kernels, under
+        # seed[0]) and v ⊙ E's (in the prologue, under seed[1])
+        drop = 1.0 - math.sqrt(1.0 - dropout_p) if dropout_p > 0 else 0.0
+        seed = torch.randint(0, 2**62, (2,), dtype=torch.int64, device=q.device) if drop > 0 else None
         kpm = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
-        # features padded to a multiple of 16 (zeros change no score and give zero columns, sliced off)
-        d_k, d_v = q.shape[-1], v.shape[-1]
+        # E's range: bfloat16 for half precision (docs/design.md §3); the prologue pads the features to a multiple
+        # of 16, as q and k are here (zeros change no score and give zero columns, sliced off)
+        ve, e, _ = _prologue(v.to(runtime.kernel_dtype(v.dtype)), s2t.to(runtime.kernel_dtype(s2t.dtype)), kpm, seed,
+                             drop, runtime.value_dtype(q.dtype))
+        d_k = q.shape[-1]
         q, k = (runtime.pad_features(t, runtime.padded_head_dim(d_k)) for t in (q, k))
-        ve, e = (runtime.pad_features(t.to(values), runtime.padded_head_dim(d_v)) for t in (ve, e))
-        out, den, _ = _forward(q, k, ve, e, kpm, head_offsets(bands), seed, scale == "identity", keep_factor,
-                               1.0 / math.sqrt(d_k))
-        out, den = runtime.unpad_features(out, d_v), runtime.unpad_features(den, d_v)
-    return out.to(out_dtype), ~(den <= _threshold(den.dtype))
+        out, reliable, _, _ = _forward(q, k, ve, e, kpm, head_offsets(bands), seed, scale == "identity", drop,
+                                       1.0 / math.sqrt(d_k), v.shape[-1])
+    return out.to(out_dtype), reliable
