@@ -356,7 +356,7 @@ def test_a_metric_outside_its_range_fails_the_record_check(tmp_path):
     for command in (["table", str(grid)], ["compare", str(grid), "--metric", "accuracy", "a", "b"]):
         result = runner.invoke(app, ["grid", *command])
         assert result.exit_code == 2, result.output
-        assert "a/seed1/summary.json: test 'accuracy' must be in [0, 1] (a accuracy value), got 1e+308" in \
+        assert "a/seed1/summary.json: test 'accuracy' must be in [0, 1] (accuracy's range), got 1e+308" in \
             flat(result.output)
         assert len(result.output.strip().splitlines()) == 1
 

@@ -172,7 +172,7 @@ def _check_summary(summary: dict, path: Path) -> dict:
     for what, name, value in values:
         low, high = METRIC_RANGES.get(_base_metric(name), (-math.inf, math.inf))
         if finite(value) and not low <= value <= high:
-            raise DataError(f"{path}: {what} must be in [{low:g}, {high:g}] (a {_base_metric(name)} value), got "
+            raise DataError(f"{path}: {what} must be in [{low:g}, {high:g}] ({_base_metric(name)}'s range), got "
                             f"{shown(value)}; {_DAMAGED} (a run of a grid: delete the file and run the grid again "
                             "to train the run again)")
     return summary
