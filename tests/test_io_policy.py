@@ -66,8 +66,6 @@ ALLOWED = {
                                                        "kill is dropped by the reader (reliability.md)",
     ("train/run_folder.py", "RunFolder._locked_file", "write"): "the run folder's lock (a flock and its holder)",
     ("kernels/triton/offline/compile_check.py", "_ptxas_verbose", "write"): "PTX for ptxas, in a temporary folder",
-    ("kernels/triton/offline/compile_check.py", "_writable", "write"): "a probe that the output can be written, "
-                                                                      "before any compiling (nothing written)",
     ("kernels/triton/offline/sass.py", "disassemble", "write"): "a cubin for nvdisasm, in a temporary folder",
 }
 
