@@ -240,11 +240,16 @@ TILE_TABLE: dict[tuple[str, str, int], Tiles] = {
 
 #: Entries for one architecture whose class's tiles spill there: Blackwell (sm_100 / sm_103) shares the 227 KB class
 #: with sm_90 but allocates registers otherwise — sm_90's MTSA forward (64 × 32, 4 warps; wgmma) spills 16 bytes there
-#: at width 128 and the band's dQ pass 124 bytes. ``(kernel, arch, width)`` → tiles, compiled by the offline check
-#: like every entry (the launchers record them under :func:`assume_target`).
+#: at width 128 and the band's dQ pass 124 bytes; with the log-sigmoid source MTSA's key pass (16 × 128, 8 warps)
+#: spills 16 bytes there at width 128 (32 streamed queries: none, 188 registers), and DMAN's key pass (32 × 128,
+#: 8 warps, 2 stages) 16 bytes on sm_103 at widths 64 and 128 (one stage: none, 246 / 255 registers).
+#: ``(kernel, arch, width)`` → tiles, compiled by the offline check like every entry (the launchers record them
+#: under :func:`assume_target`).
 _ARCH_TABLE: dict[tuple[str, int, int], tuple[int, int, int, int]] = {
     ("tensorized_fwd", 100, 128): (64, 32, 8, 2), ("tensorized_fwd", 103, 128): (64, 32, 8, 2),
+    ("tensorized_bwd_kv", 100, 128): (32, 128, 8, 2), ("tensorized_bwd_kv", 103, 128): (32, 128, 8, 2),
     ("band_bwd_q", 100, 128): (64, 64, 8, 1), ("band_bwd_q", 103, 128): (64, 64, 8, 1),
+    ("dman_bwd_kv", 103, 64): (32, 128, 8, 1), ("dman_bwd_kv", 103, 128): (32, 128, 8, 1),
 }
 ARCH_TILES: dict[tuple[str, int, int], Tiles] = {key: Tiles(*tiles) for key, tiles in _ARCH_TABLE.items()}
 
