@@ -64,9 +64,13 @@ def square_offsets(max_distance: int, q_offset: int, block_m: int, block_n: int)
 
 def _constants(kernel: str, q: torch.Tensor, v: torch.Tensor, kpm, causal: bool, dropout_p: float,
                mask_floor) -> dict:
-    tiles = runtime.tiles(kernel, max(q.shape[-1], v.shape[-1]), q.device, q.dtype)
+    head = max(q.shape[-1], v.shape[-1])
+    # a causal call takes the pass's causal tiles where the table has them (its own spill there: runtime.ARCH_TILES)
+    if causal and runtime.has_tiles(f"{kernel}_causal", head, q.device, q.dtype):
+        kernel = f"{kernel}_causal"
+    tiles = runtime.tiles(kernel, head, q.device, q.dtype)
     # the query pass's diagonal sums of dz are taken per square of BLOCK_N queries: BLOCK_M a multiple of BLOCK_N
-    assert kernel != "dman_bwd_q" or tiles.block_m % tiles.block_n == 0, tiles
+    assert not kernel.startswith("dman_bwd_q") or tiles.block_m % tiles.block_n == 0, tiles
     return dict(runtime.launch_constants(q, v), CAUSAL=bool(causal), HAS_KPM=kpm is not None,
                 HAS_FLOOR=mask_floor is not None, DROPOUT=dropout_p > 0, BLOCK_M=tiles.block_m,
                 BLOCK_N=tiles.block_n, num_warps=tiles.warps, num_stages=tiles.stages)

@@ -37,7 +37,7 @@ from ..precision import tf32_matmul
 
 __all__ = ["installed", "missing_reason", "interpreted", "not_interpreted", "load", "device_reason", "dtype_reason",
            "head_dim_reason", "call_reasons", "kernel_dtype", "Tiles", "Target", "TARGETS", "TILE_TABLE", "ARCH_TILES",
-           "tile_class", "target_of", "target_reason", "declared_limits", "tiles", "MAX_HEAD_DIM", "next_power_of_2", "cdiv",
+           "tile_class", "target_of", "target_reason", "declared_limits", "has_tiles", "tiles", "MAX_HEAD_DIM", "next_power_of_2", "cdiv",
            "stride_args", "accumulator", "value_dtype", "launch_constants", "FEATURE_MULTIPLE", "padded_head_dim",
            "pad_features", "unpad_features", "placeholder", "device_table", "launch",
            "Launch", "launch_device", "recording", "assume_target", "DISABLE_ENV", "disabled", "GRID_LIMIT"]
@@ -217,13 +217,15 @@ _TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
                               128: ((32, 64, 8, 2), (32, 64, 8, 2), (32, 64, 8, 2)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     # narrow bands (<= 33 positions): 16 queries per tile (32 keys per query tile, 16 keys per key tile), so a
-    # window-11 band fills 34 % of the computed scores (64-query tiles: 11 %); mma.sync, not wgmma (M < 64)
+    # window-11 band fills 34 % of the computed scores (64-query tiles: 11 %); mma.sync, not wgmma (M < 64). Width
+    # 256 takes the wide entries (the query pass's 8 warps below the 227 KB class spilled 4–8 bytes without options
+    # on sm_86 / 87 / 89 / 120 / 121, as the wide pass's had)
     "band_fwd_narrow":       {64: ((16, 32, 2, 1), (16, 32, 2, 1), (16, 32, 2, 1)),
                               128: ((16, 32, 2, 1), (16, 32, 2, 1), (16, 32, 2, 1)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     "band_bwd_q_narrow":     {64: ((16, 32, 2, 2), (16, 32, 2, 2), (16, 32, 2, 2)),
                               128: ((16, 32, 4, 1), (16, 32, 4, 1), (16, 32, 4, 1)),
-                              256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
+                              256: ((32, 32, 4, 1), (32, 32, 4, 1), (32, 32, 8, 1))},
     "band_bwd_kv_narrow":    {64: ((32, 16, 4, 2), (32, 16, 4, 2), (32, 16, 2, 2)),
                               128: ((32, 16, 2, 1), (32, 16, 2, 1), (32, 16, 2, 1)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
@@ -245,11 +247,19 @@ TILE_TABLE: dict[tuple[str, str, int], Tiles] = {
 #: 8 warps, 2 stages) 16 bytes on sm_103 at widths 64 and 128 (one stage: none, 246 / 255 registers).
 #: ``(kernel, arch, width)`` → tiles, compiled by the offline check like every entry (the launchers record them
 #: under :func:`assume_target`).
+#: A pass named ``<pass>_causal`` holds the tiles of a causal call where the pass's own tiles spill in its causal form
+#: (the launcher asks :func:`has_tiles`; a non-causal call keeps the pass's entry). DMAN's key pass at width 128
+#: spills 4 bytes on sm_90 causal without options (32 × 128, 8 warps, 2 stages: 255 registers; non-causal: none); one
+#: stage keeps the held 128 keys (two warpgroups of 64: wgmma) and every product (250 registers, no spill; 3–4 % more
+#: warp instructions per score by the offline report's SASS reader, 890 → 915 per 1k at n 2,048, 752 → 784 at
+#: 16,384), where 16 streamed queries with 2 stages (233 registers) issue 33–39 % more — docs/gpu.md, "Plain
+#: configurations"
 _ARCH_TABLE: dict[tuple[str, int, int], tuple[int, int, int, int]] = {
     ("tensorized_fwd", 100, 128): (64, 32, 8, 2), ("tensorized_fwd", 103, 128): (64, 32, 8, 2),
     ("tensorized_bwd_kv", 100, 128): (32, 128, 8, 2), ("tensorized_bwd_kv", 103, 128): (32, 128, 8, 2),
     ("band_bwd_q", 100, 128): (64, 64, 8, 1), ("band_bwd_q", 103, 128): (64, 64, 8, 1),
     ("dman_bwd_kv", 103, 64): (32, 128, 8, 1), ("dman_bwd_kv", 103, 128): (32, 128, 8, 1),
+    ("dman_bwd_kv_causal", 90, 128): (32, 128, 8, 1),
 }
 ARCH_TILES: dict[tuple[str, int, int], Tiles] = {key: Tiles(*tiles) for key, tiles in _ARCH_TABLE.items()}
 
@@ -350,6 +360,17 @@ def declared_limits(kernels: tuple[str, ...]) -> list[str]:
         limits.append(f"takes float32 head dims up to {widest // 2} (a float32 row takes the tiles of a 16-bit row "
                       "twice as wide)")
     return limits
+
+
+def has_tiles(kernel: str, head_dim: int, device: torch.device | str, dtype: torch.dtype = torch.float16) -> bool:
+    """Whether :data:`ARCH_TILES` or :data:`TILE_TABLE` has an entry named ``kernel`` for heads of ``head_dim``
+    features in ``dtype`` on ``device`` (a launcher's variant of a pass, such as ``dman_bwd_kv_causal``); False
+    under the interpreter, whose tiles are :func:`tiles`' 16 × 16."""
+    target = target_of(device)
+    if target is None or interpreted():
+        return False
+    width = _width(head_dim, dtype)
+    return (kernel, target.arch, width) in ARCH_TILES or (kernel, tile_class(target) or "99K", width) in TILE_TABLE
 
 
 def tiles(kernel: str, head_dim: int, device: torch.device | str, dtype: torch.dtype = torch.float16) -> Tiles:

@@ -17,16 +17,26 @@ keywords, shared-memory limits and registers. This check sees what a GPU would:
 3. It reports, per kernel × configuration × architecture: registers, spilled bytes, stack, shared memory against
    the architecture's per-block limit, and ptxas's performance advisories (e.g. C7515, wgmma serialised); and fails
    on a refused launch, a compile error, shared memory or registers over the limit, and — the kernels' performance
-   contract — spills in half precision at head dims up to 128 (none without options, at most 256 bytes with every
-   option on) or a wgmma serialisation advisory on sm_90.
+   contract — spills in half precision (none in a plain configuration at any head width up to 256, at most 256
+   bytes with options at head dims up to 128) or a wgmma serialisation advisory on sm_90 and newer. A *plain*
+   configuration is every one without an option (:attr:`Case.plain`: no padding, dropout, floor, log-sigmoid
+   scores or head area, the default scale) in each form of the call (:data:`STRUCTURE`): non-causal and causal for
+   every family — DMAN's decoders are a compilation of their own — and both of the band's tile shapes.
+4. It fails, in one line, where it would check nothing: bad arguments (a kernel it does not know, head widths or
+   a length below 1, a length over :data:`MAX_SEQ_LEN`, ``--jobs`` below 1, a report into a place it cannot write:
+   :func:`maskattn.files.check_outputs`) before anything is recorded or compiled, and a run in which some kernel
+   asked for was never compiled (every case of it unsupported). Its reports are written atomically
+   (:func:`maskattn.files.atomic_write`); ``--markdown``'s begins with the command that made it (:func:`header`).
 
 Run it in its own process (Triton reads ``TRITON_INTERPRET`` when the kernels are first decorated):
 ``python -m maskattn.kernels.triton.offline.compile_check --matrix ci --jobs 2``. It relies on Triton's binding
 internals as of Triton 3.x (``create_function_from_signature``, ``_pack_args``); a Triton without them is
 reported, not guessed at. ``--matrix`` (:data:`MATRICES`): ``smoke`` (a slow test's few
 compilations), ``ci`` (.ci/run: float16 and bfloat16, head widths 64 / 128 / 256, the head width of every shipped
-preset and 72 / 80 / 96, options off and on, on every architecture ``auto`` accepts — :data:`.runtime.TARGETS`),
-``half`` (every head width and option set) and ``full`` (also float32, IEEE and TF32): slow tests.
+preset and 72 / 80 / 96, every plain configuration and every option on — each causal and not, each tile shape — on
+every architecture ``auto`` accepts — :data:`.runtime.TARGETS`), ``half`` (every head width and option set) and
+``full`` (also float32, IEEE and TF32): slow tests. ``--options`` replaces the matrix's option sets (``plain``:
+the plain configurations alone).
 """
 
 from __future__ import annotations
@@ -46,8 +56,9 @@ from dataclasses import asdict, dataclass, field
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["Case", "Row", "MATRICES", "EXTRA_WIDTHS", "preset_head_widths", "matrix_pairs", "cases", "record", "bind",
-           "compile_rows", "compile_pairs", "padding_share", "violations", "summary", "main"]
+__all__ = ["Case", "Row", "MATRICES", "EXTRA_WIDTHS", "STRUCTURE", "plain_sets", "option_sets", "preset_head_widths",
+           "matrix_pairs", "cases", "record", "bind", "compile_rows", "compile_pairs", "padding_share", "violations",
+           "summary", "table", "header", "kernel_names", "unchecked", "main"]
 
 #: per-architecture launch limits besides shared memory (64K 32-bit registers per block)
 REGISTERS_PER_BLOCK = 65536
@@ -74,7 +85,9 @@ class Case:
 
     @property
     def plain(self) -> bool:
-        return self.options == tuple(sorted(PLAIN[self.family].items()))
+        """Every option off (:data:`PLAIN`) but the call's form (:data:`STRUCTURE`: causal or not, the tile shape)."""
+        return all(value == PLAIN[self.family][key] for key, value in self.options
+                   if key not in STRUCTURE[self.family])
 
 
 @dataclass
@@ -103,46 +116,68 @@ class Row:
     padding: float = 0.0
 
 
-#: every family's options: the values each takes, and the plain (all off) choice
+#: every family's options: the values each takes, and the plain (all off, non-causal) choice. ``causal``: DMAN's
+#: ``causal=True`` (the decoders' DMAN: a compile-time constant of its own), the band ``i − left … i`` (``right = 0``:
+#: SMAN / CSAN in a decoder) and an MTSA layer whose heads all look back (forward, causal, a causal window) — the
+#: band's and MTSA's bands are run-time arguments, not specialised, so their causal launches bind to the
+#: compilations of the non-causal ones (recorded and bound all the same: a kernel that specialised on them would
+#: compile them apart)
 OPTIONS: dict[str, dict[str, tuple[Any, ...]]] = {
-    "mtsa": dict(scale=("log_sigmoid", "identity"), kpm=(False, True), dropout=(False, True)),
+    "mtsa": dict(causal=(False, True), scale=("log_sigmoid", "identity"), kpm=(False, True), dropout=(False, True)),
     "dman": dict(causal=(False, True), kpm=(False, True), floor=(False, True), dropout=(False, True)),
-    "band": dict(narrow=(False, True), logsig=(False, True), area=(1, 3), kpm=(False, True), dropout=(False, True)),
+    "band": dict(causal=(False, True), narrow=(False, True), logsig=(False, True), area=(1, 3), kpm=(False, True),
+                 dropout=(False, True)),
 }
 PLAIN: dict[str, dict[str, Any]] = {
-    "mtsa": dict(scale="log_sigmoid", kpm=False, dropout=False),
+    "mtsa": dict(causal=False, scale="log_sigmoid", kpm=False, dropout=False),
     "dman": dict(causal=False, kpm=False, floor=False, dropout=False),
-    "band": dict(narrow=False, logsig=False, area=1, kpm=False, dropout=False),
+    "band": dict(causal=False, narrow=False, logsig=False, area=1, kpm=False, dropout=False),
 }
 ALL: dict[str, dict[str, Any]] = {
-    "mtsa": dict(scale="identity", kpm=True, dropout=True),
+    "mtsa": dict(causal=True, scale="identity", kpm=True, dropout=True),
     "dman": dict(causal=True, kpm=True, floor=True, dropout=True),
-    "band": dict(narrow=True, logsig=True, area=3, kpm=True, dropout=True),
+    "band": dict(causal=True, narrow=True, logsig=True, area=3, kpm=True, dropout=True),
 }
 
 
 #: options that choose a launch's tiles, not the kernel's code (the band's narrow tiles): "all on" is compiled with
 #: each of their values, so every tile shape meets the options (a wide band with dropout is not a narrow one)
 SHAPE_OPTIONS: dict[str, tuple[str, ...]] = {"band": ("narrow",)}
+#: the form of a call rather than an option of it: its tile shapes (:data:`SHAPE_OPTIONS`) and causal or not. Every
+#: combination of their values is a configuration of its own, compiled plain (every other option off: a
+#: :attr:`Case.plain` case, spill budget 0 at every width) and with every other option on
+STRUCTURE: dict[str, tuple[str, ...]] = {family: ("causal", *SHAPE_OPTIONS.get(family, ())) for family in OPTIONS}
 
 
-def _all_on(family: str) -> list[dict[str, Any]]:
-    """Every option on, once per value of each of the family's :data:`SHAPE_OPTIONS`."""
-    sets = [dict(ALL[family])]
-    for key in SHAPE_OPTIONS.get(family, ()):
+def _forms(family: str, base: dict[str, Any]) -> list[dict[str, Any]]:
+    """``base`` once per combination of the values of the family's :data:`STRUCTURE` options (``base``'s first)."""
+    sets = [dict(base)]
+    for key in STRUCTURE[family]:
         sets += [dict(s, **{key: value}) for s in list(sets) for value in OPTIONS[family][key] if value != s[key]]
     return sets
 
 
+def _all_on(family: str) -> list[dict[str, Any]]:
+    """Every option on, once per combination of the family's :data:`STRUCTURE` values."""
+    return _forms(family, ALL[family])
+
+
+def plain_sets(family: str) -> list[dict[str, Any]]:
+    """The family's plain configurations: every option off, once per combination of its :data:`STRUCTURE` values
+    (non-causal and causal; the band's wide and narrow tiles)."""
+    return _forms(family, PLAIN[family])
+
+
 def option_sets(family: str, which: str) -> list[dict[str, Any]]:
-    """``plain`` (all off), ``all`` (all on, with every tile shape), ``both``, or ``each`` (both, and plain with one
-    option changed)."""
-    sets = {"plain": [PLAIN[family]], "all": _all_on(family), "both": [PLAIN[family], *_all_on(family)]}.get(which)
+    """``plain`` (every plain configuration: all off, causal and not, every tile shape), ``all`` (all on, the same
+    forms), ``both``, or ``each`` (both, and each plain configuration with one option changed)."""
+    sets = {"plain": plain_sets(family), "all": _all_on(family),
+            "both": [*plain_sets(family), *_all_on(family)]}.get(which)
     if sets is not None:
         return [dict(s) for s in sets]
-    out = [PLAIN[family], *_all_on(family)]
-    out += [dict(PLAIN[family], **{key: value}) for key, values in OPTIONS[family].items() for value in values
-            if value != PLAIN[family][key]]
+    out = [*plain_sets(family), *_all_on(family)]
+    out += [dict(plain, **{key: value}) for plain in plain_sets(family) for key, values in OPTIONS[family].items()
+            if key not in STRUCTURE[family] for value in values if value != plain[key]]
     unique = {tuple(sorted(o.items())): o for o in out}
     return list(unique.values())
 
@@ -190,8 +225,9 @@ def _archs() -> tuple[int, ...]:
 #: the matrices: blocks of (dtypes, head dims, option sets, architectures), each block a product; a case and
 #: architecture in several blocks is compiled once. ``smoke``: a slow test's compilations (every kernel once, at the
 #: widest half-precision configuration, on the smallest and the largest shared memory); ``ci``: .ci/run's — half
-#: precision at head widths 64 / 128 / 256 (16 and 32 take the 64 entries with narrower features) with options off
-#: and on on sm_80 / 86 / 90; bfloat16 with the same options at the presets' head widths and 72 / 80 / 96 (the
+#: precision at head widths 64 / 128 / 256 (16 and 32 take the 64 entries with narrower features), every plain
+#: configuration and every option on (:func:`option_sets`' ``both``: each causal and not, each tile shape) on
+#: sm_80 / 86 / 90; bfloat16 with the same options at the presets' head widths and 72 / 80 / 96 (the
 #: wrappers pad them to a multiple of 16, so they bind to the compilations of the powers of two: no compilation of
 #: their own); and bfloat16 at all those widths on every other architecture ``auto`` accepts
 #: (:data:`.runtime.TARGETS`). ``half`` and ``full``: every head width and option set
@@ -229,15 +265,15 @@ def cases(matrix: str, families=("mtsa", "dman", "band")) -> list[Case]:
     return list(seen)
 
 
-def matrix_pairs(matrix: str, families=("mtsa", "dman", "band"), *, dims=None, dtypes=None, archs=None
-                 ) -> list[tuple[Case, int]]:
-    """The (case, architecture) pairs of ``matrix``, without repeats; ``dims``, ``dtypes``, ``archs`` replace the
-    blocks' own (each block keeps its option sets)."""
+def matrix_pairs(matrix: str, families=("mtsa", "dman", "band"), *, dims=None, dtypes=None, archs=None,
+                 options=None) -> list[tuple[Case, int]]:
+    """The (case, architecture) pairs of ``matrix``, without repeats; ``dims``, ``dtypes``, ``archs`` and
+    ``options`` (:func:`option_sets`' ``which``) replace the blocks' own."""
     pairs: dict[tuple[Case, int], None] = {}
     for block_dtypes, block_dims, which, block_archs in MATRICES[matrix]:
         if block_archs is None:
             block_archs = tuple(a for a in _archs() if a not in _FIRST_ARCHS)
-        block_cases = _cases(tuple(dtypes or block_dtypes), tuple(dims or block_dims), which, families)
+        block_cases = _cases(tuple(dtypes or block_dtypes), tuple(dims or block_dims), options or which, families)
         for arch in archs or block_archs:
             pairs.update(dict.fromkeys((case, arch) for case in block_cases))
     return list(pairs)
@@ -288,7 +324,9 @@ def _call(case: Case, n: int) -> None:
     with _tf32(case.dtype == "tf32"):
         if case.family == "mtsa":
             q, k, v, s2t = (_heads(B, n, H, d, dtype) for _ in range(4))
-            bands = [(math.inf, -1), (-1, math.inf), (math.inf, 0), (3, 3)]
+            # an encoder's heads (forward, backward, causal, a window) or, causal, a decoder's (each sees no later key)
+            bands = ([(math.inf, -1), (math.inf, 0), (3, 0), (math.inf, 0)] if opts["causal"]
+                     else [(math.inf, -1), (-1, math.inf), (math.inf, 0), (3, 3)])
             out, _ = tensorized_triton(q, k, v, s2t, bands, kpm, scale=opts["scale"], dropout_p=drop)
             inputs = (q, k, v, s2t)
         elif case.family == "dman":
@@ -305,7 +343,8 @@ def _call(case: Case, n: int) -> None:
             area = opts["area"]
             index = torch.zeros(H, area, dtype=torch.long) if area > 1 else None
             valid = torch.ones(H, area, dtype=torch.bool) if area > 1 else None
-            out = band_triton(q, k, v, width, width, index, valid, kpm, d ** -0.5, opts["logsig"], drop)
+            out = band_triton(q, k, v, width, 0 if opts["causal"] else width, index, valid, kpm, d ** -0.5,
+                              opts["logsig"], drop)
             inputs = (q, k, v)
         torch.autograd.grad(out, inputs, torch.randn_like(out))
 
@@ -365,6 +404,10 @@ def _blocks(constexprs, kernel) -> dict[str, int]:
 def _describe(constexprs, kernel) -> str:
     blocks = _blocks(constexprs, kernel)
     m, n = blocks.get("BLOCK_M", blocks.get("BLOCK")), blocks.get("BLOCK_N", blocks.get("BLOCK"))
+    if m is None and n is None:  # an elementwise kernel (MTSA's per-element work): rows × features per program
+        names = kernel.arg_names
+        rows = next((value for path, value in constexprs.items() if names[path[0]] == "ROWS"), None)
+        return f"{rows} rows d{blocks.get('BLOCK_DV', blocks.get('BLOCK_D'))}"
     return f"{m}x{n} d{blocks.get('BLOCK_DK')}/{blocks.get('BLOCK_DV')}"
 
 
@@ -439,7 +482,7 @@ def _jobs(pairs: list[tuple[Case, int]], n: int, kernels=None) -> tuple[list[_Jo
     declared unsupported."""
     jobs: list[_Job] = []
     rows: list[Row] = []
-    seen: set = set()
+    seen: dict = {}  # compilation → its job
     from .. import runtime
     recorded: dict = {}
     for case, arch in pairs:
@@ -468,9 +511,13 @@ def _jobs(pairs: list[tuple[Case, int]], n: int, kernels=None) -> tuple[list[_Jo
             key = (name, arch, repr(sorted(signature.items())), repr(sorted(constexprs.items(), key=str)),
                    repr(sorted(attrs.items(), key=str)), repr(sorted(options.__dict__.items())))
             if key in seen:
+                # one compilation of several cases: it answers to the strictest contract among them (a plain
+                # case's, spill budget 0, whichever case recorded it first)
+                if case.plain and not seen[key].case.plain:
+                    seen[key].case = case
                 continue
-            seen.add(key)
-            jobs.append(_Job(launch.kernel, case, arch, signature, constexprs, attrs, dict(options.__dict__)))
+            seen[key] = _Job(launch.kernel, case, arch, signature, constexprs, attrs, dict(options.__dict__))
+            jobs.append(seen[key])
     return jobs, rows
 
 
@@ -523,8 +570,9 @@ def compile_pairs(pairs: list[tuple[Case, int]], *, jobs: int = 1, n: int = 256,
 
 def violations(row: Row) -> list[str]:
     """What is wrong with ``row`` (empty when nothing is): a refused launch, a compile error, shared memory or
-    registers over the limit, and, in half precision, spills — none without options at any head width the kernels
-    take (up to 256: issue 41 §1.2), at most 256 bytes with options at head dims up to 128 — or, at head dims up to
+    registers over the limit, and, in half precision, spills — none in a plain configuration (every option off,
+    causal or not: :attr:`Case.plain`) at any head width the kernels take (up to 256: issue 41 §1.2; issue 52 §4),
+    at most 256 bytes with options at head dims up to 128 — or, at head dims up to
     128, a wgmma serialisation advisory on sm_90 and newer."""
     if row.status in ("refused", "error"):
         return [f"{row.status}: {row.message.splitlines()[0] if row.message else ''}"]
@@ -580,6 +628,59 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def kernel_names(families=tuple(OPTIONS)) -> tuple[str, ...]:
+    """The ``@triton.jit`` kernels of ``families`` as :class:`Row` names them (a pass's ``_narrow`` tiles run the
+    pass's kernel)."""
+    from .. import tensorized
+    names: dict[str, None] = {}
+    for family in families:
+        names.update(dict.fromkeys(k.removesuffix("_narrow") for k in _kernel_names(family)))
+        if family == "mtsa":  # and its elementwise kernels, whose tiles are not the table's (no tile_class)
+            names.update(dict.fromkeys(tensorized.ELEMENTWISE_KERNELS))
+    return tuple(names)
+
+
+def unchecked(rows: list[Row], wanted: Iterable[str]) -> list[str]:
+    """The kernels of ``wanted`` that no row compiled (or, ``--bind-only``, bound): a check of them checked
+    nothing — every case unsupported, or none asked for."""
+    checked = {r.kernel for r in rows if r.status in ("ok", "bound")}
+    return [k for k in wanted if k not in checked]
+
+
+#: the longest sequence the check records its launches at: the launches do not depend on the length (sizes are
+#: not specialised; 256 crosses several tiles of every pass), while the CPU tensors it records them with grow with it
+MAX_SEQ_LEN = 16384
+
+
+def header(argv, rows: list[Row], seconds: float) -> str:
+    """The ``--markdown`` report's first lines: the command that made it (``argv``: its arguments, ``None`` for
+    ``sys.argv``; ``--json`` left out), the Triton that compiled it, its counts and time — so the report says how to
+    regenerate it."""
+    import triton
+
+    given = list(sys.argv[1:] if argv is None else argv)
+    shown = [x for i, x in enumerate(given) if x != "--json" and (i == 0 or given[i - 1] != "--json")]
+    command = " ".join(["python -m maskattn.kernels.triton.offline.compile_check", *shown])
+    compiled = sum(r.status in ("ok", "bound") for r in rows)
+    bad = sum(bool(violations(r)) for r in rows)
+    return (f"Generated by `{command}` (triton {triton.__version__} and the ptxas it bundles, no GPU; "
+            f"{len(rows):,} rows, {compiled:,} {'bound' if any(r.status == 'bound' for r in rows) else 'compiled'}, "
+            f"{bad} violations, {seconds:.0f} s). What it checks: docs/gpu.md, \"Offline compile check\".\n\n")
+
+
+def _check_outputs(parser: argparse.ArgumentParser, outputs: dict[str, str | None]) -> None:
+    """Refuse, in one line before anything is compiled, an output path the check could not write at its end (a
+    folder, a path below a file, a read-only place; two options naming one file): the project's rule for every
+    command's outputs (:func:`maskattn.files.check_outputs`). An existing report is replaced (the docs' report is
+    regenerated in place), and missing folders on the way are created when it is written."""
+    from ....errors import ArgumentError
+    from ....files import check_outputs
+    try:
+        check_outputs(outputs, overwrite=True)
+    except ArgumentError as error:
+        parser.error(str(error))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m maskattn.kernels.triton.offline.compile_check",
                                      description=__doc__.split("\n\n")[0])
@@ -590,19 +691,40 @@ def main(argv=None) -> int:
                         help="default: the matrix's")
     parser.add_argument("--dims", nargs="+", type=int, help="head dims (default: the matrix's; these replace them)")
     parser.add_argument("--dtypes", nargs="+", choices=DTYPES, help="default: the matrix's")
-    parser.add_argument("--kernels", nargs="+", help="only these kernels")
-    parser.add_argument("--seq-len", type=int, default=256)
+    parser.add_argument("--options", choices=("plain", "all", "both", "each"),
+                        help="option sets (default: each block's): plain = every option off, causal and not, every "
+                             "tile shape; all = every option on, the same forms; each = both and each plain "
+                             "configuration with one option changed")
+    parser.add_argument("--kernels", nargs="+", metavar="KERNEL",
+                        help=f"only these kernels (of {', '.join(kernel_names())})")
+    parser.add_argument("--seq-len", type=int, default=256, help=f"1 … {MAX_SEQ_LEN}")
     parser.add_argument("--jobs", type=int, default=1, help="compile in this many processes")
     parser.add_argument("--bind-only", action="store_true", help="record and bind every launch, compile nothing")
     parser.add_argument("--json", help="write every row here")
     parser.add_argument("--markdown", help="write the summary and the table here")
     args = parser.parse_args(argv)
+    # bad arguments: one line, before anything is recorded or compiled
+    if args.dims and min(args.dims) < 1:
+        parser.error(f"--dims takes head widths of at least 1 feature, got {min(args.dims)}")
+    if not 1 <= args.seq_len <= MAX_SEQ_LEN:
+        parser.error(f"--seq-len takes 1 … {MAX_SEQ_LEN} (the launches do not depend on the length), got "
+                     f"{args.seq_len}")
+    if args.jobs < 1:
+        parser.error(f"--jobs takes at least 1 process, got {args.jobs}")
+    if args.kernels:
+        known = kernel_names(args.family)
+        strangers = [k for k in args.kernels if k not in known]
+        if strangers:
+            parser.error(f"--kernels: {', '.join(strangers)} is not a kernel of {', '.join(args.family)} "
+                         f"(they are {', '.join(known)})")
+    _check_outputs(parser, {"--json": args.json, "--markdown": args.markdown})
     os.environ.pop("TRITON_INTERPRET", None)
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, without its warning
     if runtime.interpreted():
         parser.error("Triton's interpreter is on in this process (TRITON_INTERPRET=1 when the kernels were "
                      "loaded): run the check in a fresh process")
-    pairs = matrix_pairs(args.matrix, tuple(args.family), dims=args.dims, dtypes=args.dtypes, archs=args.archs)
+    pairs = matrix_pairs(args.matrix, tuple(args.family), dims=args.dims, dtypes=args.dtypes, archs=args.archs,
+                         options=args.options)
     started = time.perf_counter()
 
     def progress(i, total, row):
@@ -621,13 +743,19 @@ def main(argv=None) -> int:
     bad = [(r, v) for r in rows for v in violations(r)]
     for r, v in bad:
         print(f"VIOLATION {r.kernel} [{r.case}] sm_{r.arch}: {v}")
-    print(f"{len(rows)} rows, {len(bad)} violations, {time.perf_counter() - started:.0f} s")
+    print(f"{len(rows)} rows, {sum(r.status in ('ok', 'bound') for r in rows)} "
+          f"{'bound' if args.bind_only else 'compiled'}, {len(bad)} violations, {time.perf_counter() - started:.0f} s")
+    from ....files import atomic_write
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump([asdict(r) for r in rows], f, indent=1)
+        atomic_write(args.json, [json.dumps([asdict(r) for r in rows], indent=1).encode()])
     if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(report + "\n\n" + table(rows) + "\n")
+        atomic_write(args.markdown, [(header(argv, rows, time.perf_counter() - started) + report + "\n\n"
+                                      + table(rows) + "\n").encode()])
+    missing = unchecked(rows, args.kernels or kernel_names(args.family))
+    if missing:  # a check that checked nothing must not pass
+        print(f"error: nothing {'bound' if args.bind_only else 'compiled'} for {', '.join(missing)}: every case of "
+              "it is unsupported or left out by the arguments, so the check checked nothing there", file=sys.stderr)
+        return 2
     return 1 if bad else 0
 
 
