@@ -81,9 +81,6 @@ NOT_YET = {
                                            "appended as each row is measured, is right)",
     ("bench/finetune.py", "main", "write"): "finetune.json / .md written in place (write_text)",
     ("kernels/triton/offline/compile_check.py", "preset_head_widths", "read"): "a preset read whole (read_text)",
-    ("kernels/triton/offline/perf_report.py", "load_rows", "read"): "--before rows read whole (json.load)",
-    ("kernels/triton/offline/perf_report.py", "main", "write"): "--doc / --predictions / --json / --markdown "
-                                                                "written in place",
 }
 
 

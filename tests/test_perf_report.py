@@ -312,3 +312,96 @@ def test_the_tutorial_comparison_reads_as_ratios_and_refuses_what_it_cannot_comp
     other.write_text("x = 1\n")
     with pytest.raises(ImportError, match="has no _attn_fwd"):
         tutorial.load(other, 90)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--families", "nosuch"], "--families: nosuch is not a family of the report (they are anchor, anchor-causal, "
+                               "mtsa, dman, band, band-narrow)"),
+    (["--kernels", "nosuch"], "--kernels: nosuch is not a pass of the report"),
+    (["--families", "anchor"], "--families anchor leaves no maskattn pass to report"),
+    (["--families", "dman", "--kernels", "band_fwd"], "--families dman --kernels band_fwd leaves no maskattn pass"),
+    (["--dims", "0"], "--dims takes sizes of at least 1, got 0"),
+    (["--dims", "64", "-8"], "--dims takes sizes of at least 1, got -8"),
+    (["--lengths", "0"], "--lengths takes sizes of at least 1, got 0"),
+    (["--lengths", "100000000"], "--lengths takes 1 … 65,536 (every visited tile is mirrored in Python), got 100000000"),
+    (["--lengths", "1e8"], "argument --lengths: invalid int value: '1e8'"),
+    (["--jobs", "0"], "--jobs takes at least 1 process, got 0"),
+    (["--jobs", "-1"], "--jobs takes at least 1 process, got -1"),
+    (["--json", "{file}/rows.json"], "is a file, not a folder"),
+    (["--doc", "{tmp}"], "--doc {tmp} is a folder; give a file name"),
+    (["--markdown", "{file}/deeper/report.md"], "is a file, not a folder"),
+    (["--predictions", "{tmp}/p.json", "--json", "{tmp}/p.json"], "--json and --predictions name the same file"),
+    (["--before", "{tmp}/missing.json"], "--before: rows file {tmp}/missing.json does not exist"),
+    (["--before", "{file}"], "--before: {file} is not the rows of a --json run"),
+    (["--before", "{rows}", "--json", "{rows}"], "is the --before file"),
+    (["--tutorial", "{tmp}/missing.py"], "--tutorial {tmp}/missing.py: no such file"),
+])
+def test_bad_arguments_are_one_line_before_any_compiling(tmp_path, capsys, args, words):
+    """Arguments the report cannot run with stop it with one line (argparse's error: the option, the value, what it
+    takes) before anything is recorded or compiled — in this process, where the interpreter is on: the report never
+    gets that far. Before (issue 55): ``--families nosuch`` / ``--kernels nosuch`` compiled the anchor alone and
+    exited 0; with ``--dims 0`` every row was an error and the targets read "yes"; an output that could not be
+    written failed after the whole run."""
+    from maskattn.kernels.triton.offline import perf_report
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "rows.json").write_text("[]")
+    values = dict(file=tmp_path / "a-file", tmp=tmp_path, rows=tmp_path / "rows.json")
+    args, words = [a.format(**values) for a in args], words.format(**values)
+    with pytest.raises(SystemExit) as stop:
+        perf_report.main(args)
+    assert stop.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert error[-1].startswith("python -m maskattn.kernels.triton.offline.perf_report: error: ") and \
+        words in error[-1], error
+    assert "interpreter" not in error[-1]  # refused for its arguments, not for the process it runs in
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "rows.json"], "a refused run writes nothing"
+
+
+def test_outputs_into_a_read_only_place_are_refused_before_compiling(tmp_path, capsys):
+    """``--json`` / ``--markdown`` / ``--doc`` / ``--predictions`` into a folder nothing can be written into (even
+    by root: ``chattr +i``) — one line, nothing written (before: the write failed at the end of the run)."""
+    from _files_helpers import read_only_folder
+    from maskattn.kernels.triton.offline import perf_report
+
+    with read_only_folder(tmp_path / "read-only") as folder:
+        for flag in ("--json", "--markdown", "--doc", "--predictions"):
+            with pytest.raises(SystemExit) as stop:
+                perf_report.main([flag, str(folder / "out")])
+            assert stop.value.code == 2
+            last = capsys.readouterr().err.strip().splitlines()[-1]
+            assert f"{flag} {folder / 'out'}: folder {folder} is not writable" in last, last
+        assert not list(folder.iterdir())
+
+
+def test_a_failed_pass_meets_no_target():
+    """Rows that failed (``--dims 0`` made every row an error) are not measured: the targets name them and say "no"
+    — before, with no row measured, "no spill (every pass of the report) | all | … | yes"."""
+    from maskattn.kernels.triton.offline.perf_report import Row, targets
+    failed = [Row(family, kernel, mask, 64, 90, 2048, error="RuntimeError: no tiles")
+              for family, kernel, mask in (("anchor", "anchor_fwd", "full"), ("dman", "dman_fwd", "full, D = 128"))]
+    text = targets(failed, 2048)
+    assert "| yes |" not in text
+    assert "| every pass measured (a failed pass meets no target) | anchor_fwd d64 sm_90, dman_fwd d64 sm_90 |" in text
+    assert text.splitlines()[-1].endswith("| 0 spilling | no |")
+    assert targets([], 2048).splitlines()[-2].startswith("| every pass measured (a failed pass meets no target) | "
+                                                          "no maskattn pass |")
+    # one measured pass beside a failed one: its own targets stand, "no spill" does not
+    rows = [_row("anchor", "anchor_fwd", "full", 1.0), _row("mtsa", "tensorized_fwd", "forward head", 1.2), *failed]
+    text = targets(rows, 2048)
+    assert "| MUFU per score ≤ 1.5× the anchor's | tensorized_fwd | 128 | sm_90 | 1.20× | yes |" in text
+    assert text.splitlines()[-1].endswith("| 0 spilling | no |")
+    assert targets(rows[:2], 2048).splitlines()[-1] == \
+        "| no spill (every pass of the report) | all | | | 0 spilling | yes |"
+
+
+def test_the_before_rows_are_read_back_through_the_bounded_reader(tmp_path):
+    """``--before`` rows round-trip (a ``--json`` run's rows), and a file that is not such rows is named."""
+    from maskattn.errors import DataError
+    from maskattn.kernels.triton.offline.perf_report import load_rows
+    rows = [_row("anchor", "anchor_fwd", "full", 1.0)]
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps([{**r.__dict__} for r in rows]))
+    assert load_rows(str(path)) == rows
+    path.write_text(json.dumps({"not": "rows"}))
+    with pytest.raises(DataError, match="is not the rows of a --json run"):
+        load_rows(str(path))

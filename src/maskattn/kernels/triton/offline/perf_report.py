@@ -21,9 +21,12 @@ hot loop once, plus the loop body once per tile it visits — interior tiles on 
 heavy one — with the tiles each program visits mirrored from the kernel's loop bounds (:func:`visited_tiles`).
 *Computed* scores are the tiles' areas; *useful* scores those inside the mask and the sequence.
 
-``python -m maskattn.kernels.triton.offline.perf_report --out docs/gpu/offline-perf.md`` (``--jobs 2``; ``--quick``: one
-pass, one architecture, one width). Run it in its own process: Triton reads ``TRITON_INTERPRET`` when the kernels
-are first decorated.
+``python -m maskattn.kernels.triton.offline.perf_report --doc docs/gpu/offline-perf.md --predictions
+docs/gpu/offline-perf.json`` (``--jobs 2``; ``--archs``, ``--dims``, ``--lengths``, ``--families`` and ``--kernels``
+narrow it). Run it in its own process: Triton reads ``TRITON_INTERPRET`` when the kernels are first decorated. It
+cannot pass vacuously: a bad argument (a head width, length or ``--jobs`` below 1, a family or pass it does not
+have, filters that leave only the anchor, an unreadable ``--before``, an output it could not write) stops it in one
+line before anything is compiled, a failed pass is an error row (exit status 1) and meets no target.
 """
 
 from __future__ import annotations
@@ -465,7 +468,8 @@ def _target_rows(rows: list[Row], n: int) -> dict[tuple, tuple[str, float, bool]
 def targets(rows: list[Row], n: int, before: list[Row] | None = None) -> str:
     """The issue's targets measured at length ``n`` (and, with ``before``, beside an earlier run): MUFU per score
     of MTSA's forward over the anchor's, wgmma in MTSA's passes at d = 128 and in DMAN's backward without a spill on
-    sm_90, the share of computed scores inside narrow bands; spills are summarised in one line."""
+    sm_90, the share of computed scores inside narrow bands; spills are summarised in one line. A pass that failed
+    is named in a line of its own and meets no target, and "no spill" is met only when every pass was measured."""
     now = _target_rows(rows, n)
     then = _target_rows(before or [], n)
     lines = ["| target | pass | d | arch | " + ("before | " if before else "") + "now | met |",
@@ -478,17 +482,31 @@ def targets(rows: list[Row], n: int, before: list[Row] | None = None) -> str:
         lines.append(f"| {target} | {kernel} | {d} | sm_{arch} | " + (f"{old} | " if before else "")
                      + f"{text} | {'yes' if met else 'no'} |")
     spilling = sorted({(k[1], k[2], k[3]) for k, v in now.items() if k[0] == "no spill" and not v[2]})
+    # a pass that failed (or a report without a measured pass) meets no target: its figures are not there to read
+    failed = sorted({(r.kernel, r.head_dim, r.arch) for r in rows if r.n == n and r.error})
+    measured = any(r.n == n and not r.error and not r.family.startswith("anchor") for r in rows)
+    if failed or not measured:
+        lines.append("| every pass measured (a failed pass meets no target) | "
+                     + (", ".join(f"{k} d{d} sm_{a}" for k, d, a in failed) or "no maskattn pass") + " | | | "
+                     + ("– | " if before else "") + f"{len(failed)} failed | no |")
     lines.append("| no spill (every pass of the report) | " + (", ".join(f"{k} d{d} sm_{a}" for k, d, a in spilling)
-                                                             or "all") + " | | | "
+                                                             or ("all" if measured and not failed else "–"))
+                 + " | | | "
                  + (f"{sum(not v[2] for k, v in then.items() if k[0] == 'no spill')} spilling | " if before else "")
-                 + f"{len(spilling)} spilling | {'yes' if not spilling else 'no'} |")
+                 + f"{len(spilling)} spilling | {'yes' if measured and not failed and not spilling else 'no'} |")
     return "\n".join(lines)
 
 
 def load_rows(path: str) -> list[Row]:
-    """The rows a ``--json`` run wrote."""
-    with open(path) as f:
-        return [Row(**row) for row in json.load(f)]
+    """The rows a ``--json`` run wrote (read through the bounded reader; :class:`maskattn.errors.DataError` naming
+    the file when it is missing, too large, or not such rows)."""
+    from ....data.text import read_text
+    from ....errors import DataError
+    try:
+        rows = [Row(**row) for row in json.loads(read_text(path, "rows file"))]
+    except (json.JSONDecodeError, TypeError) as error:
+        raise DataError(f"{path} is not the rows of a --json run ({error})") from None
+    return rows
 
 
 _INTRO = """# Offline performance report: maskattn's Triton kernels beside an FA2-class anchor
@@ -775,6 +793,57 @@ NOTES = """## What changed this round (issue 52), and what the figures say
 """
 
 
+#: the longest length the report takes: its per-score figures mirror every tile a pass visits in Python (a few
+#: seconds per pass at 16,384, sixteen times that at 65,536), and its launches are recorded on CPU tensors of n rows
+MAX_LENGTH = 65536
+
+
+def _checked(parser: argparse.ArgumentParser, args) -> tuple[list[Pass], list[Row] | None]:
+    """The passes the arguments choose and the ``--before`` rows; every bad argument stops the report in one line
+    (argparse's error: the option, the value, what it takes) before anything is recorded or compiled — a head
+    width, length or ``--jobs`` below 1 (every row an error, or no pass at all, the targets read "yes"), a
+    family or pass the report does not have, filters that leave no maskattn pass (the anchor alone checks
+    nothing), ``--before`` / ``--tutorial`` files that cannot be read, an output that cannot be written
+    (:func:`maskattn.files.check_outputs`; an existing one is replaced, missing folders are created)."""
+    from ....errors import ArgumentError, DataError
+    from ....files import check_outputs
+    for flag, values in (("--dims", args.dims), ("--lengths", args.lengths)):
+        if min(values) < 1:
+            parser.error(f"{flag} takes sizes of at least 1, got {min(values)}")
+    if max(args.lengths) > MAX_LENGTH:
+        parser.error(f"--lengths takes 1 … {MAX_LENGTH:,} (every visited tile is mirrored in Python), got "
+                     f"{max(args.lengths)}")
+    if args.jobs < 1:
+        parser.error(f"--jobs takes at least 1 process, got {args.jobs}")
+    every = passes()
+    families = list(dict.fromkeys(p.family for p in every))
+    strangers = [f for f in args.families or () if f not in families]
+    if strangers:
+        parser.error(f"--families: {', '.join(strangers)} is not a family of the report (they are "
+                     f"{', '.join(families)})")
+    kernels = list(dict.fromkeys(p.kernel for p in every))
+    strangers = [k for k in args.kernels or () if k not in kernels]
+    if strangers:
+        parser.error(f"--kernels: {', '.join(strangers)} is not a pass of the report (they are {', '.join(kernels)})")
+    chosen = [p for p in every if (not args.kernels or p.kernel in args.kernels or p.family.startswith("anchor"))
+              and (not args.families or p.family in args.families or p.family.startswith("anchor"))]
+    if all(p.family.startswith("anchor") for p in chosen):
+        given = " ".join(f"--{name} {' '.join(getattr(args, name))}" for name in ("families", "kernels")
+                         if getattr(args, name))
+        parser.error(f"{given} leaves no maskattn pass to report (the anchor is compiled beside them, not alone)")
+    if args.tutorial is not None and not os.path.isfile(args.tutorial):
+        parser.error(f"--tutorial {args.tutorial}: no such file (Triton's python/tutorials/06-fused-attention.py)")
+    try:
+        check_outputs({"--json": args.json, "--markdown": args.markdown, "--doc": args.doc,
+                       "--predictions": args.predictions},
+                      inputs=[("the --before file", args.before), ("the --tutorial file", args.tutorial)],
+                      overwrite=True)
+        before = load_rows(args.before) if args.before else None
+    except (ArgumentError, DataError) as error:
+        parser.error(f"--before: {error}" if isinstance(error, DataError) else str(error))
+    return chosen, before
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m maskattn.kernels.triton.offline.perf_report",
                                      description=__doc__.split("\n\n")[0])
@@ -792,13 +861,12 @@ def main(argv=None) -> int:
     parser.add_argument("--tutorial", help="Triton's python/tutorials/06-fused-attention.py: compile it beside the "
                                            "anchor at its own tiles")
     args = parser.parse_args(argv)
+    chosen, before_rows = _checked(parser, args)
     os.environ.pop("TRITON_INTERPRET", None)
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     from .. import runtime
     if runtime.interpreted():
         parser.error("Triton's interpreter is on in this process: run the report in a fresh process")
-    chosen = [p for p in passes() if (not args.kernels or p.kernel in args.kernels or p.family.startswith("anchor"))
-              and (not args.families or p.family in args.families or p.family.startswith("anchor"))]
     jobs = [(p, d, arch, tuple(args.lengths)) for p in chosen for d in args.dims for arch in args.archs]
     started = time.perf_counter()
     rows: list[Row] = []
@@ -814,7 +882,6 @@ def main(argv=None) -> int:
             rows += _measure_job(job)
             sys.stderr.write(f"\r[{i + 1}/{len(jobs)}] {time.perf_counter() - started:.0f} s   ")
     sys.stderr.write("\n")
-    before_rows = load_rows(args.before) if args.before else None
     from . import time_model, tutorial
     wrapper = {family: time_model.wrapper_bytes(family)["per_element"] for family in ("tensorized", "dman")}
     predictions = time_model.family_rows(rows, wrapper)
@@ -825,25 +892,21 @@ def main(argv=None) -> int:
             + targets(rows, target_n, before_rows) + "\n\n#### Predicted ratios\n\n" + time_model.table(predictions)
             + ("\n\n#### The anchor beside the tutorial\n\n" + tutorial.table(tutorial_rows) if tutorial_rows else ""))
     print(text)
+    from ....files import atomic_write
     if args.doc:
         before = before_rows or []
         given = list(argv if argv is not None else sys.argv[1:])
         hidden = ("--json", "--markdown", "--jobs", "--tutorial")
         shown = [x for i, x in enumerate(given) if x not in hidden and (i == 0 or given[i - 1] not in hidden)]
         command = " ".join(["python -m maskattn.kernels.triton.offline.perf_report", *shown])
-        with open(args.doc, "w") as f:
-            f.write(document(rows, before, command, time.perf_counter() - started, predictions=predictions,
-                             tutorial_rows=tutorial_rows))
+        atomic_write(args.doc, [document(rows, before, command, time.perf_counter() - started, predictions=predictions,
+                                         tutorial_rows=tutorial_rows).encode()])
     if args.predictions:
-        with open(args.predictions, "w") as f:
-            json.dump(predictions, f, indent=1)
-            f.write("\n")
+        atomic_write(args.predictions, [(json.dumps(predictions, indent=1) + "\n").encode()])
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump([asdict(r) for r in rows], f, indent=1)
+        atomic_write(args.json, [json.dumps([asdict(r) for r in rows], indent=1).encode()])
     if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text + "\n")
+        atomic_write(args.markdown, [(text + "\n").encode()])
     print(f"{len(rows)} rows, {sum(bool(r.error) for r in rows)} errors, {time.perf_counter() - started:.0f} s",
           file=sys.stderr)
     return 1 if any(r.error for r in rows) else 0
