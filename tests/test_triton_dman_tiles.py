@@ -59,7 +59,7 @@ def _inputs(n, m, D, *, B=1, H=2, d=16, seed=0):
 def gpu_tiles(request, monkeypatch):
     """The tiles :data:`runtime.TILE_TABLE` gives 16-bit heads of a width on a shared-memory class (sm_80, d 64:
     the 128 × 64 forward, 128 × 32 query pass and square 32 × 32 key pass; sm_90, d 64: 128 × 64, 128 × 32 and a
-    32 × 128 key pass — the block shapes of sm_90 at d 128 too, and of its causal key pass; sm_80, d 128: 128 × 32,
+    64 × 128 key pass (64 streamed queries × 128 held keys); sm_80, d 128: 128 × 32,
     a square 32 × 32 query pass and 64 × 64) for every DMAN pass under the interpreter; on CUDA the device's own.
     Returns the launches' ``(BLOCK_M, BLOCK_N)`` per pass."""
     cls, width = request.param
@@ -112,42 +112,3 @@ def test_backward_with_gpu_tiles_is_bit_identical_across_runs(gpu_tiles):
 
     for name, a, b in zip(GRAD_NAMES, grads(), grads()):
         assert torch.equal(a, b), name
-
-
-@pytest.mark.parametrize("arch", sorted({a for (k, a, _) in runtime.ARCH_TILES if k == "dman_bwd_kv_causal"}))
-def test_a_causal_call_takes_the_key_pass_s_causal_tiles_where_the_pass_s_own_spill(arch):
-    """Issue 52 §4: DMAN's key pass at width 128 spills in its causal form with its class's tiles on sm_90 (4 B
-    without options); there a causal call takes ``dman_bwd_kv_causal``'s entry of :data:`runtime.ARCH_TILES` (the
-    offline compile check compiles it, plain and with every option), a non-causal call and every other pass the
-    pass's own, and elsewhere in the class (sm_100) causal calls keep the pass's own."""
-    from maskattn.kernels.triton.dman import dman_triton
-
-    def key_pass(target, causal):
-        q, k, v = (torch.randn(1, 2, 64, 128, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-        a, table, u = torch.randn(1, 64, requires_grad=True), torch.randn(9, requires_grad=True), torch.randn(2)
-        with runtime.recording(runtime.TARGETS[target]) as launches:
-            out = dman_triton(q, k, v, a, table, u.requires_grad_(), causal=causal, key_padding_mask=None,
-                              q_offset=0, dropout_p=0.0, mask_floor=None)
-            torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
-        chosen = {launch.kernel.fn.__name__: launch.kwargs for launch in launches}
-        assert set(chosen) == set(DMAN)
-        kw = chosen["dman_bwd_kv"]
-        return runtime.Tiles(kw["BLOCK_M"], kw["BLOCK_N"], kw["num_warps"], kw["num_stages"])
-
-    cls = runtime.tile_class(runtime.TARGETS[arch])
-    own, causal = runtime.TILE_TABLE[("dman_bwd_kv", cls, 128)], runtime.ARCH_TILES[("dman_bwd_kv_causal", arch, 128)]
-    assert own != causal
-    assert key_pass(arch, causal=True) == causal
-    assert key_pass(arch, causal=False) == own
-    other = next(a for a, t in sorted(runtime.TARGETS.items()) if runtime.tile_class(t) == cls
-                 and ("dman_bwd_kv_causal", a, 128) not in runtime.ARCH_TILES)
-    assert key_pass(other, causal=True) == runtime.ARCH_TILES.get(("dman_bwd_kv", other, 128),
-                                                                  runtime.TILE_TABLE[("dman_bwd_kv", cls, 128)])
-    # the interpreter's parity tests run its block shape (gpu_tiles' sm_90-d64: stages change no arithmetic there)
-    parity = runtime.TILE_TABLE[("dman_bwd_kv", "227K", 64)]
-    assert (causal.block_m, causal.block_n) == (parity.block_m, parity.block_n)
-    for (kernel, where, _), tiles in runtime.ARCH_TILES.items():  # every causal entry fits the kernels
-        if kernel.startswith("dman_") and kernel.endswith("_causal"):
-            assert all(side & (side - 1) == 0 and side >= 16 for side in (tiles.block_m, tiles.block_n))
-            if where >= 90 and runtime.tile_class(runtime.TARGETS[where]) == "227K":  # wgmma: 64 held keys a group
-                assert tiles.warps % 4 == 0 and tiles.block_n >= 64 * (tiles.warps // 4), (kernel, where, tiles)

@@ -64,13 +64,9 @@ def square_offsets(max_distance: int, q_offset: int, block_m: int, block_n: int)
 
 def _constants(kernel: str, q: torch.Tensor, v: torch.Tensor, kpm, causal: bool, dropout_p: float,
                mask_floor) -> dict:
-    head = max(q.shape[-1], v.shape[-1])
-    # a causal call takes the pass's causal tiles where the table has them (its own spill there: runtime.ARCH_TILES)
-    if causal and runtime.has_tiles(f"{kernel}_causal", head, q.device, q.dtype):
-        kernel = f"{kernel}_causal"
-    tiles = runtime.tiles(kernel, head, q.device, q.dtype)
+    tiles = runtime.tiles(kernel, max(q.shape[-1], v.shape[-1]), q.device, q.dtype)
     # the query pass's diagonal sums of dz are taken per square of BLOCK_N queries: BLOCK_M a multiple of BLOCK_N
-    assert not kernel.startswith("dman_bwd_q") or tiles.block_m % tiles.block_n == 0, tiles
+    assert kernel != "dman_bwd_q" or tiles.block_m % tiles.block_n == 0, tiles
     return dict(runtime.launch_constants(q, v), CAUSAL=bool(causal), HAS_KPM=kpm is not None,
                 HAS_FLOOR=mask_floor is not None, DROPOUT=dropout_p > 0, BLOCK_M=tiles.block_m,
                 BLOCK_N=tiles.block_n, num_warps=tiles.warps, num_stages=tiles.stages)
@@ -147,6 +143,19 @@ def _distance_gradient(near: torch.Tensor, far: torch.Tensor, r_min: int, q_offs
     return grad
 
 
+def _far_offsets(a: torch.Tensor, table: torch.Tensor, u: torch.Tensor, lse: torch.Tensor,
+                 mask_floor: float | None) -> torch.Tensor:
+    """``(B, H, 2, n)``, contiguous: each query's ``log₂ M − lse`` where every distance is ``>= D`` (far left,
+    ``P[2D]``) and ``<= −D`` (far right, ``P[0]``) — ``M = σ(a_t + U_h + P[edge])`` floored at ``ε`` — which the key
+    pass's far tiles add to their scores (one value per query, read: computed in the kernel it cost two
+    transcendentals and ~15 instructions per query and thread in every tile; docs/design.md §3)."""
+    z = a[:, None, None, :] + u[None, :, None, None] + torch.stack((table[-1], table[0]))[None, None, :, None]
+    log_m = F.logsigmoid(z)
+    if mask_floor is not None:
+        log_m = log_m.clamp_min(math.log(mask_floor))
+    return (log_m * LOG2E - lse[:, :, None, :]).contiguous()
+
+
 @custom_op("maskattn::dman_triton_backward", mutates_args=())
 def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
               table: torch.Tensor, u: torch.Tensor, key_padding: torch.Tensor | None, seed: torch.Tensor | None,
@@ -164,6 +173,7 @@ def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     jit = runtime.load("dman_jit")
     grad_out = grad_out.to(out.dtype)
     delta = (grad_out.to(acc) * out.to(acc)).sum(-1)  # Δ_i = dO_i · out_i, (B, H, n)
+    far = _far_offsets(a, table, u, lse, mask_floor)
     keys = _constants("dman_bwd_kv", q, v, key_padding, causal, dropout_p, mask_floor)
     queries = _constants("dman_bwd_q", q, v, key_padding, causal, dropout_p, mask_floor)
     tail = (scale, scale * LOG2E, dropout_p, _floor(mask_floor))
@@ -171,7 +181,7 @@ def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
               lse, delta, grad_out)
     strides = (*runtime.stride_args(q, k, v, grad_out), *_parameter_strides(a, table, u))
     key_sizes = _sizes(q, k, v, table, q_offset, runtime.cdiv(m, keys["BLOCK_N"]))
-    runtime.launch(jit.dman_bwd_kv, key_sizes[5] * B * H, *common, grad_k, grad_v, *strides, *key_sizes, *tail,
+    runtime.launch(jit.dman_bwd_kv, key_sizes[5] * B * H, *common, far, grad_k, grad_v, *strides, *key_sizes, *tail,
                    **keys)
     block_m, block_n = queries["BLOCK_M"], queries["BLOCK_N"]
     sizes = _sizes(q, k, v, table, q_offset, runtime.cdiv(n, block_m))

@@ -234,34 +234,36 @@ def dman_fwd(Q, K, V, A, P, U, KPM, SEED, OUT, LSE,
 
 
 @triton.jit
-def _bwd_kv_tile(grad_k, grad_v, k, v, kept, q_base, do_base, i0, j0, idx_m, cols, fk, fv, a_row, u_h, edge, P, sp,
-                 D, q_offset, log_floor, LSE, DELTA, san, sqn, sqd, sgn, sgd, N, M, D_K, D_V, seed, bh, scale2,
+def _bwd_kv_tile(grad_k, grad_v, k, v, kept, q_base, do_base, i0, j0, idx_m, cols, fk, fv, a_row, u_h, far_row, P,
+                 sp, D, q_offset, log_floor, LSE, DELTA, san, sqn, sqd, sgn, sgd, N, M, D_K, D_V, seed, bh, scale2,
                  drop_p, NEAR: tl.constexpr, CAUSAL: tl.constexpr, HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr,
                  PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """One query tile's contribution to a key tile's ``(dK / scale, dV)`` (``NEAR`` as in :func:`_fwd_tile`;
-    ``edge`` the table entry of the far side), computed transposed — keys along the rows, ``(BLOCK_N, BLOCK_M)``,
-    FlashAttention-2's key pass: every product has the held key tile as its M dimension (``k·qᵀ``, ``v·dOᵀ``,
-    ``pᵀ·dO``, ``dSᵀ·q``), which wgmma on sm_90 needs 64 rows of, and the transposed probabilities and ``dS`` are
-    the A operands of the gradient products as they are (no transpose through shared memory)."""
+    """One query tile's contribution to a key tile's ``(dK / scale, dV)`` (``NEAR`` as in :func:`_fwd_tile`; a far
+    tile reads its queries' ``log₂ M − lse`` from ``far_row``, the far side's row of the wrapper's table),
+    computed transposed — keys along the rows, ``(BLOCK_N, BLOCK_M)``, FlashAttention-2's key pass: every product
+    has the held key tile as its M dimension (``k·qᵀ``, ``v·dOᵀ``, ``pᵀ·dO``, ``dSᵀ·q``), which wgmma on sm_90
+    needs 64 rows of, and the transposed probabilities and ``dS`` are the A operands of the gradient products as
+    they are (no transpose through shared memory)."""
     rows = i0 + idx_m
     in_rows = rows < N
     q = load_tile(q_base, i0, sqn, sqd, idx_m, fk, N, D_K)
     do = load_tile(do_base, i0, sgn, sgd, idx_m, fv, N, D_V)
-    lse = tl.load(LSE + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
     delta = tl.load(DELTA + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
-    query_bias = tl.load(a_row + rows * san, mask=in_rows, other=0.0).to(lse.dtype) + u_h
-    s = tl.dot(k, tl.trans(q), input_precision=PRECISION).to(lse.dtype)  # (BLOCK_N keys, BLOCK_M queries)
+    s = tl.dot(k, tl.trans(q), input_precision=PRECISION).to(delta.dtype)  # (BLOCK_N keys, BLOCK_M queries)
     if NEAR:
+        lse = tl.load(LSE + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
+        query_bias = tl.load(a_row + rows * san, mask=in_rows, other=0.0).to(lse.dtype) + u_h
         log_m = _near_gate(query_bias, i0, j0, P, sp, D, q_offset, log_floor, HAS_FLOOR, BLOCK_M, BLOCK_N, True)[0]
         score = tl.where(kept[:, None], s * scale2, float("-inf")) + log_m * LOG2E
         if CAUSAL:
             score = tl.where(cols[:, None] <= q_offset + rows[None, :], score, float("-inf"))
         p = tl.exp2(score - lse[None, :])
-    else:  # scale, the row's gate and its log-sum-exp in one FMA per score; the masked keys' rows are zeroed at the
-        # end (a key's mask decides only its own dK and dV rows in this pass)
-        gate2 = _gate(query_bias + edge.to(lse.dtype), log_floor, HAS_FLOOR)[0] * LOG2E
-        p = tl.exp2(s * scale2 + (gate2 - lse)[None, :])
-    dp = tl.dot(v, tl.trans(do), input_precision=PRECISION).to(lse.dtype)
+    else:  # scale, the row's gate and its log-sum-exp in one FMA per score — the gate minus the log-sum-exp read
+        # (a gate per query computed here cost two MUFU and ~15 ALU instructions per query and thread, in every
+        # tile); the masked keys' rows are zeroed at the end (a key's mask decides only its own dK and dV rows here)
+        far = tl.load(far_row + rows, mask=in_rows, other=0.0)
+        p = tl.exp2(s * scale2 + far[None, :])
+    dp = tl.dot(v, tl.trans(do), input_precision=PRECISION).to(delta.dtype)
     if DROPOUT:
         dp, dropped = dropout_key_pass(seed, bh, rows, j0, N, M, drop_p, dp, p, BLOCK_M, BLOCK_N)
     else:
@@ -273,14 +275,15 @@ def _bwd_kv_tile(grad_k, grad_v, k, v, kept, q_base, do_base, i0, j0, idx_m, col
 
 
 @triton.jit(do_not_specialize=_SIZES)
-def dman_bwd_kv(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, DK, DV,
+def dman_bwd_kv(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, FAR, DK, DV,
                 sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sgb, sgh, sgn, sgd, sab, san, sp, su,
                 H, N, M, D_K, D_V, num_tiles, D, q_offset, scale, scale2, drop_p, log_floor,
                 CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr,
                 PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr):
     """``num_tiles · B · H`` programs: the gradients of one key tile (``BLOCK_N`` keys: k, v) over the query tiles
-    (``BLOCK_M`` queries) that see it (far right of it, near, far left). DK, DV are contiguous ``(B·H, M, ·)``."""
+    (``BLOCK_M`` queries) that see it (far right of it, near, far left). DK, DV are contiguous ``(B·H, M, ·)``;
+    FAR contiguous ``(B·H, 2, N)``: each query's ``log₂ M − lse`` far left (``t − s >= D``) and far right."""
     kt, bh = program_tile(num_tiles)
     j0 = kt * BLOCK_N
     b = bh // H
@@ -299,8 +302,8 @@ def dman_bwd_kv(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, DK, DV,
     do_base = head_base(DO, b, h, sgb, sgh)
     a_row = A + b.to(tl.int64) * sab
     u_h = tl.load(U + h * su).to(ACC)
-    left_edge = tl.load(P + 2 * D * sp)
-    right_edge = tl.load(P)
+    far_left = FAR + bh.to(tl.int64) * 2 * N
+    far_right = far_left + N
     seed = tl.load(SEED) if DROPOUT else 0
     grad_k = tl.zeros((BLOCK_N, BLOCK_DK), dtype=ACC)
     grad_v = tl.zeros((BLOCK_N, BLOCK_DV), dtype=ACC)
@@ -310,7 +313,7 @@ def dman_bwd_kv(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, DK, DV,
     near_start, far_left_start = _near_queries(j0, q_offset, D, BLOCK_M, BLOCK_N)
     for i0 in range(tl.maximum(near_start, query_start), tl.minimum(far_left_start, N), BLOCK_M):  # near tiles
         grad_k, grad_v = _bwd_kv_tile(grad_k, grad_v, k, v, kept, q_base, do_base, i0, j0, idx_m, cols, fk, fv,
-                                      a_row, u_h, left_edge, P, sp, D, q_offset, log_floor, LSE, DELTA, san, sqn, sqd,
+                                      a_row, u_h, far_left, P, sp, D, q_offset, log_floor, LSE, DELTA, san, sqn, sqd,
                                       sgn, sgd, N, M, D_K, D_V, seed, bh, scale2, drop_p, True, CAUSAL, HAS_FLOOR,
                                       DROPOUT, PRECISION, BLOCK_M, BLOCK_N)
     # far tiles: those before near_start (the key tile is far right of them), then those from far_left_start
@@ -320,7 +323,7 @@ def dman_bwd_kv(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, DK, DV,
     for t in range(0, n_far):
         i0, right = _far_tile(t, n_right, query_start, left_start, BLOCK_M)
         grad_k, grad_v = _bwd_kv_tile(grad_k, grad_v, k, v, kept, q_base, do_base, i0, j0, idx_m, cols, fk, fv,
-                                      a_row, u_h, tl.where(right, right_edge, left_edge), P, sp, D, q_offset,
+                                      a_row, u_h, tl.where(right, far_right, far_left), P, sp, D, q_offset,
                                       log_floor, LSE, DELTA, san, sqn, sqd, sgn, sgd, N, M, D_K, D_V, seed, bh, scale2,
                                       drop_p, False, CAUSAL, HAS_FLOOR, DROPOUT, PRECISION, BLOCK_M, BLOCK_N)
     key_base = bh.to(tl.int64) * M

@@ -37,7 +37,7 @@ from ..precision import tf32_matmul
 
 __all__ = ["installed", "missing_reason", "interpreted", "not_interpreted", "load", "device_reason", "dtype_reason",
            "head_dim_reason", "call_reasons", "kernel_dtype", "Tiles", "Target", "TARGETS", "TILE_TABLE", "ARCH_TILES",
-           "tile_class", "target_of", "target_reason", "declared_limits", "has_tiles", "tiles", "MAX_HEAD_DIM", "next_power_of_2", "cdiv",
+           "tile_class", "target_of", "target_reason", "declared_limits", "tiles", "MAX_HEAD_DIM", "next_power_of_2", "cdiv",
            "stride_args", "accumulator", "value_dtype", "launch_constants", "FEATURE_MULTIPLE", "padded_head_dim",
            "pad_features", "unpad_features", "placeholder", "device_table", "launch",
            "Launch", "launch_device", "recording", "assume_target", "DISABLE_ENV", "disabled", "GRID_LIMIT"]
@@ -191,7 +191,9 @@ _TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
     # every architecture of the class (docs/gpu/offline-perf.md). The backward on the 227 KB class holds 128 rows and
     # streams 32 (FlashAttention-2's shapes: the query pass 128 queries × 32 keys, the key pass 32 queries × 128
     # keys, 8 warps = two warpgroups of 64 held rows each): wgmma in every product, no spill in the plain
-    # configuration at d 64 and 128, where square 64 × 64 tiles spilled 72–380 bytes (docs/gpu/offline-perf.md).
+    # configuration at d 64 and 128, where square 64 × 64 tiles spilled 72–380 bytes (docs/gpu/offline-perf.md);
+    # the key pass at d 64 streams 64 queries since its far tiles read each query's gate (535 → 439 warp
+    # instructions per 1k scores at n = 2,048; 32 queries: 535).
     # The query pass's BLOCK_M is a multiple of its BLOCK_N (its diagonal sums of dz are per square of BLOCK_N
     # queries); at d 256 bwd_q takes 16 × 16 tiles (32 × 32 spill 4–8 bytes on sm_87 / sm_100 / sm_120). Below the
     # 227 KB class the query pass holds 128 queries at d 64 (one stage: two spill 12 bytes on sm_80) and 32 on 4
@@ -202,7 +204,7 @@ _TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
     "dman_bwd_q":            {64: ((128, 32, 8, 1), (128, 32, 8, 1), (128, 32, 8, 2)),
                               128: ((32, 32, 4, 1), (32, 32, 4, 2), (128, 32, 8, 2)),
                               256: ((16, 16, 4, 1), (16, 16, 4, 1), (16, 16, 2, 1))},
-    "dman_bwd_kv":           {64: ((32, 32, 4, 2), (32, 32, 4, 2), (32, 128, 8, 2)),
+    "dman_bwd_kv":           {64: ((32, 32, 4, 2), (32, 32, 4, 2), (64, 128, 8, 2)),
                               128: ((64, 64, 8, 1), (64, 64, 8, 1), (32, 128, 8, 2)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     # the band's query pass at d 64 on the 227 KB class runs one stage: two spilled 480 bytes on sm_100 / sm_103 with
@@ -243,23 +245,15 @@ TILE_TABLE: dict[tuple[str, str, int], Tiles] = {
 #: Entries for one architecture whose class's tiles spill there: Blackwell (sm_100 / sm_103) shares the 227 KB class
 #: with sm_90 but allocates registers otherwise — sm_90's MTSA forward (64 × 32, 4 warps; wgmma) spills 16 bytes there
 #: at width 128 and the band's dQ pass 124 bytes; with the log-sigmoid source MTSA's key pass (16 × 128, 8 warps)
-#: spills 16 bytes there at width 128 (32 streamed queries: none, 188 registers), and DMAN's key pass (32 × 128,
-#: 8 warps, 2 stages) 16 bytes on sm_103 at widths 64 and 128 (one stage: none, 246 / 255 registers).
+#: spills 16 bytes there at width 128 (32 streamed queries: none, 188 registers), and DMAN's key pass at width 64
+#: (64 × 128, 8 warps, 2 stages: 64 streamed queries on sm_90) 32 bytes causal (32 × 128: none, 206 registers).
 #: ``(kernel, arch, width)`` → tiles, compiled by the offline check like every entry (the launchers record them
 #: under :func:`assume_target`).
-#: A pass named ``<pass>_causal`` holds the tiles of a causal call where the pass's own tiles spill in its causal form
-#: (the launcher asks :func:`has_tiles`; a non-causal call keeps the pass's entry). DMAN's key pass at width 128
-#: spills 4 bytes on sm_90 causal without options (32 × 128, 8 warps, 2 stages: 255 registers; non-causal: none); one
-#: stage keeps the held 128 keys (two warpgroups of 64: wgmma) and every product (250 registers, no spill; 3–4 % more
-#: warp instructions per score by the offline report's SASS reader, 890 → 915 per 1k at n 2,048, 752 → 784 at
-#: 16,384), where 16 streamed queries with 2 stages (233 registers) issue 33–39 % more — docs/gpu.md, "Plain
-#: configurations"
 _ARCH_TABLE: dict[tuple[str, int, int], tuple[int, int, int, int]] = {
     ("tensorized_fwd", 100, 128): (64, 32, 8, 2), ("tensorized_fwd", 103, 128): (64, 32, 8, 2),
     ("tensorized_bwd_kv", 100, 128): (32, 128, 8, 2), ("tensorized_bwd_kv", 103, 128): (32, 128, 8, 2),
     ("band_bwd_q", 100, 128): (64, 64, 8, 1), ("band_bwd_q", 103, 128): (64, 64, 8, 1),
-    ("dman_bwd_kv", 103, 64): (32, 128, 8, 1), ("dman_bwd_kv", 103, 128): (32, 128, 8, 1),
-    ("dman_bwd_kv_causal", 90, 128): (32, 128, 8, 1),
+    ("dman_bwd_kv", 100, 64): (32, 128, 8, 2), ("dman_bwd_kv", 103, 64): (32, 128, 8, 2),
 }
 ARCH_TILES: dict[tuple[str, int, int], Tiles] = {key: Tiles(*tiles) for key, tiles in _ARCH_TABLE.items()}
 
@@ -360,17 +354,6 @@ def declared_limits(kernels: tuple[str, ...]) -> list[str]:
         limits.append(f"takes float32 head dims up to {widest // 2} (a float32 row takes the tiles of a 16-bit row "
                       "twice as wide)")
     return limits
-
-
-def has_tiles(kernel: str, head_dim: int, device: torch.device | str, dtype: torch.dtype = torch.float16) -> bool:
-    """Whether :data:`ARCH_TILES` or :data:`TILE_TABLE` has an entry named ``kernel`` for heads of ``head_dim``
-    features in ``dtype`` on ``device`` (a launcher's variant of a pass, such as ``dman_bwd_kv_causal``); False
-    under the interpreter, whose tiles are :func:`tiles`' 16 × 16."""
-    target = target_of(device)
-    if target is None or interpreted():
-        return False
-    width = _width(head_dim, dtype)
-    return (kernel, target.arch, width) in ARCH_TILES or (kernel, tile_class(target) or "99K", width) in TILE_TABLE
 
 
 def tiles(kernel: str, head_dim: int, device: torch.device | str, dtype: torch.dtype = torch.float16) -> Tiles:
