@@ -42,7 +42,8 @@ from . import acceleration
 from .checkpoint import capture_rng, optimizer_from_flat, optimizer_to_flat, restore_rng, save_checkpoint
 from .config import RunConfig, from_dict
 from ..files import atomic_write, check_output_folder
-from .distributed import DistContext, all_reduce_sum, barrier, cleanup, init_distributed
+from .distributed import (DistContext, all_reduce_sum, barrier, cleanup, collective_failed, gather_rng,
+                          init_distributed, restore_rank_rng)
 from .logger import MetricsLogger
 from .optim import build_optimizer, build_scheduler, optimizer_step
 from .progress import TrainProgress
@@ -104,8 +105,8 @@ class Trainer:
             check_output_folder("train.tensorboard", train_config.tensorboard)
         self.device = resolve_device(train_config.device)
         self.dist: DistContext = init_distributed(self.device)
-        if self.device.type == "cuda" and self.dist.enabled:
-            self.device = torch.device("cuda", self.dist.local_rank)
+        if self.device.type == "cuda" and self.dist.enabled:  # one GPU per process: all the node's, or its own
+            self.device = torch.device("cuda", self.dist.local_rank % torch.cuda.device_count())
             torch.cuda.set_device(self.device)
         self.console = console or Console()
         self.out_dir = Path(train_config.out_dir)
@@ -261,11 +262,19 @@ class Trainer:
             optimizer_from_flat(self.optimizer, ckpt.extra_tensors, state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
             restore_rng(ckpt.extra_tensors, state["rng"])
+            restore_rank_rng(ckpt.extra_tensors, self.dist, state.get("world_size", 1))
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise CheckpointError(f"checkpoint {ckpt.path}: its trainer state (optimizer, schedule or random "
                                   f"generators) cannot be restored ({type(exc).__name__}: {exc}); the file was edited "
                                   "or damaged: resume from another checkpoint") from None
         self.step, self.epoch, self.position = ckpt.step, state["epoch"], state["position"]
+        written = state.get("world_size")  # absent in checkpoints written before issue 56
+        if written not in (None, self.dist.world_size) and self.dist.is_main:  # docs/cluster.md: the same batch
+            self.console.print(escape(
+                f"note: {ckpt.path} was written by {written} process(es) and is continued by {self.dist.world_size}, "
+                f"with the same global batch of {self.cfg.train.batch_size} examples shared among them: the steps "
+                "from here equal an uninterrupted run's up to float rounding, not bit for bit"),
+                highlight=False, soft_wrap=True)
         self._elapsed_before = float(state.get("elapsed_s", 0.0))  # absent in checkpoints before 0.2.1
         self.best_metric, self.best_step, self.bad_evals = state["best_metric"], state["best_step"], state["bad_evals"]
         window = state.get("window")
@@ -285,16 +294,18 @@ class Trainer:
 
     def save(self, name: str, *, resumable: bool) -> Path | None:
         """Write ``<out_dir>/<name>.safetensors`` atomically (main process only)."""
+        ranks_rng = gather_rng(self.dist) if resumable else {}  # every process's generators (its dropout)
         if not self.dist.is_main:
             return None
         trainer, extra = None, None
         if resumable:
             rng_tensors, rng_state = capture_rng()
+            rng_tensors.update(ranks_rng)
             optim_tensors, optim_meta = optimizer_to_flat(self.optimizer)
             trainer = {"epoch": self.epoch, "position": self.position, "best_metric": self.best_metric,
                        "best_step": self.best_step, "bad_evals": self.bad_evals, "rng": rng_state,
                        "optimizer": optim_meta, "scheduler": self.scheduler.state_dict(),
-                       "elapsed_s": self._elapsed(),
+                       "elapsed_s": self._elapsed(), "world_size": self.dist.world_size,
                        "window": {"loss": self.window_loss, "steps": self.window_steps}}
             extra = {**rng_tensors, **optim_tensors}
             if self.ema is not None:
@@ -385,7 +396,11 @@ class Trainer:
             with TrainProgress(total, console=self.console, enabled=self.cfg.train.progress and self.dist.is_main,
                                start=self.step, unit="tok" if self.task.unit == "tokens" else "ex") as self._bar:
                 try:
-                    self._train(total)
+                    try:
+                        self._train(total)
+                    except RuntimeError as exc:  # a broken collective: another process stopped first?
+                        collective_failed(exc, self.dist)
+                        raise
                 except KeyboardInterrupt:
                     if self.dist.is_main:
                         self._say_interrupted(f"at step {self.step}")
