@@ -78,6 +78,12 @@ def run(out: Path = OUT, config: Path = CONFIG, preset: str = PRESET, data: Path
         slurm_mem: str = typer.Option(None, "--slurm-mem", help="slurm: memory per job (16G)"),
         slurm_gpus_per_task: int = typer.Option(None, "--slurm-gpus-per-task", help="slurm: GPUs per job; N > 1 "
                                                 "trains each run with torchrun over N processes (DDP)"),
+        slurm_nodes: int = typer.Option(None, "--slurm-nodes", help="slurm: nodes per job; N > 1 trains each run "
+                                        "data-parallel over the tasks of N nodes (one job per run)"),
+        slurm_tasks_per_node: int = typer.Option(None, "--slurm-tasks-per-node", help="slurm: processes per node "
+                                                 "of a job (default: --slurm-gpus-per-node, else 1)"),
+        slurm_gpus_per_node: int = typer.Option(None, "--slurm-gpus-per-node", help="slurm: GPUs per node of a job, "
+                                                "one process each (NCCL)"),
         slurm_account: str = typer.Option(None, "--slurm-account", help="slurm: the account charged (sbatch -A)"),
         slurm_qos: str = typer.Option(None, "--slurm-qos", help="slurm: the quality of service"),
         slurm_options: list[str] = typer.Option(None, "--slurm-option", help="slurm: any other sbatch option, "
@@ -107,10 +113,14 @@ def run(out: Path = OUT, config: Path = CONFIG, preset: str = PRESET, data: Path
             raise ArgumentError(f"--launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
         slurm = SlurmOptions(partition=slurm_partition, time=slurm_time, cpus_per_task=slurm_cpus_per_task,
                              mem=slurm_mem, gpus_per_task=slurm_gpus_per_task, account=slurm_account, qos=slurm_qos,
-                             options=parse_slurm_options(slurm_options or []), signal_delay_s=slurm_signal_delay)
+                             options=parse_slurm_options(slurm_options or []), signal_delay_s=slurm_signal_delay,
+                             nodes=slurm_nodes, tasks_per_node=slurm_tasks_per_node, gpus_per_node=slurm_gpus_per_node)
         given = [name for name, value in (("--slurm-partition", slurm_partition), ("--slurm-time", slurm_time),
                                           ("--slurm-cpus-per-task", slurm_cpus_per_task), ("--slurm-mem", slurm_mem),
                                           ("--slurm-gpus-per-task", slurm_gpus_per_task),
+                                          ("--slurm-nodes", slurm_nodes),
+                                          ("--slurm-tasks-per-node", slurm_tasks_per_node),
+                                          ("--slurm-gpus-per-node", slurm_gpus_per_node),
                                           ("--slurm-account", slurm_account), ("--slurm-qos", slurm_qos),
                                           ("--slurm-option", slurm_options), ("--wait", wait or None),
                                           ("--slurm-signal-delay", slurm_signal_delay)) if value]
@@ -161,7 +171,8 @@ def status(folder: Path = typer.Argument(..., help="the grid folder (--out of gr
             raise ArgumentError(f"--lines must be an int >= 1, got {lines}")
         statuses = run_status(grid, lines=lines)
     for item in statuses:
-        where = f" (Slurm job {item.job})" if item.job and not item.job.startswith("pid ") else (
+        nodes = "" if not item.nodes else f" {item.nodes}" if item.nodes.startswith("on ") else f", {item.nodes}"
+        where = f" (Slurm job {item.job}{nodes})" if item.job and not item.job.startswith("pid ") else (
             f" ({item.job})" if item.job and item.state == "running" else "")
         detail = item.detail
         text = f"{item.name}: {item.state}{where}" + (f": {detail[0]}" if len(detail) == 1 else "")

@@ -18,12 +18,14 @@ STATES = ("finished", "running", "queued", "failed", "stopped", "not started")
 @dataclass
 class RunStatus:
     """One run's state (:data:`STATES`): ``job`` is its Slurm job (or ``pid@host`` of a local worker), ``detail`` a
-    line to show (the test metric; the last lines of the log of a failed run)."""
+    line to show (the test metric; the last lines of the log of a failed run), ``nodes`` where its queued or running
+    job is (``on n[1-2]``; ``2 nodes`` while a job of several nodes waits)."""
 
     name: str
     state: str
     job: str | None = None
     detail: list[str] = field(default_factory=list)
+    nodes: str | None = None
 
 
 def run_status(grid: Grid, lines: int = 3) -> list[RunStatus]:
@@ -48,7 +50,7 @@ def run_status(grid: Grid, lines: int = 3) -> list[RunStatus]:
             result = result_text(summary)
             statuses.append(RunStatus(run.name, "finished", job, [result] if result else []))
         elif recorded is not None and recorded.phase in (QUEUED, RUNNING):
-            statuses.append(RunStatus(run.name, recorded.phase, job))
+            statuses.append(RunStatus(run.name, recorded.phase, job, nodes=recorded.nodes))
         elif is_held(folder):
             statuses.append(RunStatus(run.name, "running", job or local))
         elif worker.get("outcome") == "failed":

@@ -23,7 +23,7 @@ class Job:
     (:meth:`Launcher.recorded`). ``kind`` and ``id`` name it in messages (``Slurm job 12_3``); ``phase`` is what
     :meth:`Launcher.poll` saw last (``None``: the launcher cannot tell); an ended job has its ``exit_code`` when it
     was a process of this grid command, and ``ended_as``, the word of the launcher's queue for how it ended when the
-    queue still lists it (Slurm's ``CANCELLED``, ``TIMEOUT``, …)."""
+    queue still lists it (Slurm's ``CANCELLED``, ``TIMEOUT``, …), and ``nodes`` where it runs."""
 
     run: str
     launcher: str
@@ -33,6 +33,9 @@ class Job:
     exit_code: int | None = None
     ended_as: str | None = None
     started: float = field(default_factory=time.perf_counter)
+    #: where the job is, as its launcher says (Slurm: ``on n[1-2]`` once started, ``2 nodes`` while a job of several
+    #: nodes waits); ``None`` when it does not say
+    nodes: str | None = None
     process: subprocess.Popen | None = field(default=None, repr=False)
 
     @property

@@ -11,10 +11,16 @@ bit-exact resume as the local launcher's). The jobs' files (submitit's, and each
 ``host`` that submitted it and the job's ``slurm_folder``. The grid command returns once they are submitted, or
 follows them to their end with ``--wait``; Ctrl-C leaves them to Slurm.
 
+**One run on several nodes** (``--slurm-nodes N``, ``--slurm-tasks-per-node``, ``--slurm-gpus-per-node``): each run
+is one job of N nodes whose tasks (``srun --kill-on-bad-exit=1``: one that fails ends the others) each run the
+worker, forming one process group from Slurm's environment (:mod:`maskattn.train.distributed`); the first task's
+worker holds the run. ``launch.json`` adds ``nodes`` and ``tasks_per_node``; ``grid status`` shows where the job is.
+
 What Slurm would refuse is refused before anything is written (:meth:`SlurmLauncher.check`): the controller must
 answer (``sinfo``), and one job of the grid's, with every option it asks for, must pass ``sbatch --test-only`` (an
-unknown partition, memory no node has, an account or QOS that does not exist — Slurm's own words, one line), so a
-refusal leaves no ``grid.json``, ``.grid-submit`` or submitit files behind.
+unknown partition, memory no node has, an account or QOS that does not exist — Slurm's own words, one line; more
+nodes than the partition has, asked of ``sinfo`` first: :func:`check_nodes`), so a refusal leaves no ``grid.json``,
+``.grid-submit`` or submitit files behind.
 
 **The warning before the time limit.** Slurm looks at the running jobs' limits every 30 s (``PERIODIC_TIMEOUT`` in
 slurmctld) and sends ``USR2`` at the first look within ``delay + 30`` s of a job's end (its manual: up to 60 s
@@ -49,7 +55,8 @@ from ..worker import BUSY_EXIT, DONE_EXIT, WORKER, thread_env
 from . import slurm_job
 from .base import ENDED, QUEUED, RUNNING, Job, Launcher
 
-__all__ = ["SlurmLauncher", "SlurmOptions", "check_slurm", "slurm_states", "parse_slurm_time", "parse_slurm_options",
+__all__ = ["SlurmLauncher", "SlurmOptions", "check_slurm", "slurm_states", "slurm_jobs", "check_nodes",
+           "parse_slurm_time", "parse_slurm_options",
            "max_signal_delay", "default_signal_delay", "SLURM_FOLDER", "MAX_REQUEUES", "CHECK_INTERVAL_S"]
 
 #: the folder of the grid that holds submitit's files and the Slurm jobs' stdout / stderr (one folder per job)
@@ -133,12 +140,39 @@ class SlurmOptions:
     qos: str | None = None
     options: dict[str, str] = field(default_factory=dict)
     signal_delay_s: int | None = None
+    nodes: int | None = None
+    tasks_per_node: int | None = None
+    gpus_per_node: int | None = None
+
+    @property
+    def tasks_per_node_or_default(self) -> int:
+        """Tasks (processes) per node of a job: ``tasks_per_node``, else one per GPU of ``gpus_per_node``, else 1."""
+        return self.tasks_per_node or self.gpus_per_node or 1
+
+    @property
+    def tasks(self) -> int:
+        """The processes that train one run together: nodes × tasks per node (1: the job's one task, with
+        ``torchrun`` inside it for ``gpus_per_task`` > 1)."""
+        return (self.nodes or 1) * self.tasks_per_node_or_default
 
     def check(self) -> None:
-        for name in ("cpus_per_task", "gpus_per_task"):
+        for name in ("cpus_per_task", "gpus_per_task", "nodes", "tasks_per_node", "gpus_per_node"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ArgumentError(f"--slurm-{name.replace('_', '-')} must be an int >= 1, got {value!r}")
+        if self.gpus_per_node is not None and self.gpus_per_task is not None:
+            raise ArgumentError(f"--slurm-gpus-per-node {self.gpus_per_node} and --slurm-gpus-per-task "
+                                f"{self.gpus_per_task}: give one of them (per node: one process per GPU, "
+                                "--slurm-tasks-per-node of them on each of --slurm-nodes; per task: one job of one "
+                                "task, torchrun over its GPUs)")
+        if self.tasks > 1 and (self.gpus_per_task or 0) > 1:
+            raise ArgumentError(f"--slurm-gpus-per-task {self.gpus_per_task} with {self.tasks} tasks per job "
+                                f"(--slurm-nodes {self.nodes or 1} × --slurm-tasks-per-node "
+                                f"{self.tasks_per_node_or_default}): a job of several tasks runs one process per "
+                                "GPU; ask for --slurm-gpus-per-node G instead (G tasks per node by default)")
+        if self.gpus_per_node is not None and self.tasks_per_node_or_default > self.gpus_per_node:
+            raise ArgumentError(f"--slurm-tasks-per-node {self.tasks_per_node}: at most --slurm-gpus-per-node "
+                                f"{self.gpus_per_node} (one process per GPU)")
         delay = self.signal_delay_s
         if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int) or delay < 1):
             raise ArgumentError(f"--slurm-signal-delay must be an int >= 1, got {delay!r}")
@@ -161,6 +195,24 @@ class SlurmOptions:
     def limit_minutes(self) -> int:
         """The jobs' time limit in minutes: ``time``, else the partition's default (or maximum)."""
         return parse_slurm_time(self.time) if self.time else _default_minutes(self.partition)
+
+
+def check_nodes(options: SlurmOptions) -> None:
+    """Refuse (one line) a job of more nodes than its partition has (``sinfo``; sbatch itself says only "Requested
+    node configuration is not available")."""
+    if not options.nodes or options.nodes <= 1:
+        return
+    try:
+        answer = _run_quietly(["sinfo", "-h", "-N", "-o", "%N|%P"])
+    except (subprocess.TimeoutExpired, OSError):
+        return  # sbatch --test-only refuses it next
+    pairs = [line.strip().partition("|")[::2] for line in answer.stdout.splitlines() if "|" in line]
+    partition = options.partition or next((part.rstrip("*") for _, part in pairs if part.endswith("*")), None)
+    nodes = sorted({node for node, part in pairs if part.rstrip("*") == partition})
+    if nodes and options.nodes > len(nodes):
+        raise ArgumentError(f"--slurm-nodes {options.nodes}: the partition {partition} has {len(nodes)} node"
+                            f"{'s' if len(nodes) != 1 else ''} ({', '.join(nodes[:8])}{', …' if len(nodes) > 8 else ''})"
+                            f"; ask for at most {len(nodes)}")
 
 
 def _run_quietly(command: list[str], timeout: float = 30) -> subprocess.CompletedProcess:
@@ -200,20 +252,35 @@ def check_slurm() -> None:
 def slurm_states() -> dict[str, str] | None:
     """The state of every job of this user that Slurm knows (``"123"`` or ``"123_4"`` for a task of an array →
     ``PENDING``, ``RUNNING``, …), or ``None`` when Slurm cannot be asked."""
+    jobs = slurm_jobs()
+    return None if jobs is None else {job: state for job, (state, _) in jobs.items()}
+
+
+def slurm_jobs() -> dict[str, tuple[str, str | None]] | None:
+    """Every job of this user that Slurm knows → its state (:func:`slurm_states`) and where it is, as ``grid status``
+    shows it: the nodes of a started job (``on n[1-2]``), how many a waiting job of several nodes waits for
+    (``2 nodes``), else ``None``; ``None`` when Slurm cannot be asked."""
     if shutil.which("squeue") is None:
         return None
     try:
-        answer = _run_quietly(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T"], timeout=60)
+        answer = _run_quietly(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T|%D|%N"], timeout=60)
     except (subprocess.TimeoutExpired, OSError):
         return None
     if answer.returncode != 0:
         return None
-    states = {}
+    jobs: dict[str, tuple[str, str | None]] = {}
     for line in answer.stdout.splitlines():
-        job, _, state = line.strip().partition("|")
-        if job:
-            states[job] = state.strip().upper()
-    return states
+        job, state, count, nodelist = (line.strip().split("|") + ["", "", ""])[:4]
+        if not job:
+            continue
+        state, count, nodelist = state.strip().upper(), count.strip(), nodelist.strip()
+        where = None
+        if state in _RUNNING and nodelist and nodelist != "(null)":
+            where = f"on {nodelist}"
+        elif state in _QUEUED and count.isdigit() and int(count) > 1:
+            where = f"{count} nodes"
+        jobs[job] = (state, where)
+    return jobs
 
 
 # --- the launcher --------------------------------------------------------------------------------------------------
@@ -238,13 +305,17 @@ class SlurmLauncher(Launcher):
         --test-only`` (module docstring): all before anything is written."""
         self.options.check()
         check_slurm()
+        check_nodes(self.options)
         minutes = self.options.limit_minutes()
         self.options.check_delay(minutes)
         _test_submission(self.options, threads=self.threads, minutes=minutes)
 
     def describe(self, *, pending: int, queued: int, busy: int) -> str:
+        options = self.options
+        spread = (f"{options.nodes or 1} node(s) × {options.tasks_per_node_or_default} task(s) each, "
+                  if options.tasks > 1 else "")
         return (f"{queued} queued or running in Slurm, {busy} held by another process, {pending} to submit "
-                f"({self.threads} thread(s) each{f', {self.at_once} at a time' if self.at_once else ''})")
+                f"({spread}{self.threads} thread(s) each{f', {self.at_once} at a time' if self.at_once else ''})")
 
     def submit(self, grid: Grid, runs: Sequence[GridRun]) -> list[Job]:
         """Submit ``runs`` as one job array (one job when there is one run) and say so."""
@@ -257,13 +328,14 @@ class SlurmLauncher(Launcher):
         """The jobs' states in ``squeue`` (asked once, and not at all for no job); False when it does not answer."""
         if not jobs:
             return True
-        states = slurm_states()
-        if states is None:
+        known = slurm_jobs()
+        if known is None:
             return False
         for job in jobs:
-            state = states.get(job.id)
+            state, where = known.get(job.id, (None, None))
             job.phase = QUEUED if state in _QUEUED else RUNNING if state in _RUNNING else ENDED
             job.ended_as = state if job.phase == ENDED else None
+            job.nodes = where if job.phase != ENDED else None
         return True
 
     def cancel(self, jobs: Sequence[Job]) -> None:
@@ -276,16 +348,18 @@ class SlurmLauncher(Launcher):
 
 # --- submitting ----------------------------------------------------------------------------------------------------
 
-def _slurm_run(grid: Grid, run: GridRun, threads: int, gpus: int) -> slurm_job.SlurmRun:
+def _slurm_run(grid: Grid, run: GridRun, threads: int, gpus: int, tasks: int = 1) -> slurm_job.SlurmRun:
     """The :class:`~maskattn.grid.launchers.slurm_job.SlurmRun` of ``run``: the worker's command (under torchrun for
-    ``gpus`` > 1) and settings."""
+    ``gpus`` > 1 GPUs of one task; one worker per task of a job of ``tasks`` > 1, which join one process group from
+    Slurm's environment: :mod:`maskattn.train.distributed`) and settings."""
     worker = ["-m", WORKER, str(grid.folder.resolve()), run.name, str(threads)]
     command = [sys.executable, *worker]
-    if gpus > 1:  # data-parallel over the job's GPUs (docs/cluster.md)
+    if gpus > 1 and tasks <= 1:  # data-parallel over the job's GPUs (docs/cluster.md)
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus),
                    *worker]
     return slurm_job.SlurmRun(str(grid.folder.resolve()), run.name, command, thread_env(threads), grid.cwd,
-                              watch_parent=gpus <= 1, busy_exit=BUSY_EXIT, done_exit=DONE_EXIT)
+                              watch_parent=gpus <= 1 or tasks > 1, busy_exit=BUSY_EXIT, done_exit=DONE_EXIT,
+                              tasks=tasks)
 
 
 def _default_minutes(partition: str | None) -> int:
@@ -317,12 +391,15 @@ def _refusal(text: str, options: SlurmOptions) -> str:
         ("partition", options.partition, ("partition",)), ("time", options.time, ("time limit", "time")),
         ("account", options.account, ("account",)), ("qos", options.qos, ("qos",)),
         ("mem", options.mem, ("memory", "mem")), ("gpus-per-task", options.gpus_per_task, ("gres", "gpu")),
-        ("cpus-per-task", options.cpus_per_task, ("cpu", "processor")))
+        ("cpus-per-task", options.cpus_per_task, ("cpu", "processor")),
+        ("nodes", options.nodes, ("node count",)), ("gpus-per-node", options.gpus_per_node, ("gres", "gpu")))
         if value is not None and any(word in lower for word in words)]
     named += [f"--slurm-option {key}" for key in options.options if key in lower]
     if not named and "node configuration is not available" in lower:  # no node has what a job asks for
         named = [f"--slurm-{name} {value}" for name, value in (
-            ("mem", options.mem), ("cpus-per-task", options.cpus_per_task), ("gpus-per-task", options.gpus_per_task))
+            ("mem", options.mem), ("cpus-per-task", options.cpus_per_task), ("gpus-per-task", options.gpus_per_task),
+            ("nodes", options.nodes), ("tasks-per-node", options.tasks_per_node),
+            ("gpus-per-node", options.gpus_per_node))
             if value is not None] + [f"--slurm-option {key}" for key in options.options]
         if named:
             named = [f"no node has what {' and '.join(named)} ask{'s' if len(named) == 1 else ''} for"]
@@ -340,8 +417,14 @@ def _executor(folder: Path, options: SlurmOptions, *, threads: int, minutes: int
         if value is not None:
             extra[key] = value
     delay = options.signal_delay_s if options.signal_delay_s is not None else default_signal_delay(minutes)
+    spread: dict = {}
+    if options.tasks > 1:  # one job of several tasks per run; a task that fails ends the others (no hang)
+        spread = {"nodes": options.nodes or 1, "ntasks_per_node": options.tasks_per_node_or_default,
+                  "srun_args": ["--kill-on-bad-exit=1"]}
+    if options.gpus_per_node is not None:
+        spread["gpus_per_node"] = options.gpus_per_node
     executor.update_parameters(time=minutes, cpus_per_task=options.cpus_per_task or threads, signal_delay_s=delay,
-                               job_name=name, array_parallelism=parallelism, additional_parameters=extra)
+                               job_name=name, array_parallelism=parallelism, additional_parameters=extra, **spread)
     return executor
 
 
@@ -379,13 +462,14 @@ def _submit(grid: Grid, runs: Sequence[GridRun], options: SlurmOptions, *, threa
                          minutes=options.limit_minutes(), name=f"grid:{grid.folder.name}",
                          parallelism=parallelism or len(runs))
     gpus = options.gpus_per_task or 0
+    tasks = options.tasks
     now = time.time()  # submitted: before sbatch
     cloudpickle.register_pickle_by_value(slurm_job)  # the job's process needs neither maskattn nor torch
     try:
         with contextlib.redirect_stderr(io.StringIO()) as said:  # submitit prints sbatch's refusal too: one line
             try:
                 with executor.batch():
-                    jobs = [executor.submit(_slurm_run(grid, run, threads, gpus)) for run in runs]
+                    jobs = [executor.submit(_slurm_run(grid, run, threads, gpus, tasks)) for run in runs]
             except submitit.core.utils.FailedJobError as exc:
                 raise ArgumentError(_refusal(str(exc) or said.getvalue(), options)) from None
     finally:
@@ -394,7 +478,9 @@ def _submit(grid: Grid, runs: Sequence[GridRun], options: SlurmOptions, *, threa
     for run, job in zip(runs, jobs):
         job_folder = Path(str(job.paths.folder))
         (grid.folder / run.name).mkdir(parents=True, exist_ok=True)
+        spread = {"nodes": options.nodes or 1, "tasks_per_node": options.tasks_per_node_or_default} \
+            if tasks > 1 else {}
         write_json(grid.folder / run.name / LAUNCH_RECORD,
                    {"launcher": SlurmLauncher.name, "job_id": str(job.job_id), "submitted": now, "host": host,
-                    "slurm_folder": str(job_folder.relative_to(grid.folder.resolve()))})
+                    "slurm_folder": str(job_folder.relative_to(grid.folder.resolve())), **spread})
     return [str(job.job_id) for job in jobs]

@@ -22,21 +22,32 @@ class SlurmRun:
     appended to ``<run>/train.log`` — ``torchrun --nproc_per_node N`` around it when the job has N > 1 GPUs. On
     Slurm's ``USR2`` (the time limit is near, or a preemption) submitit calls :meth:`checkpoint`: the worker is
     stopped (``SIGTERM``: it keeps its checkpoints) and the job requeued, unless the run has written no checkpoint
-    in its last jobs (then requeueing would not get further). Self-contained on purpose (module docstring)."""
+    in its last jobs (then requeueing would not get further). Self-contained on purpose (module docstring).
+
+    A job of ``tasks`` > 1 (``--slurm-nodes`` × ``--slurm-tasks-per-node``) runs this in every task, each with its
+    worker: the workers form one process group from Slurm's environment (``maskattn.train.distributed``), the first
+    task's (``SLURM_PROCID`` 0, ``RANK`` 0 in its worker's environment) holding the run and its records. submitit
+    calls :meth:`checkpoint` in the first task only; on ``USR2`` the others stop their workers too, and end without
+    an error (``srun --kill-on-bad-exit``, which ends every task when one fails, would otherwise cut the first
+    task's requeue short)."""
 
     def __init__(self, grid_folder: str, name: str, command: list[str], env: dict[str, str], cwd: str,
-                 watch_parent: bool = True, busy_exit: int = 75, fruitless: int = 0, done_exit: int = 76) -> None:
+                 watch_parent: bool = True, busy_exit: int = 75, fruitless: int = 0, done_exit: int = 76,
+                 tasks: int = 1) -> None:
         self.grid_folder, self.name, self.command, self.env, self.cwd = grid_folder, name, command, env, cwd
         self.watch_parent, self.busy_exit, self.done_exit = watch_parent, busy_exit, done_exit
         self.fruitless = fruitless  # jobs in a row, before this one, in which the run wrote no checkpoint
+        self.tasks = tasks
         self._process: subprocess.Popen | None = None
         self._started = 0.0
+        self._stopping = False
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_process", "_started")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_process", "_started", "_stopping")}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _process=None, _started=0.0)
+        self.__dict__.update(state, _process=None, _started=0.0, _stopping=False)
+        self.__dict__.setdefault("tasks", 1)
 
     def __call__(self) -> int:
         folder = os.path.join(self.grid_folder, self.name)
@@ -45,6 +56,12 @@ class SlurmRun:
         env.pop(PARENT_ENV, None)
         if self.watch_parent:  # the worker dies with this process (cli/grid_worker.py)
             env[PARENT_ENV] = str(os.getpid())
+        rank = os.environ.get("SLURM_PROCID", "0")
+        if self.tasks > 1:
+            env["RANK"] = rank  # the first task's worker holds the run (maskattn.grid.worker reads RANK)
+            env.pop("WORLD_SIZE", None)  # Slurm's tasks, not torchrun's (an exported WORLD_SIZE would win)
+            if rank != "0":
+                _chain_usr2(self._stop_beside)
         self._started = time.time()
         log = os.path.join(folder, "train.log")
         with open(log, "ab") as handle:
@@ -53,6 +70,8 @@ class SlurmRun:
                                              preexec_fn=_ignore_usr2)
         while (code := self._process.poll()) is None:  # not wait(): checkpoint() runs in a signal handler meanwhile,
             time.sleep(0.5)  # and Popen's lock, held through wait(), would deadlock it
+        if self._stopping:  # a task beside the first, stopped for the requeue the first task asks for
+            return code
         if code not in (0, self.busy_exit, self.done_exit):
             last = _last_line(log)
             raise RuntimeError(f"grid run {self.name}: the worker ended with exit status {code}"
@@ -79,7 +98,14 @@ class SlurmRun:
             return None
         return submitit.helpers.DelayedSubmission(type(self)(self.grid_folder, self.name, self.command, self.env,
                                                              self.cwd, self.watch_parent, self.busy_exit, fruitless,
-                                                             self.done_exit))
+                                                             self.done_exit, self.tasks))
+
+    def _stop_beside(self) -> None:
+        """A task other than the first, on ``USR2``: stop its worker (it keeps nothing of its own: the first task's
+        worker writes the checkpoints) so that the job ends cleanly while the first task requeues it."""
+        self._stopping = True
+        if self._process is not None:
+            _stop(self._process.pid)
 
 
 #: jobs in a row without a new checkpoint after which a run is not requeued
@@ -121,6 +147,19 @@ def _last_line(path: str, span: int = 2**16) -> str:
     if size > span:
         lines = lines[1:]  # the line the piece starts inside
     return next((line.strip() for line in reversed(lines) if line.strip()), "")
+
+
+def _chain_usr2(then) -> None:
+    """Call ``then()`` after the ``USR2`` handler submitit installed (which, in a task other than the first, only
+    logs the signal)."""
+    before = signal.getsignal(signal.SIGUSR2)
+
+    def handler(signum, frame):
+        if callable(before):
+            before(signum, frame)
+        then()
+
+    signal.signal(signal.SIGUSR2, handler)
 
 
 def _ignore_usr2() -> None:
