@@ -1,6 +1,7 @@
 """``maskattn grid run --launcher slurm`` against a real single-node Slurm cluster (issue 44): Debian's slurm-wlm +
-munge started by ``scripts/slurm-single-node.sh`` (as root) unless a controller answers already, and stopped after
-the session (only the daemons the fixture started).
+munge started by ``scripts/slurm-single-node.sh`` (as root) unless a controller answers already, and stopped at the
+module's end (only the daemons the fixture started, after cancelling the jobs left on it), so that
+tests/test_slurm_multinode.py can start its two-node cluster next: one machine holds one controller.
 
 Marked ``slurm``: excluded from the default run; ``.ci/run`` runs them in a step of their own with
 ``MASKATTN_REQUIRE_SLURM=1``, where a cluster that cannot be started fails the step. Elsewhere they skip with the
@@ -44,9 +45,21 @@ def _answers() -> bool:
         return False
 
 
-@pytest.fixture(scope="session")
+def _drain(timeout: float = 60) -> None:
+    """Cancel this user's jobs and wait until the queue is empty (no job step outlives its slurmd)."""
+    import getpass
+
+    subprocess.run(["scancel", "-u", getpass.getuser()], capture_output=True, timeout=60)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and subprocess.run(["squeue", "-h"], capture_output=True, text=True,
+                                                         timeout=30).stdout.strip():
+        time.sleep(1)
+
+
+@pytest.fixture(scope="module")
 def slurm():
-    """A Slurm controller that answers: the one running, or one started here for the session."""
+    """A Slurm controller that answers: the one running, or one started here for the module and stopped at its
+    end."""
     required = os.environ.get("MASKATTN_REQUIRE_SLURM") == "1"
     give_up = pytest.fail if required else pytest.skip
     if _answers():
@@ -63,6 +76,7 @@ def slurm():
         yield
     finally:
         if started:
+            _drain()
             subprocess.run(["bash", str(ROOT / "scripts" / "slurm-single-node.sh"), "stop", *reversed(started)],
                            timeout=120)
 
