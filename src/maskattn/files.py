@@ -13,19 +13,27 @@ longer exist (the run folder's next owner calls it when it takes the folder).
 folder it reads); an existing output is refused unless the user says ``--overwrite``; an output that cannot be
 written (a folder, a file where its folder should be, a read-only place) is refused. Missing folders on the way
 are created when the output is written. :func:`check_output_folder` is the same for an output folder.
+
+:func:`read_text` is the bounded whole-file reader (a configuration, a summary, a report's rows: at most 16 MiB
+unless its caller says), here below every package that reads such a file (``maskattn.data.text`` re-exports it
+beside the bounded line readers).
 """
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from .errors import ArgumentError
+from .errors import ArgumentError, DataError
 
 __all__ = ["atomic_write", "atomic_savefig", "remove_stale_temp_files", "temp_path", "check_outputs",
-           "check_output_folder"]
+           "check_output_folder", "read_text", "size_text", "MAX_TEXT_BYTES"]
+
+#: the largest file :func:`read_text` reads whole by default
+MAX_TEXT_BYTES = 16 * 2**20
 
 _TEMP = re.compile(r"^\..+\.tmp-(\d+)$")
 
@@ -154,3 +162,37 @@ def check_output_folder(option: str, path: str | Path) -> Path:
         raise ArgumentError(f"{option} {path} is a file, not a folder; give a folder (it is created if missing)")
     _check_writable(option, path)
     return path
+
+
+def size_text(count: int) -> str:
+    """``count`` bytes in words (``16 MiB``), for messages."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:g} {unit}"
+    return f"{count} bytes"
+
+
+def read_text(path: str | Path, what: str = "file", *, max_bytes: int | None = None) -> str:
+    """The whole UTF-8 text of ``path`` (byte-order mark dropped, line endings untouched); ``what`` names the
+    file in errors (``"config file"``). At most ``max_bytes`` (default :data:`MAX_TEXT_BYTES`) are read: a longer
+    file is a :class:`DataError` (a configuration or a summary is a few KiB; a larger file is the wrong one)."""
+    path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{what} {path} is a folder, not a file")
+    if not path.exists():
+        raise DataError(f"{what} {path} does not exist")
+    limit = MAX_TEXT_BYTES if max_bytes is None else max_bytes
+    with path.open("rb") as stream:
+        data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise DataError(f"{what} {path} is larger than {size_text(limit)}, more than such a file holds; is it the "
+                        "right file?")
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8):]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        offset = exc.start - data.rfind(b"\n", 0, exc.start)  # 1-based, within the line
+        raise DataError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at byte {offset} of the line); "
+                        "save the file as UTF-8") from None

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import ConfigError, DataError
+from ..files import MAX_TEXT_BYTES, read_text, size_text as _size
 from ..sections import MAX_YAML_BYTES, parse_yaml
 
 __all__ = ["read_yaml", "iter_lines", "iter_raw_lines", "decode_line", "read_lines", "read_stream_lines", "read_text", "max_line_bytes", "MAX_LINE_BYTES",
@@ -35,17 +36,8 @@ __all__ = ["read_yaml", "iter_lines", "iter_raw_lines", "decode_line", "read_lin
 MAX_LINE_BYTES = 16 * 2**20
 #: the environment variable that changes :data:`MAX_LINE_BYTES` (bytes, or with a unit: ``64M``, ``1G``)
 MAX_LINE_ENV = "MASKATTN_MAX_LINE_BYTES"
-#: the largest file :func:`read_text` reads whole by default
-MAX_TEXT_BYTES = 16 * 2**20
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
           "g": 2**30, "gb": 2**30, "gib": 2**30}
-
-
-def _size(count: int) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if count >= size:
-            return f"{count / size:g} {unit}"
-    return f"{count} bytes"
 
 
 def max_line_bytes() -> int:
@@ -129,32 +121,6 @@ def read_lines(path: str | Path) -> list[str]:
 def read_stream_lines(stream: BinaryIO, name: str = "<stdin>") -> list[str]:
     """Every line of a binary stream (e.g. ``sys.stdin.buffer``); ``name`` is used in error messages."""
     return [line for _, line in _lines_of(stream, name)]
-
-
-def read_text(path: str | Path, what: str = "file", *, max_bytes: int | None = None) -> str:
-    """The whole UTF-8 text of ``path`` (byte-order mark dropped, line endings untouched); ``what`` names the
-    file in errors (``"config file"``). At most ``max_bytes`` (default :data:`MAX_TEXT_BYTES`) are read: a longer
-    file is a :class:`DataError` (a configuration or a summary is a few KiB; a larger file is the wrong one)."""
-    path = Path(path)
-    if path.is_dir():
-        raise DataError(f"{what} {path} is a folder, not a file")
-    if not path.exists():
-        raise DataError(f"{what} {path} does not exist")
-    limit = MAX_TEXT_BYTES if max_bytes is None else max_bytes
-    with path.open("rb") as stream:
-        data = stream.read(limit + 1)
-    if len(data) > limit:
-        raise DataError(f"{what} {path} is larger than {_size(limit)}, more than such a file holds; is it the right "
-                        "file?")
-    if data.startswith(codecs.BOM_UTF8):
-        data = data[len(codecs.BOM_UTF8):]
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        offset = exc.start - data.rfind(b"\n", 0, exc.start)  # 1-based, within the line
-        raise DataError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at byte {offset} of the line); "
-                        "save the file as UTF-8") from None
 
 
 def read_yaml(path, what: str = "file", error: type[Exception] = ConfigError) -> object:

@@ -500,7 +500,7 @@ def targets(rows: list[Row], n: int, before: list[Row] | None = None) -> str:
 def load_rows(path: str) -> list[Row]:
     """The rows a ``--json`` run wrote (read through the bounded reader; :class:`maskattn.errors.DataError` naming
     the file when it is missing, too large, or not such rows)."""
-    from ....data.text import read_text
+    from ....files import read_text
     from ....errors import DataError
     try:
         rows = [Row(**row) for row in json.loads(read_text(path, "rows file"))]
