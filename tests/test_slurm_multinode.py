@@ -437,3 +437,16 @@ def test_bad_input_on_the_cluster_is_one_line_before_anything_is_written(two_nod
         f"error: MASTER_PORT {port} (set in the environment) is in use on n1, where the first task must listen for "
         "the others: another process holds it; set MASTER_PORT to a free port for every task (export it before srun)"]
     assert not (tmp_path / "taken").exists()
+
+
+@pytest.mark.parametrize("environ, rank", [
+    ({}, 0),  # one process
+    ({"WORLD_SIZE": "4", "RANK": "3"}, 3),  # torchrun
+    ({"SLURM_STEP_ID": "0", "SLURM_NTASKS": "2", "SLURM_PROCID": "1"}, 1),  # a task of srun -n 2
+    ({"SLURM_STEP_ID": "0", "SLURM_NTASKS": "1", "SLURM_PROCID": "0"}, 0),  # a one-task step
+    ({"SLURM_JOB_ID": "7", "SLURM_PROCID": "0", "SLURM_NTASKS": "2"}, 0),  # the batch script itself: no step
+])
+def test_the_process_rank_from_the_environment_prints_the_summary_once(environ, rank):
+    """Every process of a data-parallel run returns the summary; `maskattn train` prints it from the first only."""
+    from maskattn.train.distributed import process_rank
+    assert process_rank(environ) == rank

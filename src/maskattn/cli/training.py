@@ -40,6 +40,7 @@ def train(
     with --overwrite, or choose another --out."""
     from ..train import api, default_job
     from ..train.config import apply_overrides, load_config, preset_path
+    from ..train.distributed import process_rank
     from ..train.trainer import Trainer
 
     flags = [f"{key}={value}" for key, value in (("data.dir", data), ("train.out_dir", out), ("train.seed", seed),
@@ -76,4 +77,5 @@ def train(
             cfg = load_config(path, flags + ([] if progress else ["train.progress=false"]))
             summary = (api.cross_validate(cfg, console=Console(), overwrite=overwrite) if all_folds
                        else api.train(cfg, overwrite=overwrite))
-    Console().print_json(json.dumps(summary))
+    if process_rank() == 0:  # every process of a data-parallel run has the summary; the first one prints it
+        Console().print_json(json.dumps(summary))

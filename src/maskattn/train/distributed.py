@@ -45,7 +45,7 @@ import torch.distributed as dist
 
 from ..errors import ArgumentError
 
-__all__ = ["DistContext", "SlurmTasks", "init_distributed", "slurm_tasks", "rendezvous", "derived_port",
+__all__ = ["DistContext", "SlurmTasks", "init_distributed", "process_rank", "slurm_tasks", "rendezvous", "derived_port",
            "collective_timeout_s", "rendezvous_timeout_s", "collective_failed", "gather_rng", "restore_rank_rng",
            "all_reduce_sum", "barrier",
            "cleanup", "COLLECTIVE_TIMEOUT_S", "RENDEZVOUS_TIMEOUT_S", "PORT_BASE", "PORT_SPAN", "STOP_GRACE_S"]
@@ -171,6 +171,17 @@ def _address(node: str) -> str:
         if field.startswith("NodeAddr="):
             return field.split("=", 1)[1] or node
     return node
+
+
+def process_rank(environ: Mapping[str, str] = os.environ) -> int:
+    """This process's rank among the processes that train one run, from the environment alone (no rendezvous, no
+    name lookup): torchrun's ``RANK`` where ``WORLD_SIZE`` is set, ``SLURM_PROCID`` for a task of a step of several
+    tasks, else 0 — for what only the first process does after training (the command line's summary)."""
+    if "WORLD_SIZE" in environ:
+        return int(environ.get("RANK", "0"))
+    if "SLURM_STEP_ID" in environ and environ.get("SLURM_NTASKS", "1") not in ("", "1"):
+        return int(environ.get("SLURM_PROCID", "0"))
+    return 0
 
 
 def slurm_tasks(environ: Mapping[str, str] = os.environ) -> SlurmTasks | None:
