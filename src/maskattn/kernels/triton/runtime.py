@@ -193,7 +193,9 @@ _TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
     # keys, 8 warps = two warpgroups of 64 held rows each): wgmma in every product, no spill in the plain
     # configuration at d 64 and 128, where square 64 × 64 tiles spilled 72–380 bytes (docs/gpu/offline-perf.md);
     # the key pass at d 64 streams 64 queries since its far tiles read each query's gate (535 → 439 warp
-    # instructions per 1k scores at n = 2,048; 32 queries: 535).
+    # instructions per 1k scores at n = 2,048; 32 queries: 535); on the 163 KB class it runs one stage there (two
+    # spilled 12 bytes on sm_80 without options once it read the gates: 128 registers; one stage: none, at most 16
+    # bytes with every option on sm_87).
     # The query pass's BLOCK_M is a multiple of its BLOCK_N (its diagonal sums of dz are per square of BLOCK_N
     # queries); at d 256 bwd_q takes 16 × 16 tiles (32 × 32 spill 4–8 bytes on sm_87 / sm_100 / sm_120). Below the
     # 227 KB class the query pass holds 128 queries at d 64 (one stage: two spill 12 bytes on sm_80) and 32 on 4
@@ -204,7 +206,7 @@ _TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
     "dman_bwd_q":            {64: ((128, 32, 8, 1), (128, 32, 8, 1), (128, 32, 8, 2)),
                               128: ((32, 32, 4, 1), (32, 32, 4, 2), (128, 32, 8, 2)),
                               256: ((16, 16, 4, 1), (16, 16, 4, 1), (16, 16, 2, 1))},
-    "dman_bwd_kv":           {64: ((32, 32, 4, 2), (32, 32, 4, 2), (64, 128, 8, 2)),
+    "dman_bwd_kv":           {64: ((32, 32, 4, 2), (32, 32, 4, 1), (64, 128, 8, 2)),
                               128: ((64, 64, 8, 1), (64, 64, 8, 1), (32, 128, 8, 2)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     # the band's query pass at d 64 on the 227 KB class runs one stage: two spilled 480 bytes on sm_100 / sm_103 with
