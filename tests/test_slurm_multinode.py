@@ -306,6 +306,18 @@ def _checkpoint_after(run: Path, step: int) -> bool:
     return any(r["split"] == "dev" and r["step"] > step for r in rows) and (run / "last.safetensors").exists()
 
 
+def _two_node_run_at_its_first_checkpoint(out, cr_data):
+    """``(run folder, Slurm job id)`` of a one-run grid submitted as one job of two nodes, once the run has kept its
+    first checkpoint."""
+    code, output = grid_cli("run", "--out", out, "--preset", "cr", "--data", cr_data, *sets(LONG), "--seeds", "0",
+                            "--launcher", "slurm", "--slurm-nodes", "2")
+    assert code == 0, output
+    run = out / "seed0"
+    job = _job(run)
+    wait_until(lambda: _checkpoint_after(run, 0), 300, "the run's first checkpoint", poll=0.1)
+    return run, job
+
+
 @pytest.mark.slurm
 def test_a_two_node_run_preempted_then_cancelled_continues_across_both_nodes_bit_identically(long_reference, cr_data,
                                                                                              tmp_path):
@@ -313,12 +325,7 @@ def test_a_two_node_run_preempted_then_cancelled_continues_across_both_nodes_bit
     again after Slurm's cred_expire), which continues from last.safetensors; scancel then stops it, and the next
     grid run continues it in a new two-node job: every row and weight equals the uninterrupted run's."""
     out = tmp_path / "preempted"
-    code, output = grid_cli("run", "--out", out, "--preset", "cr", "--data", cr_data, *sets(LONG), "--seeds", "0",
-                            "--launcher", "slurm", "--slurm-nodes", "2")
-    assert code == 0, output
-    run = out / "seed0"
-    job = _job(run)
-    wait_until(lambda: _checkpoint_after(run, 0), 300, "the run's first checkpoint", poll=0.1)
+    run, job = _two_node_run_at_its_first_checkpoint(out, cr_data)
     assert status(out)["seed0"] == f"running (Slurm job {job} on n[1-2])"
     subprocess.run(["scancel", "--signal=USR2", job], check=True)
     wait_until(lambda: status(out)["seed0"] == f"queued (Slurm job {job}, 2 nodes)", 60, "the requeued job", poll=0.5)
@@ -362,12 +369,7 @@ def test_a_task_killed_on_one_node_ends_the_job_and_the_next_grid_run_continues_
     checkpoints; the next grid run continues the run — here in a job of one node (no --slurm-nodes), which says
     that the checkpoint of two processes is continued by one, with the same global batch."""
     out = tmp_path / "killed"
-    code, output = grid_cli("run", "--out", out, "--preset", "cr", "--data", cr_data, *sets(LONG), "--seeds", "0",
-                            "--launcher", "slurm", "--slurm-nodes", "2")
-    assert code == 0, output
-    run = out / "seed0"
-    job = _job(run)
-    wait_until(lambda: _checkpoint_after(run, 0), 300, "the run's first checkpoint", poll=0.1)
+    run, job = _two_node_run_at_its_first_checkpoint(out, cr_data)
     os.kill(_task_on(out, "n2"), 9)
     wait_until(lambda: not jobs_of(out), 120, "the job to end after its task on n2 was killed")
     assert not (run / "summary.json").exists()
