@@ -574,8 +574,8 @@ shared memory 128 B/clk.
 What no static count can say: stalls (dependency chains, barriers, the wgmma pipeline's waits — two passes with the
 same counts can differ 2× in time), shared-memory bank conflicts, L1/L2 hit rates and DRAM bandwidth (the narrow
 bands below are DRAM-bound whatever their tile share), how well `num_stages` hides load latency, wave quantisation
-and tail effects at a given B·H, the PyTorch work around the kernels (MTSA's `E = exp(S − c)` and `dO / D`, DMAN's
-reductions of `dP`), and cold code counted once per program (a division's slow path). The light/heavy split
+and tail effects at a given B·H, the elementwise work around the kernels (MTSA's fused `E = exp(S − c)` and `dO / D`
+kernels, DMAN's reductions of `dP`), and cold code counted once per program (a division's slow path). The light/heavy split
 assumes the only branches inside the hot loop are the mask (DMAN: near/far) branch, which holds for these kernels.
 """
 
@@ -624,9 +624,9 @@ TARGET_LENGTH = 2048
 _TIME_MODEL = """`maskattn.kernels.triton.offline.time_model`: each pass takes, per computed score, the largest of four limits
 of one SM per clock — tensor-core FLOPs (wgmma 4,096 on sm_90, `mma.sync` ~2,730 there and 2,048 on sm_80),
 `MUFU` (16), issue (4 warp instructions; libdevice's calls are counted instruction by instruction) and bytes loaded
-from L2 (47) — times the scores it computes; a family adds its passes and its launcher's elementwise PyTorch work
-over DRAM (13–14 B/clk/SM), measured by counting the bytes every operation outside the kernels reads and writes
-(MTSA, DMAN; the anchor's Δ pre-pass: 4 B per element). The ratio is the family's forward + backward over the
+from L2 (47) — times the scores it computes; a family adds its passes and the elementwise work outside them
+(MTSA's fused elementwise kernels, DMAN's PyTorch reductions) over DRAM (13–14 B/clk/SM), measured by counting the
+bytes every operation outside the kernels reads and writes (MTSA, DMAN; the anchor's Δ pre-pass: 4 B per element). The ratio is the family's forward + backward over the
 anchor's with the nearest mask (`mtsa_layer`, `dman`: non-causal multi-head flash on the same B, H, n, d; `mtsa_head`,
 the window head and the bands: causal flash); `bound` is the limit behind the largest share of the family's time
 (`memory`: the elementwise work). A ratio, not a time: no stalls, no overlap beyond the largest limit, no occupancy.
