@@ -18,7 +18,14 @@ MAN_ATTENTIONS = {
     "sman": dict(radius=2),
     "sman_sqrt": dict(radius="sqrt"),
 }
-BACKENDS = ("reference", "sdpa", "flex")
+#: the backends a mechanism declares that refuse these options: sman's radius "sqrt" grows with the length, so its mask
+#: is no fixed band, which the band kernels need (test_band_backends_refuse_a_growing_radius)
+REFUSED = {("sman_sqrt", "triton"), ("sman_sqrt", "banded")}
+#: every other backend of the registry but the reference, each compared with the reference (triton under its
+#: interpreter on the CPU)
+BACKEND_CASES = [(name, backend) for name in MAN_ATTENTIONS
+                 for backend in maskattn.attention_info(name.split("_")[0]).backends
+                 if backend != "reference" and (name, backend) not in REFUSED]
 
 
 def build(name, **extra):
@@ -45,8 +52,7 @@ def test_registered():
     assert isinstance(create_attention("sman", 8, 2), StaticMaskAttention)
 
 
-@pytest.mark.parametrize("name, backend", [(name, backend) for name in MAN_ATTENTIONS for backend in BACKENDS]
-                         + [("dman", "triton"), ("sman", "triton")])  # triton: a fixed band; under its interpreter
+@pytest.mark.parametrize("name, backend", BACKEND_CASES)
 @pytest.mark.parametrize("causal", [False, True])
 def test_backends_match_reference(name, backend, causal):
     module = build(name, causal=causal, backend="reference").eval()
@@ -56,6 +62,14 @@ def test_backends_match_reference(name, backend, causal):
     with torch.no_grad():  # flex on CPU is inference only
         out = module(x, key_padding_mask=kpm)
     torch.testing.assert_close(out, expected, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name, backend", sorted(REFUSED))
+def test_band_backends_refuse_a_growing_radius(name, backend):
+    module = build(name, backend=backend).eval()
+    refusal = f"backend={backend!r} cannot run this local call: it needs a mask that is a fixed band"
+    with torch.no_grad(), pytest.raises(maskattn.errors.BackendError, match=refusal):
+        module(*inputs()[:1])
 
 
 def test_dman_module_matches_eq12_oracle_float64():
