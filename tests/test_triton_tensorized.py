@@ -7,6 +7,7 @@ padding, rows without a key, both scales, dropout, float32 / float16 / float64, 
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -293,3 +294,192 @@ def test_half_precision_with_the_gpus_operand_dtypes_matches_float64(dtype, scal
         assert_within_roundings(grad, want, 6, f"d{name}")
     float32_path, _ = tensorized_triton(*low, STRICT_BANDS, kpm, scale=scale, dropout_p=0.0)
     assert not torch.equal(float32_path, out)  # the hook changed what ran
+
+
+# --------------------------------------------------------------------------------------------------
+# feature-axis tiling (issue 52): a width that is not a power of two as a main and a tail block
+# --------------------------------------------------------------------------------------------------
+
+def test_feature_split_of_the_head_widths():
+    """A padded width that is not a power of two is the largest power of two below it and the next power of two (at
+    least 16) above the rest: d 150 → 160 = 128 + 32, 72 / 80 → 64 + 16, 96 → 64 + 32, 33 → 48 = 32 + 16; a power
+    of two is one block (no tail); and where two blocks would cover as much as the power of two above (208 → 256)
+    it stays one. MTSA's tensors are laid out at the blocks' width (``feature_width``: 176 → 192)."""
+    split = {150: (128, 32), 160: (128, 32), 72: (64, 16), 80: (64, 16), 96: (64, 32), 33: (32, 16), 176: (128, 64),
+             64: (64, 0), 128: (128, 0), 8: (16, 0), 112: (128, 0), 208: (256, 0), 256: (256, 0)}
+    for d, blocks in split.items():
+        assert runtime.feature_split(runtime.padded_head_dim(d)) == blocks, d
+    assert [runtime.feature_width(d) for d in (150, 72, 96, 176, 112, 208, 64)] == [160, 80, 96, 192, 112, 208, 64]
+    assert runtime.feature_constants(160, 160) == dict(BLOCK_DK=160, TAIL_DK=32, BLOCK_DV=160, TAIL_DV=32)
+    assert runtime.feature_constants(128, 80) == dict(BLOCK_DK=128, BLOCK_DV=80, TAIL_DV=16)
+
+
+SPLIT_BANDS_MASK = M.per_head([M.forward_mask(False), M.window(3), M.full(), M.backward_mask()])
+
+
+@interpreter_only  # float64 oracle at the interpreter's 16 × 16 tiles; d 150 runs 128 + 32 features
+@pytest.mark.parametrize("d, scale", [(150, "log_sigmoid"), (150, "identity"), (72, "log_sigmoid"),
+                                      (80, "identity")])
+def test_split_widths_match_float64_reference(d, scale):
+    """Heads of 150 (the sentence presets', 128 + 32 feature blocks) and 72 / 80 (64 + 16) features, both scales,
+    every kind of head (a narrow launch too), key padding, a length across tiles: outputs and every gradient match
+    the float64 reference, as the one-block widths do."""
+    q, k, v, s2t = inputs(2, 4, 37, d_k=d, d_v=d)
+    kpm = padding(2, 37, (37, 29))
+    out = tensorized_attention(q, k, v, s2t, SPLIT_BANDS_MASK, scale=scale, key_padding_mask=kpm, backend="triton")
+    expected = tensorized_attention_reference(q, k, v, s2t, SPLIT_BANDS_MASK, scale=scale, key_padding_mask=kpm)
+    torch.testing.assert_close(out, expected, atol=1e-12, rtol=1e-10)
+    for got, want in zip(grads(out, (q, k, v, s2t)), grads(expected, (q, k, v, s2t))):
+        torch.testing.assert_close(got, want, atol=1e-11, rtol=1e-9)
+
+
+@interpreter_only
+def test_split_key_and_value_widths_of_their_own():
+    """d_k and d_v split (or not) each on its own axis: q, k of 150 features (128 + 32) with values of 64 (one
+    block), and q, k of 64 with values of 150."""
+    for d_k, d_v in ((150, 64), (64, 150)):
+        q, k, v, s2t = inputs(1, 2, 21, d_k=d_k, d_v=d_v, seed=d_k)
+        mask = M.per_head([M.forward_mask(), M.window(2)])
+        out = tensorized_attention(q, k, v, s2t, mask, backend="triton")
+        expected = tensorized_attention_reference(q, k, v, s2t, mask)
+        torch.testing.assert_close(out, expected, atol=1e-12, rtol=1e-10)
+        for got, want in zip(grads(out, (q, k, v, s2t)), grads(expected, (q, k, v, s2t))):
+            torch.testing.assert_close(got, want, atol=1e-11, rtol=1e-9)
+
+
+@pytest.mark.parametrize("cls, scale", [("227K", "log_sigmoid"), ("227K", "identity"), ("163K", "log_sigmoid")])
+def test_split_width_with_the_gpus_tiles_matches_float64_and_repeats_bit_for_bit(monkeypatch, cls, scale):
+    """d 150 with the tiles a GPU takes at the split width 160 (:data:`runtime.TILE_TABLE`): on the 227 KB class
+    (sm_90) 128-query forward tiles and the key pass with its queries along the rows of the scores (``QUERY_ROWS``:
+    128 streamed queries × 64 held keys), on the 163 KB class (sm_80) the 64 × 64 forward; with key padding and
+    lengths that end inside a tile, against the float64 reference; a second backward is bit-identical. (A pass
+    without a split entry on the class — the 163 KB class's backward — runs one block of 256 with its tiles, as on
+    that device: ``runtime.splits_features``.)"""
+    if DEVICE == "cuda":
+        pytest.skip("the device's own tiles")
+
+    def tiles(kernel, head_dim, device, dtype=torch.float16):
+        return runtime.TILE_TABLE.get((kernel, cls, 160)) or runtime.TILE_TABLE[(kernel, cls, 256)]
+
+    monkeypatch.setattr(runtime, "tiles", tiles)
+    monkeypatch.setattr(runtime, "splits_features", lambda kernel, *args, **kwargs: (kernel, cls, 160) in runtime.TILE_TABLE)
+    q, k, v, s2t = inputs(2, len(GROUPED_BANDS), 150, d_k=150, d_v=150)
+    mask = M.per_head([M.forward_mask(False), M.window(3), M.full(), M.band(0, 32), M.band(16, 17)])
+    kpm = padding(2, 150, (150, 131))
+    out = tensorized_attention(q, k, v, s2t, mask, scale=scale, key_padding_mask=kpm, backend="triton")
+    expected = tensorized_attention_reference(q, k, v, s2t, mask, scale=scale, key_padding_mask=kpm)
+    torch.testing.assert_close(out, expected, atol=1e-12, rtol=1e-10)
+    first = grads(out, (q, k, v, s2t))
+    for got, want in zip(first, grads(expected, (q, k, v, s2t))):
+        torch.testing.assert_close(got, want, atol=1e-11, rtol=1e-9)
+    again = tensorized_attention(q, k, v, s2t, mask, scale=scale, key_padding_mask=kpm, backend="triton")
+    for a, b in zip(first, grads(again, (q, k, v, s2t))):
+        assert torch.equal(a, b)
+
+
+@interpreter_only
+def test_a_split_width_in_one_block_where_a_class_has_no_split_tiles(monkeypatch):
+    """Where :data:`runtime.TILE_TABLE` has no split entry for a pass and class (the backward on the mma.sync
+    classes), the pass runs the 160 features in one block of 256, masked at the width (``runtime.splits_features``
+    False): the same results."""
+    monkeypatch.setattr(runtime, "splits_features", lambda *args, **kwargs: False)
+    q, k, v, s2t = inputs(1, 3, 37, d_k=150, d_v=150)
+    mask = M.per_head([M.forward_mask(), M.window(3), M.full()])
+    kpm = padding(1, 37, (30,))
+    out = tensorized_attention(q, k, v, s2t, mask, key_padding_mask=kpm, backend="triton")
+    expected = tensorized_attention_reference(q, k, v, s2t, mask, key_padding_mask=kpm)
+    torch.testing.assert_close(out, expected, atol=1e-12, rtol=1e-10)
+    for got, want in zip(grads(out, (q, k, v, s2t)), grads(expected, (q, k, v, s2t))):
+        torch.testing.assert_close(got, want, atol=1e-11, rtol=1e-9)
+
+
+@interpreter_only  # gradcheck needs float64
+def test_gradcheck_at_a_split_width_with_dropout():
+    """d 40 → 48 = 32 + 16 features (a split width small enough for gradcheck), with attention dropout re-seeded
+    before each evaluation: backward is the exact gradient of the dropped-out forward, through both blocks."""
+    q, k, v, s2t = inputs(1, 2, 6, d_k=40, d_v=40)
+    kpm = padding(1, 6, (5,))
+
+    def fn(*tensors):
+        torch.manual_seed(0)
+        return tensorized_triton(*tensors, [(math.inf, 0), (2, 2)], kpm, scale="log_sigmoid", dropout_p=0.3)[0]
+
+    assert torch.autograd.gradcheck(fn, (q, k, v, s2t), fast_mode=True)
+
+
+@interpreter_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_split_width_with_the_gpus_operand_dtypes_matches_float64(dtype):
+    """issue 52 (deliverable 6): d 150 in bfloat16 and float16 with the GPU's operand dtypes (tests/_triton_device.py
+    ``gpu_operand_dtypes``), every pass on its 128 + 32 blocks: within ``2·K·u·max |reference|`` of the float64
+    oracle on the same rounded inputs (K = 3 forward, 6 backward, as at the one-block widths)."""
+    q, k, v, s2t = inputs(1, 4, 37, d_k=150, d_v=150, dtype=torch.float64)
+    with torch.no_grad():
+        s2t.mul_(4.0)
+    low = [t.detach().to(dtype).requires_grad_() for t in (q, k, v, s2t)]
+    kpm = padding(1, 37, (33,))
+    with gpu_operand_dtypes():
+        out, _ = tensorized_triton(*low, STRICT_BANDS, kpm, scale="log_sigmoid", dropout_p=0.0)
+        grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
+        got = torch.autograd.grad(out, low, grad_out)
+    exact = [t.detach().double().requires_grad_() for t in low]
+    expected = tensorized_attention_reference(*exact, M.per_head(HEADS), key_padding_mask=kpm)
+    assert_within_roundings(out, expected, 3, "out")
+    for name, grad, want in zip(("q", "k", "v", "s2t"), got, torch.autograd.grad(expected, exact, grad_out.double())):
+        assert grad.dtype == dtype
+        assert_within_roundings(grad, want, 6, f"d{name}")
+
+
+def _recorded_launches(arch: int, d: int):
+    """The attention passes' launches of one bfloat16 call (forward and backward) at head width ``d``, recorded as on
+    an ``arch`` device: ``{(kernel, narrow): kwargs}``."""
+    with runtime.recording(runtime.TARGETS[arch]) as recorded:
+        q, k, v, s2t = (torch.randn(2, 40, 2, d).to(torch.bfloat16).transpose(1, 2).requires_grad_() for _ in range(4))
+        out, _ = tensorized_triton(q, k, v, s2t, [(math.inf, -1), (3, 3)], None, scale="log_sigmoid", dropout_p=0.0)
+        torch.autograd.grad(out.float().sum(), (q, k, v, s2t))
+    return {(la.kernel.fn.__name__, bool(la.kwargs["BAND_START"])): la for la in recorded
+            if la.kernel.fn.__name__ in ("tensorized_fwd", "tensorized_bwd_kv", "tensorized_bwd_q")}
+
+
+@pytest.mark.parametrize("arch", [80, 86, 90, 100])
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_power_of_two_widths_launch_exactly_as_before(arch, d):
+    """A power-of-two head width takes one feature block: its launches carry the constants they carried before the
+    feature-axis tiling — ``BLOCK_DK`` / ``BLOCK_DV`` the width, no ``TAIL_DK`` / ``TAIL_DV`` / ``QUERY_ROWS`` (the
+    kernels' defaults: 0, False, under which no tail code is traced) — and the tiles of its own width's entry, so
+    its kernels compile to the same code (the SASS of d 64 / 128 / 256 on sm_90 and sm_80 was compared before and
+    after: identical; docs/gpu.md, "Feature-axis tiling")."""
+    launches = _recorded_launches(arch, d)
+    assert len(launches) == 6
+    cls = runtime.tile_class(runtime.TARGETS[arch])
+    for (kernel, narrow), launch in launches.items():
+        assert launch.kwargs["BLOCK_DK"] == launch.kwargs["BLOCK_DV"] == d
+        assert not {"TAIL_DK", "TAIL_DV", "QUERY_ROWS"} & set(launch.kwargs), kernel
+        tiles = runtime.ARCH_TILES.get((kernel + ("_narrow" if narrow else ""), arch, d)) or \
+            runtime.TILE_TABLE[(kernel + ("_narrow" if narrow else ""), cls, d)]
+        assert (launch.kwargs["BLOCK_M"], launch.kwargs["BLOCK_N"], launch.kwargs["num_warps"],
+                launch.kwargs["num_stages"]) == (tiles.block_m, tiles.block_n, tiles.warps, tiles.stages)
+        defaults = {name: p.default for name, p in inspect.signature(launch.kernel.fn).parameters.items()
+                    if name in ("TAIL_DK", "TAIL_DV", "QUERY_ROWS")}
+        assert defaults == ({"TAIL_DK": 0, "TAIL_DV": 0, "QUERY_ROWS": False} if kernel == "tensorized_bwd_kv"
+                            else {"TAIL_DK": 0, "TAIL_DV": 0})
+
+
+def test_d150_launches_split_blocks_and_the_split_widths_tiles():
+    """d 150 on sm_90: every pass runs 160 = 128 + 32 features (``BLOCK_D*`` 160, ``TAIL_D*`` 32, not 256) with the
+    table's entries at the split width 160 — the forward 128 × 32 on 8 warps, the query pass 128 × 32, the key pass
+    128 streamed queries × 64 held keys with ``QUERY_ROWS`` — and its window heads the narrow entries; on sm_80 the
+    forward and the narrow passes split, the full-width backward (no split entry on the 163 KB class) runs one block
+    of 256 (``runtime.splits_features``)."""
+    launches = _recorded_launches(90, 150)
+    for (kernel, narrow), launch in launches.items():
+        assert (launch.kwargs["BLOCK_DK"], launch.kwargs["TAIL_DK"], launch.kwargs["BLOCK_DV"],
+                launch.kwargs["TAIL_DV"]) == (160, 32, 160, 32), kernel
+        tiles = runtime.TILE_TABLE[(kernel + ("_narrow" if narrow else ""), "227K", 160)]
+        assert (launch.kwargs["BLOCK_M"], launch.kwargs["BLOCK_N"], launch.kwargs["num_warps"]) == (
+            tiles.block_m, tiles.block_n, tiles.warps)
+        assert launch.kwargs.get("QUERY_ROWS", False) == (kernel == "tensorized_bwd_kv" and not narrow)
+    assert runtime.TILE_TABLE[("tensorized_bwd_kv", "227K", 160)] == runtime.Tiles(128, 64, 8, 1, True)
+    for (kernel, narrow), launch in _recorded_launches(80, 150).items():
+        split = narrow or kernel == "tensorized_fwd"
+        assert launch.kwargs["BLOCK_DK"] == (160 if split else 256) and ("TAIL_DK" in launch.kwargs) == split, kernel

@@ -50,17 +50,19 @@ def run_prologue(v, s2t, kpm, dropout_p=0.0, seed=None, values=None):
     u8 = None if kpm is None else kpm.to(torch.uint8)
     ve, e, c = prologue(v, s2t, u8, seed, dropout_p, values or v.dtype)
     d_v = v.shape[-1]
-    assert ve.shape[-1] == e.shape[-1] == runtime.padded_head_dim(d_v) and ve.is_contiguous() and e.is_contiguous()
+    assert ve.shape[-1] == e.shape[-1] == runtime.feature_width(d_v) and ve.is_contiguous() and e.is_contiguous()
     assert (ve[..., d_v:] == 0).all() and (e[..., d_v:] == 0).all()  # the attention kernels' zero features
     return ve[..., :d_v], e[..., :d_v], c
 
 
 @interpreter_only  # float64
-@pytest.mark.parametrize("m, d_v, keep", [(37, 12, (37, 30)), (70, 33, (70, 0)), (5, 16, None)])
+@pytest.mark.parametrize("m, d_v, keep", [(37, 12, (37, 30)), (70, 33, (70, 0)), (5, 16, None), (37, 150, (37, 30)),
+                                         (21, 72, None)])
 def test_prologue_matches_the_eager_chain_and_ignores_what_padding_keys_hold(m, d_v, keep):
-    """``E = exp(S − c)`` and ``v ⊙ E`` (features padded with zeros to a multiple of 16, lengths across tiles, a
-    sequence of padding only), and the gradients of v and S, equal the eager chain's in float64; padding keys get
-    ``E = 0`` and zero gradients exactly, whatever their score and value (±inf, NaN)."""
+    """``E = exp(S − c)`` and ``v ⊙ E`` (features padded with zeros to the attention kernels' width — a multiple of
+    16, or main + tail blocks: 150 → 128 + 32, 72 → 64 + 16, 33 → 32 + 16 —, lengths across tiles, a sequence of
+    padding only), and the gradients of v and S, equal the eager chain's in float64; padding keys get ``E = 0`` and
+    zero gradients exactly, whatever their score and value (±inf, NaN)."""
     v, s2t = heads(2, 3, m, d_v), heads(2, 3, m, d_v, seed=1)
     kpm = None if keep is None else padding(2, m, keep)
     if kpm is not None:  # ±inf, NaN and a score far above the others at the padding keys
@@ -247,3 +249,50 @@ def test_one_call_launches_the_fused_kernels_and_moves_39_bytes_per_element():
         moved += sum(t.numel() * t.element_size() for t in launch.args if isinstance(t, torch.Tensor) and t.numel() > 1)
     per_element = moved / (B * H * n * d)
     assert per_element == 39 + 12 / n  # and c: 4 bytes per feature and (batch, head), written once, read twice
+
+
+@interpreter_only
+def test_a_split_width_runs_in_two_feature_blocks_and_draws_the_same_dropout():
+    """d 150 (issue 52's presets): the elementwise kernels tile the features as the attention kernels do — 128 + 32,
+    ``BLOCK_DV`` 160 with ``TAIL_DV`` 32, not one block of 256 — and the (key, feature) dropout of ``v ⊙ E``, drawn by
+    position, is the same mask bit for bit whether the features run in two blocks or in one (the launcher's blocks
+    replaced by a single power-of-two one), forward and backward."""
+    from maskattn.kernels.triton import tensorized
+
+    assert tensorized._feature_blocks(150) == (128, 32) and tensorized._feature_blocks(160) == (128, 32)
+    assert tensorized._feature_blocks(72) == (64, 16) and tensorized._feature_blocks(64) == (64, 0)
+    v, s2t = heads(1, 2, 37, 150).requires_grad_(), heads(1, 2, 37, 150, seed=1).requires_grad_()
+    seed = torch.tensor([5, 6])
+    kpm = padding(1, 37, (33,))
+    ve, e, _ = run_prologue(v, s2t, kpm, 0.3, seed)
+    grads = torch.autograd.grad((ve * e).sum(), (v, s2t))
+    blocks = tensorized._feature_blocks
+    tensorized._feature_blocks = lambda width: (max(16, runtime.next_power_of_2(runtime.feature_width(width))), 0)
+    try:
+        one_ve, one_e, _ = run_prologue(v, s2t, kpm, 0.3, seed)
+        one_grads = torch.autograd.grad((one_ve * one_e).sum(), (v, s2t))
+    finally:
+        tensorized._feature_blocks = blocks
+    assert torch.equal(ve, one_ve) and torch.equal(e, one_e)
+    for a, b in zip(grads, one_grads):
+        assert torch.equal(a, b)
+
+
+def test_elementwise_launches_at_a_split_width():
+    """The elementwise kernels' launches at d 150 (sm_90, recorded): ``BLOCK_DV`` 160 = 128 + 32 (``TAIL_DV``) and
+    2,048 elements of the main block per program (16 rows); at d 64 one block, no ``TAIL_DV`` — the launch of
+    before."""
+    for d, tail in ((150, 32), (64, None)):
+        with runtime.recording(runtime.TARGETS[90]) as recorded:
+            q, k, v, s2t = (torch.randn(1, 32, 2, d).to(torch.bfloat16).transpose(1, 2).requires_grad_()
+                            for _ in range(4))
+            out, _ = tensorized_triton(q, k, v, s2t, [(math.inf, -1), (-1, math.inf)], None, scale="log_sigmoid",
+                                       dropout_p=0.0)
+            torch.autograd.grad(out, (q, k, v, s2t), torch.randn_like(out))
+        rows = [la for la in recorded if la.kernel.fn.__name__ in ELEMENTWISE_KERNELS
+                and la.kernel.fn.__name__ != "tensorized_source_max"]
+        assert len(rows) == 4
+        for launch in rows:
+            assert launch.kwargs.get("TAIL_DV") == tail
+            main = launch.kwargs["BLOCK_DV"] - (tail or 0)
+            assert launch.kwargs["BLOCK_DV"] == runtime.feature_width(d) and launch.kwargs["ROWS"] * main == ELEMENTWISE_BLOCK

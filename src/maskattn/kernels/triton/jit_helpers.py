@@ -203,3 +203,152 @@ def store_tile(base, start, stride_n, stride_d, idx, feats, N, D, value):
 def accumulator_type(dtype_name: str):
     """The Triton type of the kernels' accumulators: float64 for float64 inputs, float32 otherwise."""
     return tl.float64 if dtype_name == "float64" else tl.float32
+
+
+# --------------------------------------------------------------------------------------------------
+# feature blocks: a head width that is not a power of two as a main block and a tail block
+# --------------------------------------------------------------------------------------------------
+# A padded head width such as 160 (d = 150) is tiled as a main block of 128 features and a tail block of 32, both
+# powers of two (:func:`.runtime.feature_split`), so no ``tl.dot`` runs on a power-of-two padding to 256. A kernel
+# holds each feature-indexed tile as a tuple of blocks: ``(main,)`` for a power-of-two width — the same operations
+# as one tile, so such widths compile exactly as before — or ``(main, tail)``. Scores sum the blocks' products
+# (``q_main·k_mainᵀ + q_tail·k_tailᵀ``); value-side accumulators keep one block each. ``BLOCK_D`` is the width
+# covered (main + tail), ``TAIL_D`` the tail block's (0: none).
+
+@triton.jit
+def tail_region():
+    """Always true, but not to the compiler: a tail block's products run under ``if tail_region():``, a region of
+    their own. Triton's MMA v2 layout pass (sm_80 – sm_89, sm_120) lays out every ``tl.dot`` it finds linked to
+    another through operands or accumulators in the same region with all warps along one axis; in MTSA's forward a
+    main and a tail product linked so put a 64-row tile's 8 warps along its rows and computed each product twice
+    (or, 16 rows per warp, spilled: 160 accumulator registers per thread). Apart, each takes its own layout (the
+    value products' warps along the features, as a one-block tile's). wgmma's layouts (sm_90) do not depend on
+    it. Under the interpreter it is just true."""
+    return tl.program_id(0) >= 0
+
+
+@triton.jit
+def feature_blocks(BLOCK_D: tl.constexpr, TAIL_D: tl.constexpr):
+    """The feature indices of each block: ``(0 … BLOCK_D − 1,)``, or with a tail the main block
+    ``0 … BLOCK_D − TAIL_D − 1`` and the tail ``BLOCK_D − TAIL_D … BLOCK_D − 1``."""
+    if TAIL_D > 0:
+        return (tl.arange(0, BLOCK_D - TAIL_D), (BLOCK_D - TAIL_D) + tl.arange(0, TAIL_D))
+    else:
+        return (tl.arange(0, BLOCK_D),)
+
+
+@triton.jit
+def zeros_blocks(ROWS: tl.constexpr, BLOCK_D: tl.constexpr, TAIL_D: tl.constexpr, dtype: tl.constexpr):
+    """Accumulators of ``ROWS`` rows, one per feature block of :func:`feature_blocks`, filled with 0."""
+    if TAIL_D > 0:
+        return (tl.zeros((ROWS, BLOCK_D - TAIL_D), dtype=dtype), tl.zeros((ROWS, TAIL_D), dtype=dtype))
+    else:
+        return (tl.zeros((ROWS, BLOCK_D), dtype=dtype),)
+
+
+@triton.jit
+def load_rows(base, start, stride_n, stride_d, idx, feats, N):
+    """:func:`load_tile` with a mask on the rows only: a main block, whose features all lie below the width."""
+    mask = (start + idx)[:, None] < N
+    return tl.load(tile_pointers(base, start, stride_n, stride_d, idx, feats), mask=mask, other=0.0)
+
+
+@triton.jit
+def store_rows(base, start, stride_n, stride_d, idx, feats, N, value):
+    """:func:`store_tile` with a mask on the rows only (a main block)."""
+    mask = (start + idx)[:, None] < N
+    tl.store(tile_pointers(base, start, stride_n, stride_d, idx, feats), value, mask=mask)
+
+
+@triton.jit
+def load_blocks(base, start, stride_n, stride_d, idx, feats, N, D):
+    """The blocks of rows ``start + idx`` of an ``(N, D)`` matrix at ``base``, one per block of ``feats``
+    (:func:`feature_blocks`); 0 outside. A lone block is :func:`load_tile` (features masked at ``D``); a split width
+    masks rows only: its matrices are laid out exactly main + tail wide (:func:`.runtime.feature_width`; the
+    wrappers zero the features past the head's own), so no block has a feature past ``D``."""
+    if len(feats) == 1:
+        return (load_tile(base, start, stride_n, stride_d, idx, feats[0], N, D),)
+    else:
+        return (load_rows(base, start, stride_n, stride_d, idx, feats[0], N),
+                load_rows(base, start, stride_n, stride_d, idx, feats[1], N))
+
+
+@triton.jit
+def store_blocks(base, start, stride_n, stride_d, idx, feats, N, D, value):
+    """Store the blocks ``value`` (:func:`load_blocks`' layout and masks, cast to the pointer's type) into rows
+    ``start + idx`` (below N) of the matrix at ``base``."""
+    if len(feats) == 1:
+        store_tile(base, start, stride_n, stride_d, idx, feats[0], N, D, value[0].to(base.dtype.element_ty))
+    else:
+        store_rows(base, start, stride_n, stride_d, idx, feats[0], N, value[0].to(base.dtype.element_ty))
+        store_rows(base, start, stride_n, stride_d, idx, feats[1], N, value[1].to(base.dtype.element_ty))
+
+
+@triton.jit
+def dot_nt_blocks(a, b, PRECISION: tl.constexpr):
+    """``Σ_blocks a·bᵀ``: the (rows of a × rows of b) products of two blocked tiles over their features."""
+    acc = tl.dot(a[0], tl.trans(b[0]), input_precision=PRECISION)
+    if len(a) > 1:
+        acc = tl.dot(a[1], tl.trans(b[1]), acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
+def dot_nt_blocks_acc(a, b, acc, PRECISION: tl.constexpr):
+    """``acc + Σ_blocks a·bᵀ`` (:func:`dot_nt_blocks` accumulated into ``acc``)."""
+    acc = tl.dot(a[0], tl.trans(b[0]), acc, input_precision=PRECISION)
+    if len(a) > 1:
+        acc = tl.dot(a[1], tl.trans(b[1]), acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
+def dot_blocks(p, v, acc, PRECISION: tl.constexpr):
+    """``acc + p·v`` per block: ``p`` ``(rows, K)`` (cast to the blocks' type) times each block of ``v``
+    ``(K, ·)``, into the matching block of ``acc``."""
+    if len(v) == 1:
+        return (tl.dot(p.to(v[0].dtype), v[0], acc[0], input_precision=PRECISION),)
+    else:
+        return (tl.dot(p.to(v[0].dtype), v[0], acc[0], input_precision=PRECISION),
+                tl.dot(p.to(v[1].dtype), v[1], acc[1], input_precision=PRECISION))
+
+
+@triton.jit
+def dot_nt_blocks_apart(a, b, PRECISION: tl.constexpr):
+    """:func:`dot_nt_blocks` with the tail's product in a region of its own (:func:`tail_region`)."""
+    acc = tl.dot(a[0], tl.trans(b[0]), input_precision=PRECISION)
+    if len(a) > 1:
+        if tail_region():
+            acc = tl.dot(a[1], tl.trans(b[1]), acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
+def dot_blocks_apart(p, v, acc, PRECISION: tl.constexpr):
+    """:func:`dot_blocks` with the tail's product in a region of its own (:func:`tail_region`)."""
+    if len(v) == 1:
+        return (tl.dot(p.to(v[0].dtype), v[0], acc[0], input_precision=PRECISION),)
+    else:
+        main = tl.dot(p.to(v[0].dtype), v[0], acc[0], input_precision=PRECISION)
+        tail = acc[1]
+        if tail_region():
+            tail = tl.dot(p.to(v[1].dtype), v[1], tail, input_precision=PRECISION)
+        return (main, tail)
+
+
+@triton.jit
+def scale_rows_blocks(acc, factor):
+    """Each block of ``acc`` with its rows multiplied by ``factor`` (one value per row)."""
+    if len(acc) == 1:
+        return (acc[0] * factor[:, None],)
+    else:
+        return (acc[0] * factor[:, None], acc[1] * factor[:, None])
+
+
+@triton.jit
+def scale_blocks(acc, factor):
+    """Each block of ``acc`` times the scalar ``factor``."""
+    if len(acc) == 1:
+        return (acc[0] * factor,)
+    else:
+        return (acc[0] * factor, acc[1] * factor)

@@ -38,6 +38,7 @@ from ..precision import tf32_matmul
 __all__ = ["installed", "missing_reason", "interpreted", "not_interpreted", "load", "device_reason", "dtype_reason",
            "head_dim_reason", "call_reasons", "kernel_dtype", "Tiles", "Target", "TARGETS", "TILE_TABLE", "ARCH_TILES",
            "tile_class", "target_of", "target_reason", "declared_limits", "tiles", "MAX_HEAD_DIM", "next_power_of_2", "cdiv",
+           "feature_split", "feature_width", "feature_constants", "splits_features",
            "stride_args", "accumulator", "value_dtype", "launch_constants", "FEATURE_MULTIPLE", "padded_head_dim",
            "pad_features", "unpad_features", "placeholder", "device_table", "launch",
            "Launch", "launch_device", "recording", "assume_target", "DISABLE_ENV", "disabled", "GRID_LIMIT"]
@@ -148,16 +149,26 @@ class Tiles:
     block_n: int
     warps: int
     stages: int
+    #: MTSA's key pass only: the scores and ``dW`` with the streamed queries along their rows and the key-side
+    #: products taking them transposed (``tensorized_jit._bwd_kv_tile_query_rows``), so 8 warps split a 64-key
+    #: tile's three accumulators by features — a 160-wide head (d 150) keeps them in 120 registers per thread
+    query_rows: bool = False
 
 
 #: (block_m, block_n, warps, stages) per kernel pass and head width, for the 99 KB (sm_86, sm_89), 163 KB (sm_80) and
 #: 227 KB (sm_90) classes — chosen by compiling candidates for each architecture with the offline check and keeping the
 #: first that meets its contract (half precision, every option set; docs/gpu.md "Offline compile check"). In the key
 #: passes (``*_bwd_kv``) ``block_n`` keys are held and ``block_m`` queries stream.
-_TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
+_TABLE: dict[str, dict[int, tuple[tuple[Any, ...] | None, ...]]] = {
     # pass                    width: 99 KB            163 KB            227 KB
+    # 160 is a split width (runtime.feature_split: d 150's 128 + 32 features; MTSA's passes only): 8 warps hold
+    # 64 queries on the mma.sync classes (tensorized_jit's tail products apart: the value products' warps along the
+    # features, none run twice) and 128 — two warpgroups of 64 — on the 227 KB class (wgmma; one stage: two spill
+    # 8–24 bytes). Where a class has no entry (None) the pass runs one power-of-two block of 256 features
+    # (runtime.splits_features)
     "tensorized_fwd":        {64: ((64, 64, 4, 2), (64, 64, 4, 2), (64, 64, 4, 2)),
                               128: ((64, 64, 8, 2), (64, 64, 8, 2), (64, 32, 4, 2)),
+                              160: ((64, 64, 8, 1), (64, 64, 8, 1), (128, 32, 8, 1)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (64, 32, 8, 1))},
     # MTSA's backward on the 227 KB class (sm_90): wgmma needs 64 rows per warpgroup in the held tile (keys in
     # the key pass, queries in the query pass) — docs/gpu/offline-perf.md. The key pass at d 128 holds 128 keys on
@@ -166,23 +177,33 @@ _TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
     # spill 24 bytes on sm_120).
     # Below it the query pass at d 128 holds 64 queries on 4 warps (8 warps ran every product twice: Triton puts a
     # chained dot's warps along the rows)
+    # At the split width 160 the 227 KB class's query pass holds 128 queries as at d 128; its key pass streams 128
+    # queries past 64 held keys with the queries along the rows of the scores (the fifth field: Tiles.query_rows —
+    # 128 held keys, or 64 on one warpgroup, keep three 160-wide accumulators in 240 registers per thread and spill;
+    # 64 on 8 warps along the keys ran the scores and dW twice). One stage: two need 256 KB. The mma.sync classes
+    # keep one block of 256 (their split tiles spilled 300–450 bytes or ran products twice)
     "tensorized_bwd_q":      {64: ((64, 32, 4, 2), (64, 32, 4, 2), (64, 64, 4, 2)),
                               128: ((64, 32, 4, 2), (64, 32, 4, 2), (128, 32, 8, 2)),
+                              160: (None, None, (128, 32, 8, 2)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     "tensorized_bwd_kv":     {64: ((64, 32, 4, 2), (16, 128, 8, 2), (32, 128, 8, 2)),
                               128: ((64, 32, 8, 2), (64, 32, 8, 2), (16, 128, 8, 2)),
+                              160: (None, None, (128, 64, 8, 1, True)),
                               256: ((16, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     # MTSA's window heads (bands of at most 33 positions; tensorized.head_groups) in a launch of their own, key
     # (query) tiles started at the band start: 16 queries × 32 keys (key pass: 16 keys × 32 queries), as the band's
     # narrow tiles (width 128: 4 warps; 2 spilled 8–52 bytes); width 256 keeps the wide entries
     "tensorized_fwd_narrow": {64: ((16, 32, 2, 1), (16, 32, 2, 1), (16, 32, 2, 1)),
                               128: ((16, 32, 4, 1), (16, 32, 4, 1), (16, 32, 4, 1)),
+                              160: ((16, 32, 4, 1), (16, 32, 4, 1), (16, 32, 4, 1)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (64, 32, 8, 1))},
     "tensorized_bwd_q_narrow": {64: ((16, 32, 2, 2), (16, 32, 2, 2), (16, 32, 2, 2)),
                                 128: ((16, 32, 4, 1), (16, 32, 4, 1), (16, 32, 4, 1)),
+                                160: ((16, 32, 2, 1), (16, 32, 2, 1), (16, 32, 4, 1)),
                                 256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     "tensorized_bwd_kv_narrow": {64: ((32, 16, 2, 2), (32, 16, 2, 2), (32, 16, 2, 2)),
                                  128: ((32, 16, 4, 2), (32, 16, 4, 2), (32, 16, 4, 2)),
+                                 160: ((32, 16, 4, 2), (32, 16, 4, 2), (32, 16, 4, 2)),
                                  256: ((16, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     # DMAN (issue 41; dman_jit: strip of P, near / far loops): the forward holds 128 queries on 8 warps, 16 rows
     # per warp as FlashAttention-2 (Triton puts every warp of a chained dot along the rows: 64 rows on 8 warps ran
@@ -236,19 +257,22 @@ _TABLE: dict[str, dict[int, tuple[tuple[int, int, int, int], ...]]] = {
 }
 
 #: The tiles per kernel pass × shared-memory class × head width (the wider of the key and value heads in 16-bit units,
-#: rounded up to a power of two: 16 … 64 take the 64 entry; a float32 head of d features the 2d entry), from
+#: rounded up to a power of two: 16 … 64 take the 64 entry; a float32 head of d features the 2d entry — or, for a
+#: pass with an entry at a split width, that width: MTSA's 160 for d 145–160, :func:`_table_width`), from
 #: :data:`_TABLE`: every entry is compiled by the offline check for each architecture of its class (CI). Passes: MTSA
 #: (``tensorized_*``), DMAN (``dman_*``) and the band (``band_*``; ``band_*_narrow`` for bands of at most 33
 #: positions, whose inner tiles are 32 wide).
 TILE_TABLE: dict[tuple[str, str, int], Tiles] = {
     (kernel, cls, width): Tiles(*tiles) for kernel, widths in _TABLE.items() for width, per_class in widths.items()
-    for cls, tiles in zip(("99K", "163K", "227K"), per_class)}
+    for cls, tiles in zip(("99K", "163K", "227K"), per_class) if tiles is not None}
 
 #: Entries for one architecture whose class's tiles spill there: Blackwell (sm_100 / sm_103) shares the 227 KB class
 #: with sm_90 but allocates registers otherwise — sm_90's MTSA forward (64 × 32, 4 warps; wgmma) spills 16 bytes there
 #: at width 128 and the band's dQ pass 124 bytes; with the log-sigmoid source MTSA's key pass (16 × 128, 8 warps)
 #: spills 16 bytes there at width 128 (32 streamed queries: none, 188 registers), and DMAN's key pass at width 64
 #: (64 × 128, 8 warps, 2 stages: 64 streamed queries on sm_90) 32 bytes causal (32 × 128: none, 206 registers).
+#: At the split width 160 sm_90's 128-query forward spills 12 bytes there (tcgen05 keeps the accumulators in tensor
+#: memory: 64 queries on 8 warps, 142 registers).
 #: ``(kernel, arch, width)`` → tiles, compiled by the offline check like every entry (the launchers record them
 #: under :func:`assume_target`).
 _ARCH_TABLE: dict[tuple[str, int, int], tuple[int, int, int, int]] = {
@@ -256,6 +280,7 @@ _ARCH_TABLE: dict[tuple[str, int, int], tuple[int, int, int, int]] = {
     ("tensorized_bwd_kv", 100, 128): (32, 128, 8, 2), ("tensorized_bwd_kv", 103, 128): (32, 128, 8, 2),
     ("band_bwd_q", 100, 128): (64, 64, 8, 1), ("band_bwd_q", 103, 128): (64, 64, 8, 1),
     ("dman_bwd_kv", 100, 64): (32, 128, 8, 2), ("dman_bwd_kv", 103, 64): (32, 128, 8, 2),
+    ("tensorized_fwd", 100, 160): (64, 32, 8, 2), ("tensorized_fwd", 103, 160): (64, 32, 8, 2),
 }
 ARCH_TILES: dict[tuple[str, int, int], Tiles] = {key: Tiles(*tiles) for key, tiles in _ARCH_TABLE.items()}
 
@@ -304,10 +329,33 @@ def target_of(device: torch.device | str) -> Target | None:
     return _device_targets[index]
 
 
+def _units(dtype: torch.dtype) -> int:
+    """16-bit units per element of ``dtype`` (at least 1)."""
+    return max(2, torch.empty((), dtype=dtype).element_size()) // 2
+
+
 def _width(head_dim: int, dtype: torch.dtype = torch.float16) -> int:
     """The :data:`TILE_TABLE` head width of ``head_dim`` features in ``dtype``: the next power of two, at least 64, in
     16-bit units — a float32 head of d features takes the tiles of a 16-bit head of 2d (the same bytes per row)."""
-    return max(64, next_power_of_2(head_dim * max(2, torch.empty((), dtype=dtype).element_size()) // 2))
+    return max(64, next_power_of_2(head_dim * _units(dtype)))
+
+
+def _split_width(head_dim: int, dtype: torch.dtype = torch.float16) -> int | None:
+    """The :data:`TILE_TABLE` key of a head of ``head_dim`` features tiled as a main and a tail block
+    (:func:`feature_split` of its padded width): the width they cover in 16-bit units (d 150 → 128 + 32 → 160), or
+    None where the padded width is a power of two (one block: :func:`_width`'s entry)."""
+    main, tail = feature_split(padded_head_dim(head_dim))
+    return (main + tail) * _units(dtype) if tail else None
+
+
+def _table_width(kernel: str, cls: str, head_dim: int, dtype: torch.dtype) -> int:
+    """The head width of ``kernel``'s :data:`TILE_TABLE` entry for ``head_dim`` features in ``dtype`` on class
+    ``cls``: the split shape's own (:func:`_split_width`) where the pass has one — MTSA's passes tile the feature
+    axis — else the power of two above (:func:`_width`)."""
+    split = _split_width(head_dim, dtype)
+    if split is not None and (kernel, cls, split) in TILE_TABLE:
+        return split
+    return _width(head_dim, dtype)
 
 
 def target_reason(device: str, head_dim: int, kernels: tuple[str, ...], dtype: torch.dtype = torch.float16
@@ -331,7 +379,7 @@ def target_reason(device: str, head_dim: int, kernels: tuple[str, ...], dtype: t
     if target.arch not in TARGETS:
         return (f"was never compiled for compute capability {target.arch // 10}.{target.arch % 10} ({target.name}): "
                 f"the offline compile check in CI covers {', '.join(t.name for t in TARGETS.values())} only")
-    missing = [k for k in kernels if (k, cls, _width(head_dim, dtype)) not in TILE_TABLE]
+    missing = [k for k in kernels if (k, cls, _table_width(k, cls, head_dim, dtype)) not in TILE_TABLE]
     if missing:
         what = str(dtype).removeprefix("torch.")
         return (f"has no tile configuration for {what} heads of {head_dim} features within {target.smem // KB} KB of "
@@ -358,6 +406,23 @@ def declared_limits(kernels: tuple[str, ...]) -> list[str]:
     return limits
 
 
+def splits_features(kernel: str, head_dim: int, device: torch.device | str, dtype: torch.dtype = torch.float16
+                    ) -> bool:
+    """Whether pass ``kernel`` runs heads of ``head_dim`` features (the wider of the key and value heads) as a main and
+    a tail feature block (:func:`feature_split`, :func:`feature_constants`) on ``device``: the padded width is not a
+    power of two and — on a CUDA device — :data:`TILE_TABLE` has the split shape's own entry for the device's class
+    (:func:`_split_width`: MTSA's 160 = 128 + 32). Elsewhere the pass takes one power-of-two block (256 for 160) with
+    its features masked at the width, as :func:`launch_constants` says. Under the interpreter every such width
+    splits."""
+    split = _split_width(head_dim, dtype)
+    if split is None:
+        return False
+    target = target_of(device)
+    if target is None or interpreted():
+        return True
+    return (kernel, tile_class(target) or "99K", split) in TILE_TABLE
+
+
 def tiles(kernel: str, head_dim: int, device: torch.device | str, dtype: torch.dtype = torch.float16) -> Tiles:
     """The tiles of kernel pass ``kernel`` for heads of ``head_dim`` features (the wider of the key and value heads)
     in ``dtype`` on ``device``: :data:`TILE_TABLE`'s entry for the device's class. Under the interpreter the tiles
@@ -366,8 +431,9 @@ def tiles(kernel: str, head_dim: int, device: torch.device | str, dtype: torch.d
     target = target_of(device)
     if target is None or interpreted():
         return Tiles(16, 16, 1, 1)
-    width = _width(head_dim, dtype)
-    return ARCH_TILES.get((kernel, target.arch, width)) or TILE_TABLE[(kernel, tile_class(target) or "99K", width)]
+    cls = tile_class(target) or "99K"
+    width = _table_width(kernel, cls, head_dim, dtype)
+    return ARCH_TILES.get((kernel, target.arch, width)) or TILE_TABLE[(kernel, cls, width)]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -476,6 +542,42 @@ FEATURE_MULTIPLE = 16
 def padded_head_dim(head_dim: int) -> int:
     """``head_dim`` rounded up to a multiple of :data:`FEATURE_MULTIPLE` (at least 16)."""
     return max(FEATURE_MULTIPLE, cdiv(head_dim, FEATURE_MULTIPLE) * FEATURE_MULTIPLE)
+
+
+def feature_split(width: int) -> tuple[int, int]:
+    """``(main, tail)``: the feature blocks of a padded head ``width`` (a multiple of 16) in kernels that tile the
+    feature axis (MTSA's: :func:`.jit_helpers.feature_blocks`) — the largest power of two at most ``width`` and the
+    next power of two (at least 16) at or above the rest, so 160 (d 150) is 128 + 32 and 80 (d 72, 80) 64 + 16, not
+    one block of 256 or 128. ``(width, 0)`` — one block, no tail — for a power of two, and ``(2^k, 0)`` where the two
+    blocks would cover as much as the power of two above (208 → 256: two ``tl.dot`` s for no saving)."""
+    whole = max(FEATURE_MULTIPLE, next_power_of_2(width))
+    if whole == width:
+        return whole, 0
+    main = whole // 2
+    tail = max(FEATURE_MULTIPLE, next_power_of_2(width - main))
+    return (whole, 0) if main + tail >= whole else (main, tail)
+
+
+def feature_width(head_dim: int) -> int:
+    """The feature width MTSA's kernels lay a head of ``head_dim`` features out at: :func:`padded_head_dim`, and for a
+    split width (:func:`feature_split`) main + tail — 160 for d 150, 80 for d 72, 192 for d 176 —, so no feature of a
+    block lies past the matrix and the blocks' loads and stores mask rows only (the wrappers' zeros fill the rest)."""
+    main, tail = feature_split(padded_head_dim(head_dim))
+    return main + tail if tail else padded_head_dim(head_dim)
+
+
+def feature_constants(k_width: int, v_width: int) -> dict:
+    """The feature-block constants of a launch of kernels that tile the feature axis, for padded key and value
+    widths: ``BLOCK_DK`` / ``BLOCK_DV`` the width each covers (main + tail) and ``TAIL_DK`` / ``TAIL_DV`` its tail —
+    given only where there is one, so a power-of-two width launches with exactly :func:`launch_constants`' keys and
+    values (the kernels' default tail is 0: no tail code is compiled)."""
+    out: dict = {}
+    for axis, width in (("K", k_width), ("V", v_width)):
+        main, tail = feature_split(width)
+        out[f"BLOCK_D{axis}"] = main + tail
+        if tail:
+            out[f"TAIL_D{axis}"] = tail
+    return out
 
 
 def pad_features(t: torch.Tensor, width: int) -> torch.Tensor:

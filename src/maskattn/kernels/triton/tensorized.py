@@ -110,15 +110,22 @@ SOURCE_MAX_FEATURES = 32
 
 
 def elementwise_rows(block: int) -> int:
-    """Rows (positions) per program of an elementwise kernel whose feature tile is ``block`` wide:
-    :data:`ELEMENTWISE_BLOCK` / ``block``; 16 under the interpreter, so that test lengths cross tile edges (as the
-    attention kernels' 16 × 16 tiles there: :func:`.runtime.tiles`)."""
+    """Rows (positions) per program of an elementwise kernel whose feature tile is ``block`` wide (its main block, for
+    a split width: :func:`_feature_blocks`): :data:`ELEMENTWISE_BLOCK` / ``block``; 16 under the interpreter, so that
+    test lengths cross tile edges (as the attention kernels' 16 × 16 tiles there: :func:`.runtime.tiles`)."""
     return 16 if runtime.interpreted() else max(1, ELEMENTWISE_BLOCK // block)
 
 
 def _feature_block(width: int) -> int:
     """The power-of-two feature tile (at least 16) that covers ``width`` features."""
     return max(16, runtime.next_power_of_2(width))
+
+
+def _feature_blocks(width: int) -> tuple[int, int]:
+    """``(main, tail)``: the feature blocks of the elementwise kernels' tiles for heads of ``width`` features — the
+    attention kernels' layout (:func:`.runtime.feature_split` of :func:`.runtime.feature_width`: 150 → 128 + 32,
+    where one power-of-two tile was 256 wide); ``tail`` 0 for a power of two."""
+    return runtime.feature_split(runtime.feature_width(width))
 
 
 def _acc_type(dtype: torch.dtype):
@@ -128,13 +135,14 @@ def _acc_type(dtype: torch.dtype):
 
 def _launch_rows(kernel, B: int, H: int, length: int, width: int, *args, **constants) -> None:
     """Launch elementwise ``kernel`` over ``length`` positions of every (batch, head) pair, one program per
-    :func:`elementwise_rows` positions × ``width`` features (padded to a power of two: ``BLOCK_DV``); the kernel takes
-    ``num_tiles`` as its last positional argument."""
-    block = _feature_block(width)
-    rows = elementwise_rows(block)
+    :func:`elementwise_rows` positions × ``width`` features in the attention kernels' feature blocks
+    (:func:`_feature_blocks`: ``BLOCK_DV`` the width they cover, ``TAIL_DV`` the tail's, given only where there is
+    one); the kernel takes ``num_tiles`` as its last positional argument."""
+    main, tail = _feature_blocks(width)
+    rows = elementwise_rows(main)
     tiles = runtime.cdiv(length, rows)
-    runtime.launch(kernel, tiles * B * H, *args, tiles, ROWS=rows, BLOCK_DV=block, num_warps=ELEMENTWISE_WARPS,
-                   **constants)
+    runtime.launch(kernel, tiles * B * H, *args, tiles, ROWS=rows, BLOCK_DV=main + tail, num_warps=ELEMENTWISE_WARPS,
+                   **({"TAIL_DV": tail} if tail else {}), **constants)
 
 
 @custom_op("maskattn::tensorized_prologue", mutates_args=())
@@ -145,11 +153,12 @@ def _prologue(v: torch.Tensor, s2t: torch.Tensor, key_padding: torch.Tensor | No
     finite), in the accumulator type of ``values``; ``E = exp(S − c)`` (exactly 0 at padding keys) and ``v ⊙ E``
     (Appendix A.3's (key, feature) dropout factor applied, ``dropout_p`` its drop probability, drawn under
     ``seed[1]``), contiguous ``(B, H, m, d_p)`` in ``values`` with the features padded with zeros to ``d_p =``
-    :func:`.runtime.padded_head_dim` ``(d_v)``. Two launches: the maximum (reads S), the prologue (reads S and v,
+    :func:`.runtime.feature_width` ``(d_v)`` (a multiple of 16; a width that is not a power of two as the kernels' main
+    + tail blocks: 160 for 150). Two launches: the maximum (reads S), the prologue (reads S and v,
     writes both)."""
     jit = runtime.load("tensorized_elementwise_jit")
     B, H, m, d_v = v.shape
-    width = runtime.padded_head_dim(d_v)
+    width = runtime.feature_width(d_v)
     ve, e = (v.new_empty(B, H, m, width, dtype=values) for _ in range(2))
     c = v.new_empty(B, H, d_v, dtype=runtime.accumulator(values))
     kpm = runtime.placeholder(key_padding, v)
@@ -166,7 +175,7 @@ def _prologue(v: torch.Tensor, s2t: torch.Tensor, key_padding: torch.Tensor | No
 @_prologue.register_fake
 def _(v, s2t, key_padding, seed, dropout_p, values):
     B, H, m, d_v = v.shape
-    width = runtime.padded_head_dim(d_v)
+    width = runtime.feature_width(d_v)
     return (v.new_empty(B, H, m, width, dtype=values), v.new_empty(B, H, m, width, dtype=values),
             v.new_empty(B, H, d_v, dtype=runtime.accumulator(values)))
 
@@ -238,10 +247,14 @@ def output_gradients(grad_out: torch.Tensor, out: torch.Tensor, den: torch.Tenso
 def _constants(kernel: str, suffix: str, q: torch.Tensor, ve: torch.Tensor, kpm, identity: bool,
                dropout_p: float) -> dict:
     """The launch constants of pass ``kernel`` for a head group of :func:`head_groups` (``suffix``)."""
-    tiles = runtime.tiles(kernel + suffix, max(q.shape[-1], ve.shape[-1]), q.device, q.dtype)
-    return dict(runtime.launch_constants(q, ve), HAS_KPM=kpm is not None, IDENTITY=identity,
-                DROPOUT=dropout_p > 0, BAND_START=suffix == "_narrow", BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
-                num_warps=tiles.warps, num_stages=tiles.stages)
+    width = max(q.shape[-1], ve.shape[-1])
+    tiles = runtime.tiles(kernel + suffix, width, q.device, q.dtype)
+    constants = runtime.launch_constants(q, ve)
+    if runtime.splits_features(kernel + suffix, width, q.device, q.dtype):  # 160 as 128 + 32, not 256
+        constants.update(runtime.feature_constants(q.shape[-1], ve.shape[-1]))
+    return dict(constants, HAS_KPM=kpm is not None, IDENTITY=identity, DROPOUT=dropout_p > 0,
+                BAND_START=suffix == "_narrow", BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, num_warps=tiles.warps,
+                num_stages=tiles.stages, **({"QUERY_ROWS": True} if tiles.query_rows else {}))
 
 
 def _scales(scale: float) -> tuple[float, float]:
@@ -358,12 +371,13 @@ def tensorized_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s2t: to
         drop = 1.0 - math.sqrt(1.0 - dropout_p) if dropout_p > 0 else 0.0
         seed = torch.randint(0, 2**62, (2,), dtype=torch.int64, device=q.device) if drop > 0 else None
         kpm = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
-        # E's range: bfloat16 for half precision (docs/design.md §3); the prologue pads the features to a multiple
-        # of 16, as q and k are here (zeros change no score and give zero columns, sliced off)
+        # E's range: bfloat16 for half precision (docs/design.md §3); the prologue pads the features to the
+        # kernels' width (runtime.feature_width: a multiple of 16, main + tail for a split width — 160 for 150), as
+        # q and k are here (zeros change no score and give zero columns, sliced off)
         ve, e, _ = _prologue(v.to(runtime.kernel_dtype(v.dtype)), s2t.to(runtime.kernel_dtype(s2t.dtype)), kpm, seed,
                              drop, runtime.value_dtype(q.dtype))
         d_k = q.shape[-1]
-        q, k = (runtime.pad_features(t, runtime.padded_head_dim(d_k)) for t in (q, k))
+        q, k = (runtime.pad_features(t, runtime.feature_width(d_k)) for t in (q, k))
         out, reliable, _, _ = _forward(q, k, ve, e, kpm, head_offsets(bands), seed, scale == "identity", drop,
                                        1.0 / math.sqrt(d_k), v.shape[-1])
     return out.to(out_dtype), reliable

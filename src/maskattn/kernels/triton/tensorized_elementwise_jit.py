@@ -16,13 +16,16 @@ MTSA's feature-wise softmax (Eq. 10–11) is one scalar attention over ``[v ⊙ 
 
 Every kernel computes in ``ACC`` (float32; float64 for float64 inputs) and works on tiles of ``ROWS`` positions of
 one (batch, head) pair × the padded feature width (the launcher's ``tensorized.elementwise_rows``): one grid axis of
-``tiles × B × H`` programs, as :func:`.runtime.launch` lays out every launch.
+``tiles × B × H`` programs, as :func:`.runtime.launch` lays out every launch. The feature width is the attention
+kernels' layout (:func:`.runtime.feature_width`): a power of two, or a main and a tail block that are
+(:func:`.jit_helpers.feature_blocks`; ``BLOCK_DV`` their sum, ``TAIL_DV`` the tail's) — 160 for d 150 as 128 + 32,
+each row's 160 features in two blocks, not one of 256.
 """
 
 import triton
 import triton.language as tl
 
-from .jit_helpers import dropout_keep, head_base, load_tile, program_tile, store_tile, tile_pointers
+from .jit_helpers import dropout_keep, feature_blocks, head_base, load_tile, program_tile, store_tile, tile_pointers
 
 #: never specialised on == 1 (a new length must not recompile); the head widths stay specialised
 _SIZES = ["H", "M", "num_tiles"]
@@ -35,11 +38,12 @@ def _max_nan(a, b):
 
 
 @triton.jit
-def _row_program(num_tiles, H, ROWS: tl.constexpr, BLOCK_DV: tl.constexpr):
+def _row_program(num_tiles, H, ROWS: tl.constexpr, BLOCK_DV: tl.constexpr, TAIL_DV: tl.constexpr):
     """``(b, h, bh, start, idx, feats)`` of a program of the row kernels: its batch, head and pair ``b·H + h``, and
-    its tile — rows ``start + idx`` (``ROWS``) × features ``feats`` (``BLOCK_DV``)."""
+    its tile — rows ``start + idx`` (``ROWS``) × the feature blocks ``feats`` (:func:`.jit_helpers.feature_blocks`
+    of ``BLOCK_DV`` and ``TAIL_DV``: one block, or a main and a tail block)."""
     tile, bh = program_tile(num_tiles)
-    return bh // H, bh % H, bh, tile * ROWS, tl.arange(0, ROWS), tl.arange(0, BLOCK_DV)
+    return bh // H, bh % H, bh, tile * ROWS, tl.arange(0, ROWS), feature_blocks(BLOCK_DV, TAIL_DV)
 
 
 @triton.jit
@@ -59,11 +63,22 @@ def _source_weights(V, S, KPM, C, b, h, bh, j0, idx, feats, svb, svh, svn, svd, 
 
 
 @triton.jit
-def _value_keep(SEED, bh, j0, idx, M, D_V, drop_p, ROWS: tl.constexpr, BLOCK_DV: tl.constexpr):
-    """The keep-mask of the (key, feature) dropout factor of MTSA Appendix A.3 (on ``v ⊙ E``): one Philox number per
-    element at ``(bh·M + key)·D_V + feature`` under the second seed (``SEED[1]``; the weights' factor draws from
-    ``SEED[0]``), so forward and backward draw the same mask."""
-    return dropout_keep(tl.load(SEED + 1), bh, j0 + idx, 0, M, D_V, drop_p, ROWS, BLOCK_DV)
+def _value_keep(SEED, bh, j0, idx, f0, M, D_V, drop_p, ROWS: tl.constexpr, WIDTH: tl.constexpr):
+    """The keep-mask of the (key, feature) dropout factor of MTSA Appendix A.3 (on ``v ⊙ E``) over features
+    ``f0 … f0 + WIDTH − 1``: one Philox number per element at ``(bh·M + key)·D_V + feature`` under the second seed
+    (``SEED[1]``; the weights' factor draws from ``SEED[0]``), so forward and backward — whatever their feature
+    blocks — draw the same mask."""
+    return dropout_keep(tl.load(SEED + 1), bh, j0 + idx, f0, M, D_V, drop_p, ROWS, WIDTH)
+
+
+@triton.jit
+def _block_keep(SEED, bh, j0, idx, feats, i: tl.constexpr, M, D_V, drop_p, ROWS: tl.constexpr):
+    """:func:`_value_keep` over feature block ``i`` of ``feats`` (the main block starts at feature 0, the tail where
+    the main block ends)."""
+    if i == 0:
+        return _value_keep(SEED, bh, j0, idx, 0, M, D_V, drop_p, ROWS, feats[0].shape[0])
+    else:
+        return _value_keep(SEED, bh, j0, idx, feats[0].shape[0], M, D_V, drop_p, ROWS, feats[1].shape[0])
 
 
 @triton.jit(do_not_specialize=_SIZES)
@@ -92,43 +107,50 @@ def tensorized_source_max(S, KPM, C, ssb, ssh, ssn, ssd, H, M, D_V, num_tiles,
     tl.store(C + bh.to(tl.int64) * D_V + feats, tl.where(tl.abs(c) < float("inf"), c, 0.0), mask=feats < D_V)
 
 
-@triton.jit(do_not_specialize=_SIZES)
-def tensorized_prologue(V, S, KPM, C, SEED, VE, E, svb, svh, svn, svd, ssb, ssh, ssn, ssd,
-                        H, M, D_V, D_P, drop_p, num_tiles, HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr,
-                        ACC: tl.constexpr, ROWS: tl.constexpr, BLOCK_DV: tl.constexpr):
-    """``num_tiles · B · H`` programs, ``ROWS`` keys of one (batch, head) pair each: ``v ⊙ E`` (its dropout factor
-    applied: kept elements scaled by ``1 / (1 − drop_p)``) and ``E`` stored in VE's and E's dtype, contiguous
-    ``(B·H, M, D_P)`` — features ``D_V … D_P − 1`` zero (the attention kernels' padded width)."""
-    b, h, bh, j0, idx, feats = _row_program(num_tiles, H, ROWS, BLOCK_DV)
-    v, e, valid = _source_weights(V, S, KPM, C, b, h, bh, j0, idx, feats, svb, svh, svn, svd, ssb, ssh, ssn, ssd,
+@triton.jit
+def _prologue_block(V, S, KPM, C, SEED, VE, E, b, h, bh, j0, idx, feats, i: tl.constexpr, svb, svh, svn, svd, ssb,
+                    ssh, ssn, ssd, M, D_V, D_P, drop_p, HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr,
+                    ACC: tl.constexpr, ROWS: tl.constexpr):
+    """:func:`tensorized_prologue` over feature block ``i``."""
+    v, e, valid = _source_weights(V, S, KPM, C, b, h, bh, j0, idx, feats[i], svb, svh, svn, svd, ssb, ssh, ssn, ssd,
                                   M, D_V, HAS_KPM, ACC)
     ve = tl.where(valid, v * e, 0.0)  # junk values at padding keys cannot reach the sums
     if DROPOUT:
-        ve = tl.where(_value_keep(SEED, bh, j0, idx, M, D_V, drop_p, ROWS, BLOCK_DV), ve * (1.0 / (1.0 - drop_p)), 0.0)
+        ve = tl.where(_block_keep(SEED, bh, j0, idx, feats, i, M, D_V, drop_p, ROWS), ve * (1.0 / (1.0 - drop_p)), 0.0)
     base = bh.to(tl.int64) * M * D_P
-    store_tile(VE + base, j0, D_P, 1, idx, feats, M, D_P, ve.to(VE.dtype.element_ty))
-    store_tile(E + base, j0, D_P, 1, idx, feats, M, D_P, e.to(E.dtype.element_ty))
+    store_tile(VE + base, j0, D_P, 1, idx, feats[i], M, D_P, ve.to(VE.dtype.element_ty))
+    store_tile(E + base, j0, D_P, 1, idx, feats[i], M, D_P, e.to(E.dtype.element_ty))
+
+
+@triton.jit(do_not_specialize=_SIZES)
+def tensorized_prologue(V, S, KPM, C, SEED, VE, E, svb, svh, svn, svd, ssb, ssh, ssn, ssd,
+                        H, M, D_V, D_P, drop_p, num_tiles, HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr,
+                        ACC: tl.constexpr, ROWS: tl.constexpr, BLOCK_DV: tl.constexpr, TAIL_DV: tl.constexpr = 0):
+    """``num_tiles · B · H`` programs, ``ROWS`` keys of one (batch, head) pair each: ``v ⊙ E`` (its dropout factor
+    applied: kept elements scaled by ``1 / (1 − drop_p)``) and ``E`` stored in VE's and E's dtype, contiguous
+    ``(B·H, M, D_P)`` — features ``D_V … D_P − 1`` zero (the attention kernels' padded width)."""
+    b, h, bh, j0, idx, feats = _row_program(num_tiles, H, ROWS, BLOCK_DV, TAIL_DV)
+    for i in tl.static_range(len(feats)):
+        _prologue_block(V, S, KPM, C, SEED, VE, E, b, h, bh, j0, idx, feats, i, svb, svh, svn, svd, ssb, ssh, ssn,
+                        ssd, M, D_V, D_P, drop_p, HAS_KPM, DROPOUT, ACC, ROWS)
 
 
 @triton.jit(do_not_specialize=["N", "num_tiles"])
 def tensorized_reliable(DEN, RELIABLE, N, D_V, D_P, threshold, num_tiles,
-                        ROWS: tl.constexpr, BLOCK_DV: tl.constexpr):
+                        ROWS: tl.constexpr, BLOCK_DV: tl.constexpr, TAIL_DV: tl.constexpr = 0):
     """``num_tiles · B · H`` programs, ``ROWS`` queries each: ``RELIABLE = not (D <= threshold)`` (a NaN denominator
     is not underflow: it propagates, as on the reference) for DEN contiguous ``(B·H, N, D_P)`` into RELIABLE
     contiguous ``(B·H, N, D_V)``."""
-    _, _, bh, i0, idx, feats = _row_program(num_tiles, 1, ROWS, BLOCK_DV)
-    den = load_tile(DEN + bh.to(tl.int64) * N * D_P, i0, D_P, 1, idx, feats, N, D_V)
-    store_tile(RELIABLE + bh.to(tl.int64) * N * D_V, i0, D_V, 1, idx, feats, N, D_V, ~(den <= threshold))
+    _, _, bh, i0, idx, feats = _row_program(num_tiles, 1, ROWS, BLOCK_DV, TAIL_DV)
+    for i in tl.static_range(len(feats)):
+        den = load_tile(DEN + bh.to(tl.int64) * N * D_P, i0, D_P, 1, idx, feats[i], N, D_V)
+        store_tile(RELIABLE + bh.to(tl.int64) * N * D_V, i0, D_V, 1, idx, feats[i], N, D_V, ~(den <= threshold))
 
 
-@triton.jit(do_not_specialize=["H", "N", "num_tiles"])
-def tensorized_output_grads(DO, OUT, DEN, DN, DD, sgb, sgh, sgn, sgd, sob, soh, son, sod, H, N, D_V, D_P, threshold,
-                            num_tiles, ACC: tl.constexpr, ROWS: tl.constexpr, BLOCK_DV: tl.constexpr):
-    """``num_tiles · B · H`` programs, ``ROWS`` queries each: backward's pre-pass (FlashAttention-2's Δ, per
-    feature) ``dN = dO / D`` and ``dD = −dN ⊙ out``, 0 where ``D`` underflowed (NaN is not underflow), from DO and
-    OUT ``(B, H, N, D_V)`` (any strides) and DEN contiguous ``(B·H, N, D_P)`` in ACC, into DN and DD contiguous
-    ``(B·H, N, D_P)`` (features ``D_V …`` zero)."""
-    b, h, bh, i0, idx, feats = _row_program(num_tiles, H, ROWS, BLOCK_DV)
+@triton.jit
+def _output_grads_block(DO, OUT, DEN, DN, DD, b, h, bh, i0, idx, feats, sgb, sgh, sgn, sgd, sob, soh, son, sod, N,
+                        D_V, D_P, threshold, ACC: tl.constexpr):
+    """:func:`tensorized_output_grads` over the features ``feats`` (one block)."""
     grad = load_tile(head_base(DO, b, h, sgb, sgh), i0, sgn, sgd, idx, feats, N, D_V).to(ACC)
     out = load_tile(head_base(OUT, b, h, sob, soh), i0, son, sod, idx, feats, N, D_V).to(ACC)
     base = bh.to(tl.int64) * N * D_P
@@ -140,25 +162,51 @@ def tensorized_output_grads(DO, OUT, DEN, DN, DD, sgb, sgh, sgn, sgd, sob, soh, 
     store_tile(DD + base, i0, D_P, 1, idx, feats, N, D_P, d_den.to(DD.dtype.element_ty))
 
 
+@triton.jit(do_not_specialize=["H", "N", "num_tiles"])
+def tensorized_output_grads(DO, OUT, DEN, DN, DD, sgb, sgh, sgn, sgd, sob, soh, son, sod, H, N, D_V, D_P, threshold,
+                            num_tiles, ACC: tl.constexpr, ROWS: tl.constexpr, BLOCK_DV: tl.constexpr,
+                            TAIL_DV: tl.constexpr = 0):
+    """``num_tiles · B · H`` programs, ``ROWS`` queries each: backward's pre-pass (FlashAttention-2's Δ, per
+    feature) ``dN = dO / D`` and ``dD = −dN ⊙ out``, 0 where ``D`` underflowed (NaN is not underflow), from DO and
+    OUT ``(B, H, N, D_V)`` (any strides) and DEN contiguous ``(B·H, N, D_P)`` in ACC, into DN and DD contiguous
+    ``(B·H, N, D_P)`` (features ``D_V …`` zero)."""
+    b, h, bh, i0, idx, feats = _row_program(num_tiles, H, ROWS, BLOCK_DV, TAIL_DV)
+    for i in tl.static_range(len(feats)):
+        _output_grads_block(DO, OUT, DEN, DN, DD, b, h, bh, i0, idx, feats[i], sgb, sgh, sgn, sgd, sob, soh, son, sod,
+                            N, D_V, D_P, threshold, ACC)
+
+
+@triton.jit
+def _prologue_bwd_block(DVE, DE, V, S, KPM, C, SEED, DV, DS, b, h, bh, j0, idx, feats, i: tl.constexpr, sgb, sgh,
+                        sgn, sgd, seb, seh, sen, sed, svb, svh, svn, svd, ssb, ssh, ssn, ssd, sdvb, sdvh, sdvn, sdvd,
+                        sdsb, sdsh, sdsn, sdsd, M, D_V, drop_p, HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr,
+                        ACC: tl.constexpr, ROWS: tl.constexpr):
+    """:func:`tensorized_prologue_bwd` over feature block ``i``."""
+    v, e, valid = _source_weights(V, S, KPM, C, b, h, bh, j0, idx, feats[i], svb, svh, svn, svd, ssb, ssh, ssn, ssd,
+                                  M, D_V, HAS_KPM, ACC)
+    grad_ve = load_tile(head_base(DVE, b, h, sgb, sgh), j0, sgn, sgd, idx, feats[i], M, D_V).to(ACC)
+    grad_e = load_tile(head_base(DE, b, h, seb, seh), j0, sen, sed, idx, feats[i], M, D_V).to(ACC)
+    if DROPOUT:
+        grad_ve = tl.where(_block_keep(SEED, bh, j0, idx, feats, i, M, D_V, drop_p, ROWS),
+                           grad_ve * (1.0 / (1.0 - drop_p)), 0.0)
+    grad_v = tl.where(valid, grad_ve * e, 0.0)
+    grad_s = tl.where(valid, (grad_e + grad_ve * v) * e, 0.0)
+    store_tile(head_base(DV, b, h, sdvb, sdvh), j0, sdvn, sdvd, idx, feats[i], M, D_V, grad_v.to(DV.dtype.element_ty))
+    store_tile(head_base(DS, b, h, sdsb, sdsh), j0, sdsn, sdsd, idx, feats[i], M, D_V, grad_s.to(DS.dtype.element_ty))
+
+
 @triton.jit(do_not_specialize=_SIZES)
 def tensorized_prologue_bwd(DVE, DE, V, S, KPM, C, SEED, DV, DS, sgb, sgh, sgn, sgd, seb, seh, sen, sed,
                             svb, svh, svn, svd, ssb, ssh, ssn, ssd, sdvb, sdvh, sdvn, sdvd, sdsb, sdsh, sdsn, sdsd,
                             H, M, D_V, drop_p, num_tiles, HAS_KPM: tl.constexpr, DROPOUT: tl.constexpr,
-                            ACC: tl.constexpr, ROWS: tl.constexpr, BLOCK_DV: tl.constexpr):
+                            ACC: tl.constexpr, ROWS: tl.constexpr, BLOCK_DV: tl.constexpr, TAIL_DV: tl.constexpr = 0):
     """``num_tiles · B · H`` programs, ``ROWS`` keys each: the gradients of v and S from those of ``v ⊙ E`` (DVE)
     and ``E`` (DE) — with ``g = d(v ⊙ E)`` times the dropout factor, ``dv = g ⊙ E`` and
     ``dS = (dE + g ⊙ v) ⊙ E`` (``∂E/∂S = E``; ``c`` carries no gradient: it cancels) — exactly 0 at padding keys
     (their E is 0 whatever S holds, so an infinite v or S there cannot make ``0 · ∞``). Every tensor
     ``(B, H, M, ·)`` with strides of its own; DV and DS in their own dtypes."""
-    b, h, bh, j0, idx, feats = _row_program(num_tiles, H, ROWS, BLOCK_DV)
-    v, e, valid = _source_weights(V, S, KPM, C, b, h, bh, j0, idx, feats, svb, svh, svn, svd, ssb, ssh, ssn, ssd,
-                                  M, D_V, HAS_KPM, ACC)
-    grad_ve = load_tile(head_base(DVE, b, h, sgb, sgh), j0, sgn, sgd, idx, feats, M, D_V).to(ACC)
-    grad_e = load_tile(head_base(DE, b, h, seb, seh), j0, sen, sed, idx, feats, M, D_V).to(ACC)
-    if DROPOUT:
-        grad_ve = tl.where(_value_keep(SEED, bh, j0, idx, M, D_V, drop_p, ROWS, BLOCK_DV),
-                           grad_ve * (1.0 / (1.0 - drop_p)), 0.0)
-    grad_v = tl.where(valid, grad_ve * e, 0.0)
-    grad_s = tl.where(valid, (grad_e + grad_ve * v) * e, 0.0)
-    store_tile(head_base(DV, b, h, sdvb, sdvh), j0, sdvn, sdvd, idx, feats, M, D_V, grad_v.to(DV.dtype.element_ty))
-    store_tile(head_base(DS, b, h, sdsb, sdsh), j0, sdsn, sdsd, idx, feats, M, D_V, grad_s.to(DS.dtype.element_ty))
+    b, h, bh, j0, idx, feats = _row_program(num_tiles, H, ROWS, BLOCK_DV, TAIL_DV)
+    for i in tl.static_range(len(feats)):
+        _prologue_bwd_block(DVE, DE, V, S, KPM, C, SEED, DV, DS, b, h, bh, j0, idx, feats, i, sgb, sgh, sgn, sgd, seb,
+                            seh, sen, sed, svb, svh, svn, svd, ssb, ssh, ssn, ssd, sdvb, sdvh, sdvn, sdvd, sdsb, sdsh,
+                            sdsn, sdsd, M, D_V, drop_p, HAS_KPM, DROPOUT, ACC, ROWS)
