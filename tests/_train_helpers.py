@@ -6,8 +6,9 @@ import json
 import random
 
 import pytest
+import torch
 
-from maskattn.train import Trainer
+from maskattn.train import Trainer, load_checkpoint
 from maskattn.train.config import RunConfig, from_dict
 
 WORDS = ["the", "film", "plot", "was", "very", "quite", "actors", "story", "music", "and"]
@@ -128,6 +129,16 @@ def fit_killed_before_step(monkeypatch, config, step: int) -> None:
     with pytest.raises(KeyboardInterrupt):
         Trainer(config).fit()
     monkeypatch.setattr(Trainer, "train_step", original)
+
+
+def assert_same_last_weights(run, other) -> None:
+    """The model weights of the two run folders' ``last.safetensors``: the same names (none only in one of them) and
+    bit-identical tensors."""
+    a = load_checkpoint(run / "last.safetensors").model_state
+    b = load_checkpoint(other / "last.safetensors").model_state
+    assert a.keys() == b.keys(), (sorted(a.keys() - b.keys()), sorted(b.keys() - a.keys()))
+    differ = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not differ, differ
 
 
 NEWS = ["police", "said", "the", "minister", "of", "trade", "talks", "on", "monday", "china", "and", "japan", "agreed",

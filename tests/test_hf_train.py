@@ -20,7 +20,8 @@ from rich.console import Console  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from _hf_helpers import offline, save_tiny_pretrained  # noqa: E402
-from _train_helpers import WORDS, fit_killed_before_step, write_nli, write_sentiment  # noqa: E402
+from _train_helpers import (WORDS, assert_same_last_weights, fit_killed_before_step, write_nli,  # noqa: E402
+                            write_sentiment)
 from maskattn.cli import app  # noqa: E402
 from maskattn.data.batching import collate  # noqa: E402
 from maskattn.errors import CheckpointError, ConfigError  # noqa: E402
@@ -110,9 +111,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch, bert):
     full, cut = train_losses(tmp_path / "full"), train_losses(tmp_path / "cut")
     assert [s for s, _ in cut] == list(range(1, 15))
     assert cut == full  # bit-identical: dropout RNG, data order, AdamW, layer-wise rates, schedule
-    a = load_checkpoint(tmp_path / "full" / "last.safetensors").model_state
-    b = load_checkpoint(tmp_path / "cut" / "last.safetensors").model_state
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert_same_last_weights(tmp_path / "full", tmp_path / "cut")
 
 
 def test_pairs_are_encoded_as_the_tokenizers_sentence_pair(tmp_path, bert):

@@ -8,7 +8,8 @@ from unittest.mock import ANY
 import pytest
 import torch
 
-from _train_helpers import fit_killed_before_step, tiny_config, write_conll, write_nli, write_sentiment
+from _train_helpers import (assert_same_last_weights, fit_killed_before_step, tiny_config, write_conll, write_nli,
+                            write_sentiment)
 from maskattn.models import ModelConfig, build_model
 from maskattn.train import Trainer, load_checkpoint, load_config, read_metrics, resume
 from maskattn.train.config import list_presets, preset_path
@@ -53,9 +54,7 @@ def test_resume_reproduces_the_uninterrupted_loss_curve(tmp_path, monkeypatch):
     full, cut = train_losses(tmp_path / "full"), train_losses(tmp_path / "cut")
     assert [s for s, _ in cut] == list(range(1, 15))
     assert cut == full  # bit-identical loss curve (dropout RNG, data order, Adam)
-    a = load_checkpoint(tmp_path / "full" / "last.safetensors").model_state
-    b = load_checkpoint(tmp_path / "cut" / "last.safetensors").model_state
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert_same_last_weights(tmp_path / "full", tmp_path / "cut")
 
 
 def test_resume_between_train_rows_logs_the_same_rows(tmp_path, monkeypatch):

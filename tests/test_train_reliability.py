@@ -25,7 +25,8 @@ from typer.testing import CliRunner
 
 import maskattn.files
 import maskattn.train.run_folder
-from _train_helpers import fit_killed_before_step, sentiment_lines, tiny_config, write_sentiment
+from _train_helpers import (assert_same_last_weights, fit_killed_before_step, sentiment_lines, tiny_config,
+                            write_sentiment)
 from maskattn.checkpoint import FORMAT, load_checkpoint
 from maskattn.cli import app
 from maskattn.errors import (CheckpointError, ConfigError, DataError, DivergenceError, RunFolderError,
@@ -337,9 +338,7 @@ def test_sigkill_and_resume_reproduce_the_uninterrupted_run(tmp_path):
     assert done.returncode == 0, done.stderr
 
     assert curve(cut) == curve(tmp_path / "full")  # same rows, bit-identical values, nothing lost or doubled
-    a = load_checkpoint(tmp_path / "full" / "last.safetensors").model_state
-    b = load_checkpoint(cut / "last.safetensors").model_state
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert_same_last_weights(tmp_path / "full", cut)
     assert not [p for p in cut.iterdir() if ".tmp-" in p.name]
     assert json.loads(done.stdout[done.stdout.index("{"):])["test"] == \
         json.loads(full.stdout[full.stdout.index("{"):])["test"]

@@ -15,8 +15,8 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from _train_helpers import (fit_killed_before_step, flat, merged_config, sentence_pairs, tiny_config, write_parallel,
-                            write_sentiment)
+from _train_helpers import (assert_same_last_weights, fit_killed_before_step, flat, merged_config, sentence_pairs,
+                            tiny_config, write_parallel, write_sentiment)
 from maskattn.cli import app
 from maskattn.data.parallel import ParallelText, TokenBatchSampler, collate_pairs, encode_pairs, read_parallel
 from maskattn.data.subword import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordModel
@@ -208,9 +208,7 @@ def test_resume_reproduces_the_uninterrupted_translation_loss_curve(tmp_path, mo
 
     assert [s for s, _ in losses("cut")] == list(range(1, 11))
     assert losses("cut") == losses("full")  # bit-identical: data order, dropout RNG, Adam, subword model
-    a = load_checkpoint(tmp_path / "full" / "last.safetensors").model_state
-    b = load_checkpoint(tmp_path / "cut" / "last.safetensors").model_state
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert_same_last_weights(tmp_path / "full", tmp_path / "cut")
 
     (data / "train.de").write_text((data / "train.de").read_text().replace("Haus", "Gebäude"))
     with pytest.raises(ValueError, match="differ from the ones checkpoint .* was trained on"):
