@@ -1,4 +1,5 @@
 import itertools
+import re
 
 import pytest
 import torch
@@ -148,21 +149,25 @@ def test_works_as_flex_mask_mod(name):
     assert torch.equal(block.to_dense(), some)
 
 
-@pytest.mark.parametrize("bad, exc", [
-    (lambda: M.window(-1), ValueError),
-    (lambda: M.window(1.5), TypeError),
-    (lambda: M.forward_mask("yes"), TypeError),
-    (lambda: M.from_name("sideways"), ValueError),
-    (lambda: M.from_name("window:x"), ValueError),
-    (lambda: M.per_head([]), ValueError),
-    (lambda: M.per_head([M.full(), "forward"]), TypeError),
-    (lambda: M.key_padding(torch.zeros(2, 3)), TypeError),
-    (lambda: M.key_padding(torch.zeros(3, dtype=torch.bool)), ValueError),
-    (lambda: M.full() & "forward", TypeError),
-    (lambda: M.full().materialize(-1), ValueError),
+@pytest.mark.parametrize("bad, exc, message", [
+    (lambda: M.window(-1), ValueError, "radius must be >= 0, got -1"),
+    (lambda: M.window(1.5), TypeError, "radius must be an int >= 0, got float 1.5"),
+    (lambda: M.forward_mask("yes"), TypeError, "include_diagonal must be a bool, got str 'yes'"),
+    (lambda: M.from_name("sideways"), ValueError, "unknown mask name 'sideways'; expected one of full, forward,"),
+    (lambda: M.from_name("window:x"), ValueError, "mask name 'window:x': expected 'window:R' with an integer R >= 0"),
+    (lambda: M.per_head([]), ValueError, "head_masks must contain at least one Mask"),
+    (lambda: M.per_head([M.full(), "forward"]), TypeError, "head_masks[1] must be a Mask, got str"),
+    (lambda: M.key_padding(torch.zeros(2, 3)), TypeError,
+     "key_padding_mask must be a bool tensor of shape (batch, seq_len) with True = padding, got a torch.float32 "
+     "tensor of shape (2, 3)"),
+    (lambda: M.key_padding(torch.zeros(3, dtype=torch.bool)), ValueError,
+     "key_padding_mask must have shape (batch, seq_len), got (3,)"),
+    (lambda: M.full() & "forward", TypeError, "cannot combine a Mask with str using '&'; expected a Mask"),
+    (lambda: M.full().materialize(-1), ValueError, "q_len must be a non-negative int, got -1"),
 ])
-def test_bad_input(bad, exc):
-    with pytest.raises(exc):
+def test_bad_input(bad, exc, message):
+    """Each is refused by the library's own check, with its message (not some error of the same type from torch)."""
+    with pytest.raises(exc, match=re.escape(message)):
         bad()
 
 
