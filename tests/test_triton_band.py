@@ -275,6 +275,10 @@ def test_dropout_drops_with_the_flash_attention_scheme():
 
 
 def test_backward_is_deterministic():
+    """Two backward passes with the same dropout seed give bit-identical gradients (no atomics). Under Triton's
+    interpreter the programs of a launch run one after another, always in the same order, so on the CPU this fails
+    only on a dropout mask that is not reproduced; an ordering dependence shows in tests/test_triton_program_order.py,
+    which runs the programs in reversed order too."""
     q, k, v = make(1, 4, 37, 8, 8)
     kpm = padding(1, 37, "random")
     torch.manual_seed(0)
@@ -293,7 +297,8 @@ def test_the_gpus_tiles_match_float64_reference(monkeypatch, width, left, right,
     for wide bands, the key pass 64 or 32 queries × 64 keys; narrow, the same at both widths: 16 × 32 and 32 × 16)
     under the interpreter, on a head area of 3 with log-sigmoid scores, a run of padded keys and a length that ends
     inside every tile: output and gradients match the float64 reference, and a second backward with dropout is
-    bit-identical (no atomics)."""
+    bit-identical (no atomics; under the interpreter, where the programs run one after another in one order, only a
+    dropout mask that is not reproduced can fail that: tests/test_triton_program_order.py reverses the order)."""
     use_table_tiles(monkeypatch, "band", "227K", width)
     q, k, v = make(2, 3, n, 8, 8, EXACT)
     kpm = padding(2, n, "runs")
