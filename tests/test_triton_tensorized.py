@@ -111,7 +111,9 @@ def test_heads_in_two_launches_with_the_gpus_tiles_match_float64_reference(monke
     width ``width`` (64 — wide: 64 × 64, 32 × 128 and 64 × 64; narrow: 16 × 32 started at the band start, 32 queries
     × 16 keys; 128 — the key pass holds 128 keys and streams 16 queries) under the interpreter: outputs and every
     gradient match the float64 reference, with key padding and lengths that end inside a tile; and a second backward
-    is bit-identical (no atomics: the two launches write disjoint heads)."""
+    is bit-identical (no atomics: the two launches write disjoint heads; under the interpreter, where the programs
+    run one after another in one order, only a dropout mask that is not reproduced can fail that:
+    tests/test_triton_program_order.py reverses the order)."""
     use_table_tiles(monkeypatch, "tensorized", "227K", width)
     q, k, v, s2t = inputs(2, len(GROUPED_BANDS), 70)
     mask = M.per_head([M.forward_mask(False), M.window(3), M.full(), M.band(0, 32), M.band(16, 17)])
@@ -203,6 +205,10 @@ def test_dropout_drops_the_numerator_only_and_keeps_the_expectation():
 
 
 def test_repeated_backward_is_bit_identical():
+    """Two backward passes give the same gradients bit for bit. Under Triton's interpreter the programs of a launch
+    run one after another, always in the same order, so on the CPU this fails only on a dropout mask that is not
+    reproduced; an ordering dependence shows in tests/test_triton_program_order.py, which runs the programs in
+    reversed order too."""
     q, k, v, s2t = inputs(1, 2, 40, dtype=torch.float32)
     mask = M.per_head([M.forward_mask(), M.backward_mask()])
     first = grads(tensorized_attention(q, k, v, s2t, mask, backend="triton"), (q, k, v, s2t))
@@ -352,7 +358,9 @@ def test_split_width_with_the_gpus_tiles_matches_float64_and_repeats_bit_for_bit
     """d 150 with the tiles a GPU takes at the split width 160 (:data:`runtime.TILE_TABLE`): on the 227 KB class
     (sm_90) 128-query forward tiles and the key pass with its queries along the rows of the scores (``QUERY_ROWS``:
     128 streamed queries × 64 held keys), on the 163 KB class (sm_80) the 64 × 64 forward; with key padding and
-    lengths that end inside a tile, against the float64 reference; a second backward is bit-identical. (A pass
+    lengths that end inside a tile, against the float64 reference; a second backward is bit-identical (under the
+    interpreter, where the programs run one after another in one order, only a dropout mask that is not reproduced
+    can fail that: tests/test_triton_program_order.py reverses the order). (A pass
     without a split entry on the class — the 163 KB class's backward — runs one block of 256 with its tiles, as on
     that device: ``runtime.splits_features``.)"""
     if DEVICE == "cuda":
