@@ -237,8 +237,9 @@ _TABLE: dict[str, dict[int, tuple[tuple[Any, ...] | None, ...]]] = {
     # spilled 24 B) and streams 128 queries past 64 held keys on two warpgroups in the key pass (64 queries on 4
     # warps spilled 72–516 B: two 160-wide accumulators per held key; on 8 warps part of every product ran twice).
     # The mma.sync classes hold 64 × 64 on 8 warps in the forward and the query pass (the tail's products in regions
-    # of their own: band_jit, jit_helpers.tail_region); their key pass takes 16 × 16 on 2 warps — every larger tile
-    # spilled 168–11,600 B or ran products twice
+    # of their own: band_jit, jit_helpers.tail_region); their key pass takes 16 × 16 on 2 warps (1.33× of d 128 per
+    # useful score and feature on sm_80; 32 × 16 compiled clean but predicts 1.46×, larger tiles spilled
+    # 700–11,600 B or ran products twice)
     "band_fwd":              {64: ((64, 64, 4, 2), (64, 64, 4, 2), (64, 64, 4, 2)),
                               128: ((64, 64, 8, 2), (64, 64, 8, 2), (64, 64, 8, 2)),
                               160: ((64, 64, 8, 1), (64, 64, 8, 1), (64, 64, 4, 1)),
