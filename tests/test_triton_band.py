@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from _triton_device import (DEVICE, EXACT, assert_within_roundings, gpu_operand_dtypes, interpreter_only,
                             needs_kernels, tol, use_table_tiles)
 from maskattn.functional.local import _reference, banded_attention, head_area, local_attention, local_attention_maps
-from maskattn.kernels.triton import band
+from maskattn.kernels.triton import band, runtime
 
 pytestmark = needs_kernels
 
@@ -403,3 +403,91 @@ def test_bfloat16_with_the_gpus_operand_dtypes_matches_float64(head_window, logs
         assert_within_roundings(mine, theirs, 4, f"d{name}")
     float32_path = triton(q, k, v, 5, 5, head_window, "truncate", kpm, logsigmoid)
     assert not torch.equal(float32_path, out)  # the hook changed what ran
+
+
+# --------------------------------------------------------------------------------------------------
+# d = 150: the feature axis as a main and a tail block (issue 52)
+# --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cls, left, right, n", [("227K", 40, 40, 150), ("163K", 40, 40, 150), ("227K", 5, 5, 70)],
+                         ids=["wide-227K", "wide-163K", "narrow"])
+def test_d150_in_feature_blocks_with_the_gpus_tiles_matches_float64(monkeypatch, cls, left, right, n):
+    """d 150 (the sentence presets' heads) runs as 160 = 128 + 32 features in every pass, with the tiles a GPU of
+    class ``cls`` takes at the split width 160 (:data:`runtime.TILE_TABLE`: on the 227 KB class 64 × 64 on one
+    warpgroup and the key pass's 128 streamed queries × 64 held keys; on the 163 KB class the key pass's 16 × 16;
+    narrow, 16 × 32 and 16 × 16), on a head area of 3 with log-sigmoid scores, a run of padded keys and a length
+    that ends inside every tile: output and every gradient match the float64 reference, and a second backward with
+    dropout is bit-identical (no atomics)."""
+    use_table_tiles(monkeypatch, "band", cls, 160)
+    q, k, v = make(2, 3, n, 150, 150, EXACT)
+    kpm = padding(2, n, "runs")
+    check_against_reference(q, k, v, left, right, 3, "truncate", kpm, True, tol(1e-10))
+    grads = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        out = triton(q, k, v, left, right, 3, "truncate", kpm, logsigmoid=True, dropout_p=0.2)
+        grads.append(torch.autograd.grad(out, (q, k, v), torch.ones_like(out)))
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+
+
+@interpreter_only
+def test_d150_in_one_block_where_a_pass_does_not_split(monkeypatch):
+    """Where a pass does not split the features (``runtime.splits_features`` False: a class without an entry at the
+    split width), it runs the 160 features in one block of 256, masked at the width: the same results, and keys and
+    values of other widths (d_k 150, d_v 40) in their own blocks."""
+    monkeypatch.setattr(runtime, "splits_features", lambda *args, **kwargs: False)
+    q, k, v = make(1, 2, 37, 150, 40, EXACT)
+    check_against_reference(q, k, v, 5, 3, 1, "truncate", padding(1, 37, "random"), False, tol(1e-10))
+
+
+@interpreter_only
+@pytest.mark.parametrize("left, right", [(40, 40), (5, 5)], ids=["wide", "narrow"])
+def test_d150_bfloat16_with_the_gpus_operand_dtypes_matches_float64(left, right):
+    """issue 52 (deliverable 6): d 150 in bfloat16 as the GPU computes it (``gpu_operand_dtypes``), every pass on its
+    128 + 32 blocks: within ``2·K·u·max |reference|`` of the float64 oracle on the same bfloat16 inputs (K = 2
+    forward, 4 backward, as at the one-block widths: :func:`test_bfloat16_with_the_gpus_operand_dtypes_matches_float64`)."""
+    q, k, v = make(1, 3, 70, 150, 150, dtype=torch.bfloat16)
+    kpm = padding(1, 70, "random")
+    with gpu_operand_dtypes():
+        out = triton(q, k, v, left, right, 3, "truncate", kpm, True)
+        grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+        got = torch.autograd.grad(out, (q, k, v), grad)
+    ref, leaves = reference(q, k, v, left, right, 3, "truncate", kpm, F.logsigmoid)
+    assert out.dtype == torch.bfloat16
+    assert_within_roundings(out, ref, 2, "out")
+    for name, mine, theirs in zip("qkv", got, torch.autograd.grad(ref, leaves, grad.double())):
+        assert_within_roundings(mine, theirs, 4, f"d{name}")
+
+
+def _recorded_launches(arch: int, d: int, left: int):
+    """The band's launches of one bfloat16 call (forward and backward) with heads of ``d`` features and the band
+    ``i − left … i + left``, recorded as on an ``arch`` device: ``{kernel: launch}``."""
+    with runtime.recording(runtime.TARGETS[arch]) as recorded:
+        q, k, v = (torch.randn(2, 40, 2, d).to(torch.bfloat16).transpose(1, 2).requires_grad_() for _ in range(3))
+        out = band.band_triton(q, k, v, left, left, None, None, None, d ** -0.5, False, 0.0)
+        torch.autograd.grad(out.float().sum(), (q, k, v))
+    return {la.kernel.fn.__name__: la for la in recorded}
+
+
+@pytest.mark.parametrize("arch", [80, 86, 90, 100, 120])
+@pytest.mark.parametrize("left", [40, 5], ids=["wide", "narrow"])
+def test_band_launches_at_d150_and_at_powers_of_two(arch, left):
+    """d 150: every pass launches 160 = 128 + 32 features (``BLOCK_D*`` 160, ``TAIL_D*`` 32, not 256) with its
+    table entry at the split width 160 on every class (:func:`band.band_passes`); d 64 / 128 / 256 launch as before
+    the feature-axis tiling — ``BLOCK_D*`` the width, no ``TAIL_D*`` (the kernels' default 0: no tail code is
+    traced) — with their own width's tiles."""
+    cls = runtime.tile_class(runtime.TARGETS[arch])
+    for d in (150, 64, 128, 256):
+        launches = _recorded_launches(arch, d, left)
+        assert set(launches) == {"band_fwd", "band_bwd_q", "band_bwd_kv"}
+        for name, entry in zip(("band_fwd", "band_bwd_q", "band_bwd_kv"), band.band_passes(left, left)):
+            kwargs = launches[name].kwargs
+            width = 160 if d == 150 else d
+            tiles = runtime.ARCH_TILES.get((entry, arch, width)) or runtime.TILE_TABLE[(entry, cls, width)]
+            assert (kwargs["BLOCK_M"], kwargs["BLOCK_N"], kwargs["num_warps"], kwargs["num_stages"]) == (
+                tiles.block_m, tiles.block_n, tiles.warps, tiles.stages), (entry, d)
+            if d == 150:
+                assert (kwargs["BLOCK_DK"], kwargs["TAIL_DK"], kwargs["BLOCK_DV"], kwargs["TAIL_DV"]) == (160, 32, 160, 32)
+            else:
+                assert kwargs["BLOCK_DK"] == kwargs["BLOCK_DV"] == d and not {"TAIL_DK", "TAIL_DV"} & set(kwargs)

@@ -26,6 +26,8 @@ query tiles against the keys they reach (a window-11 band of 16 queries spans 26
 scores lie inside the band — the most a tensor-core tile of at least 16 rows allows, ``w / roundup(15 + w, 16)``
 (docs/gpu/offline-perf.md; 11 % with the earlier 64-row tiles). Tiles start where a band starts, not on a tile
 boundary, so no visited tile is empty. These choices are derived from the compiled code, not yet timed on a GPU.
+Heads of 145–160 features (d 150) are laid out 160 wide and run as 128 + 32 feature blocks with the table's entries
+at that width (:func:`.runtime.feature_width`, :func:`.runtime.splits_features`; ``band_jit``), not as 256.
 """
 
 from __future__ import annotations
@@ -97,6 +99,14 @@ def owner_table(area: list[int], num_heads: int) -> list[int]:
 NARROW_BAND = 33
 
 
+def band_passes(left: int, right: int) -> tuple[str, str, str]:
+    """The :data:`.runtime.TILE_TABLE` names of the forward, the query and the key pass for a band
+    ``i − left … i + right``: ``band_*``, or ``band_*_narrow`` for a band of at most :data:`NARROW_BAND`
+    positions."""
+    suffix = "_narrow" if left + right + 1 <= NARROW_BAND else ""
+    return ("band_fwd" + suffix, "band_bwd_q" + suffix, "band_bwd_kv" + suffix)
+
+
 def band_tiles(head_dim: int, left: int, right: int, device, dtype: torch.dtype = torch.float16
                ) -> tuple[runtime.Tiles, runtime.Tiles, runtime.Tiles]:
     """The tiles of the forward, the query (dQ) and the key (dK/dV) pass for a band ``i − left … i + right``: the
@@ -104,15 +114,21 @@ def band_tiles(head_dim: int, left: int, right: int, device, dtype: torch.dtype 
     :data:`NARROW_BAND` positions — sized to the band: 16 queries × 32 keys (key pass: 16 keys × 32 queries),
     so a band of ``w <= 17`` positions is one tile of ``w / 32`` useful scores per row (CSAN's window 11: 34 %,
     the most a tensor-core tile of at least 16 rows can hold; docs/gpu/offline-perf.md); under the interpreter
-    :func:`.runtime.tiles`' 16 × 16."""
-    suffix = "_narrow" if left + right + 1 <= NARROW_BAND else ""
-    return tuple(runtime.tiles(f"{kernel}{suffix}", head_dim, device, dtype)  # type: ignore[return-value]
-                 for kernel in ("band_fwd", "band_bwd_q", "band_bwd_kv"))
+    :func:`.runtime.tiles`' 16 × 16 (:func:`band_passes`)."""
+    return tuple(runtime.tiles(kernel, head_dim, device, dtype)  # type: ignore[return-value]
+                 for kernel in band_passes(left, right))
 
 
-def _constants(q: torch.Tensor, v: torch.Tensor, kpm, logsigmoid: bool, dropout_p: float, tiles: runtime.Tiles
-               ) -> dict:
-    return dict(runtime.launch_constants(q, v), HAS_KPM=kpm is not None, LOGSIG=logsigmoid, DROPOUT=dropout_p > 0,
+def _constants(kernel: str, q: torch.Tensor, v: torch.Tensor, kpm, logsigmoid: bool, dropout_p: float,
+               tiles: runtime.Tiles) -> dict:
+    """The launch constants of pass ``kernel`` (its :data:`.runtime.TILE_TABLE` name, ``_narrow`` included) with
+    ``tiles``: the feature axis as a main and a tail block where the pass splits it on this device
+    (:func:`.runtime.splits_features`: 160 as 128 + 32, not 256), else one block as :func:`.runtime.launch_constants`
+    says."""
+    constants = runtime.launch_constants(q, v)
+    if runtime.splits_features(kernel, max(q.shape[-1], v.shape[-1]), q.device, q.dtype):
+        constants.update(runtime.feature_constants(q.shape[-1], v.shape[-1]))
+    return dict(constants, HAS_KPM=kpm is not None, LOGSIG=logsigmoid, DROPOUT=dropout_p > 0,
                 BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, num_warps=tiles.warps, num_stages=tiles.stages)
 
 
@@ -138,12 +154,13 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding: tor
         lse.fill_(float("inf"))
         return out, lse
     tiles, _, _ = band_tiles(max(q.shape[-1], d_v), left, right, q.device, q.dtype)
+    constants = _constants(band_passes(left, right)[0], q, v, key_padding, logsigmoid, dropout_p, tiles)
     query_tiles = runtime.cdiv(n, tiles.block_m)
     runtime.launch(
         runtime.load("band_jit").band_fwd, query_tiles * B * H, q, k, v, runtime.placeholder(key_padding, q),
         runtime.device_table(area, q.device), runtime.placeholder(seed, q, torch.int64), out, lse,
         *runtime.stride_args(q, k, v, out), H, n, A, left, right, q.shape[-1], d_v, query_tiles, len(area) // H,
-        scale, dropout_p, **_constants(q, v, key_padding, logsigmoid, dropout_p, tiles))
+        scale, dropout_p, **constants)
     return out, lse
 
 
@@ -168,18 +185,19 @@ def _backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     owners = owner_table(area, H)
     delta = q.new_empty(B, H, n, dtype=lse.dtype)
     _, rows, keys = band_tiles(max(d_k, d_v), left, right, q.device, q.dtype)
+    _, rows_pass, keys_pass = band_passes(left, right)
     kpm, seed = runtime.placeholder(key_padding, q), runtime.placeholder(seed, q, torch.int64)
     sizes = (H, n, A, left, right, d_k, d_v)
     query_tiles = runtime.cdiv(n, rows.block_m)
     runtime.launch(
         jit.band_bwd_q, query_tiles * B * H, q, k, v, kpm, runtime.device_table(area, q.device), seed, out, grad_out,
         lse, delta, grad_q, *runtime.stride_args(q, k, v, out, grad_out), *sizes, query_tiles, len(area) // H, scale,
-        dropout_p, **_constants(q, v, key_padding, logsigmoid, dropout_p, rows))
+        dropout_p, **_constants(rows_pass, q, v, key_padding, logsigmoid, dropout_p, rows))
     key_tiles = runtime.cdiv(n, keys.block_n)
     runtime.launch(
         jit.band_bwd_kv, key_tiles * B * H, q, k, v, kpm, runtime.device_table(owners, q.device), seed, grad_out,
         lse, delta, grad_k, grad_v, *runtime.stride_args(q, k, v, grad_out), *sizes, key_tiles, len(owners) // H,
-        scale, dropout_p, **_constants(q, v, key_padding, logsigmoid, dropout_p, keys))
+        scale, dropout_p, **_constants(keys_pass, q, v, key_padding, logsigmoid, dropout_p, keys))
     return grad_q, grad_k, grad_v
 
 
@@ -225,10 +243,11 @@ def band_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, left: int, ri
     out_dtype = q.dtype
     with torch.autocast(q.device.type, enabled=False):
         work = runtime.kernel_dtype(q.dtype)
-        # features padded to a multiple of 16 (zeros change no score; the output's padding is sliced off)
+        # features padded to the kernels' width (runtime.feature_width: a multiple of 16, main + tail for a split
+        # width — 160 for 150; zeros change no score, the output's padding is sliced off)
         d_k, d_v = q.shape[-1], v.shape[-1]
-        q, k = (runtime.pad_features(t.to(work), runtime.padded_head_dim(d_k)) for t in (q, k))
-        v = runtime.pad_features(v.to(work), runtime.padded_head_dim(d_v))
+        q, k = (runtime.pad_features(t.to(work), runtime.feature_width(d_k)) for t in (q, k))
+        v = runtime.pad_features(v.to(work), runtime.feature_width(d_v))
         seed = torch.randint(0, 2**62, (1,), dtype=torch.int64, device=q.device) if dropout_p > 0 else None
         key_padding = None if kpm is None else kpm.to(torch.uint8).contiguous()
         out, _ = _forward(q, k, v, key_padding, area, seed, int(left), int(right), float(scale), bool(logsigmoid),

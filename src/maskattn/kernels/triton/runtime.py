@@ -231,28 +231,44 @@ _TABLE: dict[str, dict[int, tuple[tuple[Any, ...] | None, ...]]] = {
                               128: ((64, 64, 8, 1), (64, 64, 8, 1), (32, 128, 8, 2)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     # the band's query pass at d 64 on the 227 KB class runs one stage: two spilled 480 bytes on sm_100 / sm_103 with
-    # every option on (a wide band's tiles with dropout and padding; docs/gpu/compile-ci.md)
+    # every option on (a wide band's tiles with dropout and padding; docs/gpu/compile-ci.md).
+    # At the split width 160 (d 150 as 128 + 32 features; band_jit) the 227 KB class holds 64 queries on one
+    # warpgroup in the forward and the query pass (wgmma; 8 warps ran part of the forward's products twice, 2 stages
+    # spilled 24 B) and streams 128 queries past 64 held keys on two warpgroups in the key pass (64 queries on 4
+    # warps spilled 72–516 B: two 160-wide accumulators per held key; on 8 warps part of every product ran twice).
+    # The mma.sync classes hold 64 × 64 on 8 warps in the forward and the query pass (the tail's products in regions
+    # of their own: band_jit, jit_helpers.tail_region); their key pass takes 16 × 16 on 2 warps (1.33× of d 128 per
+    # useful score and feature on sm_80; 32 × 16 compiled clean but predicts 1.46×, larger tiles spilled
+    # 700–11,600 B or ran products twice)
     "band_fwd":              {64: ((64, 64, 4, 2), (64, 64, 4, 2), (64, 64, 4, 2)),
                               128: ((64, 64, 8, 2), (64, 64, 8, 2), (64, 64, 8, 2)),
+                              160: ((64, 64, 8, 1), (64, 64, 8, 1), (64, 64, 4, 1)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     "band_bwd_q":            {64: ((64, 32, 4, 2), (64, 32, 4, 2), (64, 64, 4, 1)),
                               128: ((64, 64, 8, 2), (64, 64, 8, 2), (64, 64, 8, 2)),
+                              160: ((64, 64, 8, 1), (64, 64, 8, 1), (64, 64, 4, 1)),
                               256: ((32, 32, 4, 1), (32, 32, 4, 1), (32, 32, 8, 1))},
     "band_bwd_kv":           {64: ((32, 64, 4, 2), (32, 32, 4, 2), (64, 64, 8, 2)),
                               128: ((32, 64, 8, 2), (32, 64, 8, 2), (32, 64, 8, 2)),
+                              160: ((16, 16, 2, 1), (16, 16, 2, 1), (128, 64, 8, 1)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     # narrow bands (<= 33 positions): 16 queries per tile (32 keys per query tile, 16 keys per key tile), so a
     # window-11 band fills 34 % of the computed scores (64-query tiles: 11 %); mma.sync, not wgmma (M < 64). Width
     # 256 takes the wide entries (the query pass's 8 warps below the 227 KB class spilled 4–8 bytes without options
-    # on sm_86 / 87 / 89 / 120 / 121, as the wide pass's had)
+    # on sm_86 / 87 / 89 / 120 / 121, as the wide pass's had). The split width 160 keeps 16-row tiles on 2 warps
+    # (34 % of the computed scores in a window-11 band, the tile bound; 4 warps ran products twice), the key pass
+    # 16 keys × 16 queries (32 queries spilled 12–320 B)
     "band_fwd_narrow":       {64: ((16, 32, 2, 1), (16, 32, 2, 1), (16, 32, 2, 1)),
                               128: ((16, 32, 2, 1), (16, 32, 2, 1), (16, 32, 2, 1)),
+                              160: ((16, 32, 2, 1), (16, 32, 2, 1), (16, 32, 2, 1)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     "band_bwd_q_narrow":     {64: ((16, 32, 2, 2), (16, 32, 2, 2), (16, 32, 2, 2)),
                               128: ((16, 32, 4, 1), (16, 32, 4, 1), (16, 32, 4, 1)),
+                              160: ((16, 32, 2, 1), (16, 32, 2, 1), (16, 32, 2, 1)),
                               256: ((32, 32, 4, 1), (32, 32, 4, 1), (32, 32, 8, 1))},
     "band_bwd_kv_narrow":    {64: ((32, 16, 4, 2), (32, 16, 4, 2), (32, 16, 2, 2)),
                               128: ((32, 16, 2, 1), (32, 16, 2, 1), (32, 16, 2, 1)),
+                              160: ((16, 16, 2, 1), (16, 16, 2, 1), (16, 16, 2, 1)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
 }
 
