@@ -30,9 +30,12 @@ import socket
 import subprocess
 import sys
 import threading
+import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import torch.distributed as dist
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
@@ -112,6 +115,32 @@ def test_tasks_that_disagree_on_the_world_size_are_refused_by_every_task():
     assert said[0].startswith("the Slurm tasks disagree on the world size: rank 0 has SLURM_NTASKS 2, rank 1 has 3;")
     assert said[1].startswith("the Slurm tasks disagree on the world size: rank 1 has SLURM_NTASKS 3, rank 0 has 2;")
 
+
+
+def test_the_first_task_keeps_the_rendezvous_up_until_the_others_have_read_its_verdict():
+    """The store lives in the first task's process: a refusal there must not close it before a slower task has read
+    why (before, the second task of the test above could meet a closed store — a ``DistNetworkError`` instead of the
+    one-line refusal — when the first one raised as soon as it had written its verdict). Here the second task is a
+    bare store client that waits a second before reading the verdict, then says it has heard it."""
+    port = _free_port()
+    said: dict[int, str] = {}
+
+    def first() -> None:
+        try:
+            rendezvous(SlurmTasks(0, 2, 0, "n1", "127.0.0.1", port, "7", "set in the environment"), 20)
+        except ArgumentError as exc:
+            said[0] = str(exc)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    client = dist.TCPStore("127.0.0.1", port, None, False, timedelta(seconds=20), wait_for_workers=False)
+    client.set("maskattn/7/world/1", "3")
+    time.sleep(1.0)
+    assert client.get("maskattn/7/verdict").decode().startswith("the Slurm tasks disagree on the world size: rank 0")
+    assert thread.is_alive()  # still holding the store for the task that has not said it heard
+    client.set("maskattn/7/heard/1", "1")
+    thread.join(8)  # well under the 10 s it would hold the store for a task that never says so
+    assert not thread.is_alive() and said[0].startswith("the Slurm tasks disagree on the world size")
 
 def train_cli(out: Path, data: Path, settings: list[str]):
     return CliRunner().invoke(app, ["train", "--preset", "cr", "--data", str(data), *sets(settings), "--out",

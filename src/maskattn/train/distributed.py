@@ -267,6 +267,48 @@ def _wait_keys(store, keys: list[str], deadline: float) -> list[str]:
         time.sleep(0.1)
 
 
+def _verdict(store, tasks: SlurmTasks, prefix: str, deadline: float, timeout_s: int) -> tuple[str, list[int]]:
+    """The first task's verdict on the rendezvous — ``"ok"``, or the one line every task stops with — and the ranks
+    that arrived."""
+    keys = [f"{prefix}/world/{rank}" for rank in range(1, tasks.world_size)]
+    missing = _wait_keys(store, keys, deadline)
+    claims = {rank: int(store.get(key)) for rank, key in enumerate(keys, 1) if key not in missing}
+    differ = {rank: world for rank, world in claims.items() if world != tasks.world_size}
+    if differ:
+        return (f"the Slurm tasks disagree on the world size: rank 0 has SLURM_NTASKS {tasks.world_size}, "
+                + ", ".join(f"rank {rank} has {world}" for rank, world in sorted(differ.items()))
+                + "; every task of one srun must see the same SLURM_NTASKS (is the environment changed for some "
+                "tasks?)"), list(claims)
+    if missing:
+        absent = [key.rsplit("/", 1)[1] for key in missing]
+        return (f"rank(s) {', '.join(absent[:8])}{', …' if len(absent) > 8 else ''} of {tasks.world_size} did "
+                f"not reach {_where(tasks)} within the rendezvous timeout of {timeout_s} s "
+                "(MASKATTN_RENDEZVOUS_TIMEOUT): did srun start every task, and is the port open between the "
+                "nodes?"), list(claims)
+    return "ok", list(claims)
+
+
+def _hear_verdict(store, tasks: SlurmTasks, prefix: str, deadline: float, timeout_s: int) -> str:
+    """A task after the first: its own reading of the first task's world size, then the first task's verdict
+    (:func:`_verdict`); says it has heard it (the first task keeps the store up until then)."""
+    if _wait_keys(store, [f"{prefix}/world/0"], deadline):
+        raise ArgumentError(f"rank {tasks.rank} reached {_where(tasks)} but the first task did not join within "
+                            f"the rendezvous timeout of {timeout_s} s (MASKATTN_RENDEZVOUS_TIMEOUT): is another "
+                            "program listening on that port?")
+    try:
+        first = int(store.get(f"{prefix}/world/0"))
+        if first != tasks.world_size:
+            return (f"the Slurm tasks disagree on the world size: rank {tasks.rank} has SLURM_NTASKS "
+                    f"{tasks.world_size}, rank 0 has {first}; every task of one srun must see the same "
+                    "SLURM_NTASKS (is the environment changed for some tasks?)")
+        if _wait_keys(store, [f"{prefix}/verdict"], deadline + 10):
+            raise ArgumentError(f"rank {tasks.rank}: the first task at {_where(tasks)} did not say within the "
+                                f"rendezvous timeout of {timeout_s} s whether every task arrived")
+        return store.get(f"{prefix}/verdict").decode()
+    finally:
+        store.set(f"{prefix}/heard/{tasks.rank}", "1")
+
+
 def rendezvous(tasks: SlurmTasks, timeout_s: int | None = None):
     """The store through which Slurm's tasks form their group (:func:`init_distributed`), hosted by rank 0 — once
     every task has arrived and all agree on the world size; :class:`~maskattn.errors.ArgumentError` otherwise, in
@@ -288,40 +330,18 @@ def rendezvous(tasks: SlurmTasks, timeout_s: int | None = None):
                             f"{str(exc).splitlines()[0]}") from None
     prefix = f"maskattn/{tasks.job_id}"
     store.set(f"{prefix}/world/{tasks.rank}", str(tasks.world_size))
-    verdict = f"{prefix}/verdict"
     if tasks.rank == 0:
-        keys = [f"{prefix}/world/{rank}" for rank in range(1, tasks.world_size)]
-        missing = _wait_keys(store, keys, deadline)
-        claims = {rank: int(store.get(key)) for rank, key in enumerate(keys, 1) if key not in missing}
-        differ = {rank: world for rank, world in claims.items() if world != tasks.world_size}
-        if differ:
-            text = (f"the Slurm tasks disagree on the world size: rank 0 has SLURM_NTASKS {tasks.world_size}, "
-                    + ", ".join(f"rank {rank} has {world}" for rank, world in sorted(differ.items()))
-                    + "; every task of one srun must see the same SLURM_NTASKS (is the environment changed for some "
-                    "tasks?)")
-        elif missing:
-            absent = [key.rsplit("/", 1)[1] for key in missing]
-            text = (f"rank(s) {', '.join(absent[:8])}{', …' if len(absent) > 8 else ''} of {tasks.world_size} did "
-                    f"not reach {_where(tasks)} within the rendezvous timeout of {timeout_s} s "
-                    "(MASKATTN_RENDEZVOUS_TIMEOUT): did srun start every task, and is the port open between the "
-                    "nodes?")
-        else:
-            text = "ok"
-        store.set(verdict, text)
+        text, arrived = _verdict(store, tasks, prefix, deadline, timeout_s)
+        store.set(f"{prefix}/verdict", text)
+        if text != "ok":
+            # the store lives in this process: keep it up until the tasks that arrived have read why they stop
+            _wait_keys(store, [f"{prefix}/heard/{rank}" for rank in arrived], time.monotonic() + 10)
     else:
-        if _wait_keys(store, [f"{prefix}/world/0"], deadline):
-            raise ArgumentError(f"rank {tasks.rank} reached {_where(tasks)} but the first task did not join within "
-                                f"the rendezvous timeout of {timeout_s} s (MASKATTN_RENDEZVOUS_TIMEOUT): is another "
-                                "program listening on that port?")
-        first = int(store.get(f"{prefix}/world/0"))
-        if first != tasks.world_size:
-            raise ArgumentError(f"the Slurm tasks disagree on the world size: rank {tasks.rank} has SLURM_NTASKS "
-                                f"{tasks.world_size}, rank 0 has {first}; every task of one srun must see the same "
-                                "SLURM_NTASKS (is the environment changed for some tasks?)")
-        if _wait_keys(store, [verdict], deadline + 10):
-            raise ArgumentError(f"rank {tasks.rank}: the first task at {_where(tasks)} did not say within the "
-                                f"rendezvous timeout of {timeout_s} s whether every task arrived")
-        text = store.get(verdict).decode()
+        try:
+            text = _hear_verdict(store, tasks, prefix, deadline, timeout_s)
+        except dist.DistNetworkError as exc:  # the first task stopped before this one read its verdict
+            raise ArgumentError(f"rank {tasks.rank}: the first task at {_where(tasks)} closed the rendezvous before "
+                                f"saying why ({str(exc).splitlines()[0]}); its own error says why") from None
     if text != "ok":
         raise ArgumentError(text)
     return store
