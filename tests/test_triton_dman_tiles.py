@@ -26,10 +26,11 @@ DMAN = ("dman_fwd", "dman_bwd_kv", "dman_bwd_q")
 def test_dman_tiles_fit_the_kernels_and_sm_90s_wgmma():
     """Every DMAN entry is a power of two per side (``tl.arange``), and the query pass's ``BLOCK_M`` a multiple of
     its ``BLOCK_N`` (its diagonal sums are per square of ``BLOCK_N`` queries). On the 227 KB class (sm_90) and the
-    163 KB class (sm_80) the forward of 16-bit heads up to 128 wide gives each warp 16 query rows of its own
-    (Triton puts the warps of a chained dot along the rows: 64 rows on 8 warps ran every product twice), in whole
-    warpgroups of 64 rows on the 227 KB class; there the backward passes of those heads hold 64 rows per warpgroup
-    (wgmma: the key pass's keys, the query pass's queries — every product has the held tile as its M dimension)."""
+    163 KB class (sm_80) the forward of 16-bit heads up to 128 wide — and at the split width 160 (d 150's 128 + 32
+    features) — gives each warp 16 query rows of its own (Triton puts the warps of a chained dot along the rows: 64
+    rows on 8 warps ran every product twice), in whole warpgroups of 64 rows on the 227 KB class; there the backward
+    passes of those heads hold 64 rows per warpgroup (wgmma: the key pass's keys, the query pass's queries — every
+    product has the held tile as its M dimension)."""
     for (kernel, cls, width), tiles in runtime.TILE_TABLE.items():
         if kernel not in DMAN:
             continue
@@ -37,11 +38,11 @@ def test_dman_tiles_fit_the_kernels_and_sm_90s_wgmma():
             assert side & (side - 1) == 0 and side >= 16, (kernel, cls, width, tiles)
         if kernel == "dman_bwd_q":
             assert tiles.block_m % tiles.block_n == 0, (kernel, cls, width, tiles)
-        if kernel == "dman_fwd" and cls in ("227K", "163K") and width <= 128:
+        if kernel == "dman_fwd" and cls in ("227K", "163K") and width <= 160:
             assert tiles.block_m >= 16 * tiles.warps and tiles.warps % 4 == 0, (kernel, cls, width, tiles)
             if cls == "227K":
                 assert tiles.block_m >= 64 * (tiles.warps // 4), (kernel, cls, width, tiles)
-        if kernel != "dman_fwd" and cls == "227K" and width <= 128:
+        if kernel != "dman_fwd" and cls == "227K" and width <= 160:
             held = tiles.block_n if kernel == "dman_bwd_kv" else tiles.block_m
             assert tiles.warps % 4 == 0 and held >= 64 * (tiles.warps // 4), (kernel, cls, width, tiles)
 
@@ -115,3 +116,83 @@ def test_backward_with_gpu_tiles_is_bit_identical_across_runs(gpu_tiles):
 
     for name, a, b in zip(GRAD_NAMES, grads(), grads()):
         assert torch.equal(a, b), name
+
+
+# --------------------------------------------------------------------------------------------------
+# feature-axis tiling (issue 52): d 150 as 128 + 32 feature blocks with the split width's tiles
+# --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cls", ["227K", "163K", "99K"])
+def test_split_width_with_gpu_tiles_matches_float64_and_repeats_bit_for_bit(cls, monkeypatch):
+    """d 150 (160 = 128 + 32 features) with the tiles :data:`runtime.TILE_TABLE` gives each class at the split
+    width 160 — sm_90: 128 × 64 forward, 128 × 32 query pass, 32 × 128 key pass; sm_80: 128 × 32, 64 × 32, 64 × 64;
+    sm_86: 128 × 32, 64 × 32, 64 × 64 — with a query offset that is not a tile multiple, causal, lengths that end
+    inside a tile: outputs and every gradient match the float64 reference, and a second backward (dropout on, the
+    same seed) is bit-identical to the first."""
+    use_table_tiles(monkeypatch, "dman_", cls, 160)
+    from maskattn.kernels.triton.dman import dman_triton
+    inputs = _inputs(70, 150, 20, d=150)
+    options = dict(causal=True, key_padding_mask=None, q_offset=80, mask_floor=None)
+    out = dman_triton(*inputs, dropout_p=0.0, **options)
+    grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64).to(DEVICE)
+    grads = torch.autograd.grad(out, inputs, grad_out.to(out.dtype))
+    exact = [x.detach().double().requires_grad_() for x in inputs]
+    ref = dynamic_mask_attention_reference(*exact, causal=True, q_offset=80)[0]
+    torch.testing.assert_close(out.double(), ref, atol=tol(1e-10), rtol=tol(1e-8))
+    for name, grad, ref_grad in zip(GRAD_NAMES, grads, torch.autograd.grad(ref, exact, grad_out)):
+        torch.testing.assert_close(grad.double(), ref_grad, atol=tol(1e-10), rtol=tol(1e-8),
+                                   msg=lambda s, name=name: f"d{name}: {s}")
+
+    def dropped_grads():
+        torch.manual_seed(5)
+        out = dman_triton(*inputs, dropout_p=0.2, **options)
+        return torch.autograd.grad(out, inputs, torch.ones_like(out))
+
+    for name, a, b in zip(GRAD_NAMES, dropped_grads(), dropped_grads()):
+        assert torch.equal(a, b), name
+
+
+def _recorded_launches(arch: int, d: int) -> dict:
+    """DMAN's launches of one bfloat16 call (forward and backward) at head width ``d``, recorded as on an ``arch``
+    device: ``{kernel: launch}``."""
+    from maskattn.kernels.triton.dman import dman_triton
+    with runtime.recording(runtime.TARGETS[arch]) as recorded:
+        q, k, v = (torch.randn(2, 40, 2, d).to(torch.bfloat16).transpose(1, 2).requires_grad_() for _ in range(3))
+        a, table, u = torch.randn(2, 40), torch.randn(9), torch.randn(2)
+        out = dman_triton(q, k, v, a, table, u, causal=True, key_padding_mask=None, q_offset=0, dropout_p=0.0,
+                          mask_floor=None)
+        torch.autograd.grad(out.float().sum(), (q, k, v))
+    return {launch.kernel.fn.__name__: launch for launch in recorded}
+
+
+def _tiles_of(launch) -> runtime.Tiles:
+    kwargs = launch.kwargs
+    return runtime.Tiles(kwargs["BLOCK_M"], kwargs["BLOCK_N"], kwargs["num_warps"], kwargs["num_stages"])
+
+
+@pytest.mark.parametrize("arch", [80, 86, 90, 100])
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_power_of_two_widths_launch_exactly_as_before(arch, d):
+    """A power-of-two head width takes one feature block: DMAN's launches carry ``BLOCK_DK`` / ``BLOCK_DV`` the width
+    and no ``TAIL_DK`` / ``TAIL_DV`` (the kernels' default 0: no tail code is traced, the loops keep their
+    loop-invariant code hoisted), with the tiles of the width's own entry — the constants of before the feature
+    tiling, so the kernels compile to the code they compiled to (docs/gpu.md, "Feature-axis tiling")."""
+    launches = _recorded_launches(arch, d)
+    assert set(launches) == set(DMAN)
+    cls = runtime.tile_class(runtime.TARGETS[arch])
+    for kernel, launch in launches.items():
+        assert launch.kwargs["BLOCK_DK"] == launch.kwargs["BLOCK_DV"] == d
+        assert not {"TAIL_DK", "TAIL_DV"} & set(launch.kwargs), kernel
+        assert _tiles_of(launch) == (runtime.ARCH_TILES.get((kernel, arch, d)) or runtime.TILE_TABLE[(kernel, cls, d)])
+
+
+@pytest.mark.parametrize("arch", [80, 86, 90, 100])
+def test_d150_launches_split_blocks_with_the_split_widths_tiles(arch):
+    """d 150 runs every DMAN pass on 160 = 128 + 32 features (``BLOCK_D*`` 160, ``TAIL_D*`` 32; not one block of
+    256) with the table's entries at the split width 160 on every class."""
+    cls = runtime.tile_class(runtime.TARGETS[arch])
+    for kernel, launch in _recorded_launches(arch, 150).items():
+        assert (launch.kwargs["BLOCK_DK"], launch.kwargs["TAIL_DK"], launch.kwargs["BLOCK_DV"],
+                launch.kwargs["TAIL_DV"]) == (160, 32, 160, 32), kernel
+        assert _tiles_of(launch) == (runtime.ARCH_TILES.get((kernel, arch, 160))
+                                     or runtime.TILE_TABLE[(kernel, cls, 160)]), kernel

@@ -64,12 +64,18 @@ def square_offsets(max_distance: int, q_offset: int, block_m: int, block_n: int)
 
 def _constants(kernel: str, q: torch.Tensor, v: torch.Tensor, kpm, causal: bool, dropout_p: float,
                mask_floor) -> dict:
-    tiles = runtime.tiles(kernel, max(q.shape[-1], v.shape[-1]), q.device, q.dtype)
+    """The launch constants of pass ``kernel``: its tiles (:func:`.runtime.tiles`) and, where the pass tiles the
+    feature axis at this width (:func:`.runtime.splits_features`: 160 as 128 + 32, not 256), its feature blocks."""
+    width = max(q.shape[-1], v.shape[-1])
+    tiles = runtime.tiles(kernel, width, q.device, q.dtype)
     # the query pass's diagonal sums of dz are taken per square of BLOCK_N queries: BLOCK_M a multiple of BLOCK_N
     assert kernel != "dman_bwd_q" or tiles.block_m % tiles.block_n == 0, tiles
-    return dict(runtime.launch_constants(q, v), CAUSAL=bool(causal), HAS_KPM=kpm is not None,
-                HAS_FLOOR=mask_floor is not None, DROPOUT=dropout_p > 0, BLOCK_M=tiles.block_m,
-                BLOCK_N=tiles.block_n, num_warps=tiles.warps, num_stages=tiles.stages)
+    constants = runtime.launch_constants(q, v)
+    if runtime.splits_features(kernel, width, q.device, q.dtype):
+        constants.update(runtime.feature_constants(q.shape[-1], v.shape[-1]))
+    return dict(constants, CAUSAL=bool(causal), HAS_KPM=kpm is not None, HAS_FLOOR=mask_floor is not None,
+                DROPOUT=dropout_p > 0, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, num_warps=tiles.warps,
+                num_stages=tiles.stages)
 
 
 def _sizes(q, k, v, table, q_offset: int, tiles: int):
@@ -253,9 +259,10 @@ def dman_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_logit: 
         work = runtime.kernel_dtype(q.dtype)
         acc = runtime.accumulator(work)
         d_k, d_v = q.shape[-1], v.shape[-1]
-        # features padded to a multiple of 16 (zeros change no score; the output's padding is sliced off)
-        q, k = (runtime.pad_features(t.to(work), runtime.padded_head_dim(d_k)) for t in (q, k))
-        v = runtime.pad_features(v.to(work), runtime.padded_head_dim(d_v))
+        # features padded to the kernels' width (runtime.feature_width: a multiple of 16, main + tail for a split
+        # width — 160 for 150; zeros change no score, the output's padding is sliced off)
+        q, k = (runtime.pad_features(t.to(work), runtime.feature_width(d_k)) for t in (q, k))
+        v = runtime.pad_features(v.to(work), runtime.feature_width(d_v))
         # the parameters are tiny: their casts (and the casts of their gradients back) cost nothing
         a, table, u = query_logit.to(acc), distance_bias.to(acc), head_bias.to(acc)
         seed = torch.randint(0, 2**62, (1,), dtype=torch.int64, device=q.device) if dropout_p > 0 else None

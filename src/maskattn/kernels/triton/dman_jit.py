@@ -36,6 +36,18 @@ loops compile without the advisory (offline compile check, docs/gpu.md). Key til
 ones first, which the result does not depend on beyond rounding; dropout draws by position, so the order changes no
 keep-mask.
 
+**Feature blocks** (issue 52), as MTSA's kernels (``tensorized_jit``): a padded head width that is not a power of
+two runs as a main and a tail block, both powers of two (``runtime.feature_split``; ``BLOCK_D*`` the width they
+cover, ``TAIL_D*`` the tail's) — d 150's 160 features as 128 + 32, not one block of 256. ``q``, ``k``, ``v``, ``dO``
+and the accumulators (``out``, ``dK``, ``dV``, ``dQ``) are tuples of blocks (``jit_helpers.feature_blocks``): scores
+and ``dP`` sum the blocks' products, each accumulator keeps one product per block; the wrapper lays the tensors out
+main + tail wide (``runtime.feature_width``), so the blocks' loads and stores mask rows only. A power-of-two width is
+a tuple of one block and the kernels' default ``TAIL_D* = 0`` traces the operations of one tile: such widths compile
+as before. With a tail, the loops keep their loop-invariant addresses in the loop (``disable_licm``: registers for
+the wider accumulators — without it sm_90's tiles spilled 12–76 bytes in each pass) and the backward's tail
+products run in a region of their own (``jit_helpers.tail_region``: on the ``mma.sync`` architectures main and tail
+products linked in one region took one warp layout and ran every product twice).
+
 Per score (head dims d, FLOPs of ``tl.dot``): forward 4d, backward 6d (key pass) + 6d (query pass), as
 FlashAttention-2 with the same two-pass split; transcendentals per score: far tiles 1 forward, 1 backward per pass;
 near tiles 3 forward (``logσ``: ``exp2`` and ``log2``; the softmax's ``exp2``) and 3–4 per backward pass (with
@@ -52,9 +64,10 @@ does not visit, so its buffer needs no fill, and one sum per far side; the wrapp
 import triton
 import triton.language as tl
 
-from .jit_helpers import (LOG2E, dropout_keep, dropout_key_pass, head_base, load_tile, log_sigmoid, online_softmax,
-                          online_softmax_scaled, program_tile,
-                          store_tile)
+from .jit_helpers import (LOG2E, divide_rows_blocks, dot_blocks, dot_blocks_apart, dot_nt_blocks, dot_nt_blocks_apart,
+                          dropout_keep, dropout_key_pass, feature_blocks, head_base, keep_rows_blocks, load_blocks,
+                          log_sigmoid, online_softmax, online_softmax_scaled, program_tile, scale_blocks,
+                          scale_rows_blocks, store_blocks, zeros_blocks)
 
 #: never specialised on == 1 (a new length, offset or distance must not recompile)
 _SIZES = ["H", "N", "M", "num_tiles", "D", "q_offset"]
@@ -156,11 +169,12 @@ def _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, i0, j0, rows, idx_n, fk,
               DROPOUT: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """One key tile of the online softmax: returns the updated ``(acc, row_max, row_sum)``. ``NEAR``: the tile
     holds distances inside ``(−D, D)`` — a gate per score, and the causal diagonal; else one gate per row,
-    ``far_log_m2``."""
+    ``far_log_m2``. ``q``, ``acc`` and the loaded tiles are tuples of feature blocks
+    (:func:`.jit_helpers.feature_blocks`)."""
     cols = j0 + idx_n
-    k = load_tile(k_base, j0, skn, skd, idx_n, fk, M, D_K)
-    v = load_tile(v_base, j0, svn, svd, idx_n, fv, M, D_V)
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(acc.dtype)
+    k = load_blocks(k_base, j0, skn, skd, idx_n, fk, M, D_K)
+    v = load_blocks(v_base, j0, svn, svd, idx_n, fv, M, D_V)
+    s = dot_nt_blocks(q, k, PRECISION).to(row_max.dtype)  # (BLOCK_M, BLOCK_N)
     if NEAR:
         score = _near_scores(_keep_keys(s * scale2, cols, M, kpm_row, HAS_KPM), query_bias, rows, cols, i0, j0, P,
                              sp, D, q_offset, log_floor, CAUSAL, HAS_FLOOR, BLOCK_M, BLOCK_N)[0]
@@ -172,7 +186,7 @@ def _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, i0, j0, rows, idx_n, fk,
     row_sum = row_sum * alpha + tl.sum(p, axis=1)
     if DROPOUT:
         p = tl.where(dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK_M, BLOCK_N), p / (1.0 - drop_p), 0.0)
-    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
+    acc = dot_blocks(p.to(v[0].dtype), v, scale_rows_blocks(acc, alpha), PRECISION)  # cast, then rescale: as before
     return acc, new_max, row_sum
 
 
@@ -182,7 +196,7 @@ def dman_fwd(Q, K, V, A, P, U, KPM, SEED, OUT, LSE,
              H, N, M, D_K, D_V, num_tiles, D, q_offset, scale2, drop_p, log_floor,
              CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr,
              PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr):
+             BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr, TAIL_DK: tl.constexpr = 0, TAIL_DV: tl.constexpr = 0):
     """``num_tiles · B · H`` programs: one query tile of one (batch, head) pair each. LSE is contiguous
     ``(B·H, N)`` in ACC, log₂ units (0 for rows with no allowed key, whose output is 0)."""
     qt, bh = program_tile(num_tiles)
@@ -192,9 +206,9 @@ def dman_fwd(Q, K, V, A, P, U, KPM, SEED, OUT, LSE,
     idx_m = tl.arange(0, BLOCK_M)
     idx_n = tl.arange(0, BLOCK_N)
     rows = i0 + idx_m
-    fk = tl.arange(0, BLOCK_DK)
-    fv = tl.arange(0, BLOCK_DV)
-    q = load_tile(head_base(Q, b, h, sqb, sqh), i0, sqn, sqd, idx_m, fk, N, D_K)
+    fk = feature_blocks(BLOCK_DK, TAIL_DK)
+    fv = feature_blocks(BLOCK_DV, TAIL_DV)
+    q = load_blocks(head_base(Q, b, h, sqb, sqh), i0, sqn, sqd, idx_m, fk, N, D_K)
     query_bias = (tl.load(A + b.to(tl.int64) * sab + rows * san, mask=rows < N, other=0.0).to(ACC)
                   + tl.load(U + h * su).to(ACC))
     left_log_m, _ = _gate(query_bias + tl.load(P + 2 * D * sp).to(ACC), log_floor, HAS_FLOOR)  # t − s >= D
@@ -203,7 +217,7 @@ def dman_fwd(Q, K, V, A, P, U, KPM, SEED, OUT, LSE,
     v_base = head_base(V, b, h, svb, svh)
     kpm_row = KPM + b.to(tl.int64) * M
     seed = tl.load(SEED) if DROPOUT else 0
-    acc = tl.zeros((BLOCK_M, BLOCK_DV), dtype=ACC)
+    acc = zeros_blocks(BLOCK_M, BLOCK_DV, TAIL_DV, ACC)
     row_max = tl.full((BLOCK_M,), float("-inf"), dtype=ACC)
     row_sum = tl.zeros((BLOCK_M,), dtype=ACC)
     key_end = M
@@ -212,14 +226,15 @@ def dman_fwd(Q, K, V, A, P, U, KPM, SEED, OUT, LSE,
     near_start, far_right_start = _near_keys(i0, q_offset, D, BLOCK_M, BLOCK_N)
     left_log_m2 = left_log_m * LOG2E
     right_log_m2 = right_log_m * LOG2E
-    for j0 in range(near_start, tl.minimum(far_right_start, key_end), BLOCK_N):  # near tiles
+    for j0 in tl.range(near_start, tl.minimum(far_right_start, key_end), BLOCK_N,
+                       disable_licm=TAIL_DK + TAIL_DV > 0):  # near tiles
         acc, row_max, row_sum = _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, i0, j0, rows, idx_n, fk, fv,
                                           query_bias, left_log_m2, P, sp, D, q_offset, log_floor, skn, skd, svn, svd,
                                           N, M, D_K, D_V, kpm_row, seed, bh, scale2, drop_p, True, CAUSAL, HAS_KPM,
                                           HAS_FLOOR, DROPOUT, PRECISION, BLOCK_M, BLOCK_N)
     n_left = tl.cdiv(tl.minimum(near_start, key_end), BLOCK_N)  # far tiles: left [0, near_start), right from
     n_far = n_left + tl.cdiv(tl.maximum(key_end - far_right_start, 0), BLOCK_N)  # far_right_start, one range
-    for t in range(0, n_far):
+    for t in tl.range(0, n_far, disable_licm=TAIL_DK + TAIL_DV > 0):
         j0, left = _far_tile(t, n_left, 0, far_right_start, BLOCK_N)
         acc, row_max, row_sum = _fwd_tile(acc, row_max, row_sum, q, k_base, v_base, i0, j0, rows, idx_n, fk, fv,
                                           query_bias, tl.where(left, left_log_m2, right_log_m2), P, sp, D, q_offset,
@@ -227,8 +242,8 @@ def dman_fwd(Q, K, V, A, P, U, KPM, SEED, OUT, LSE,
                                           drop_p, False, CAUSAL, HAS_KPM, HAS_FLOOR, DROPOUT, PRECISION, BLOCK_M,
                                           BLOCK_N)
     empty = row_sum == 0  # no allowed key (a NaN sum is not empty: NaN inputs give NaN, as on the reference)
-    out = tl.where(empty[:, None], 0.0, acc / tl.where(empty, 1.0, row_sum)[:, None])
-    store_tile(head_base(OUT, b, h, sob, soh), i0, son, sod, idx_m, fv, N, D_V, out.to(OUT.dtype.element_ty))
+    out = divide_rows_blocks(acc, row_sum, empty)
+    store_blocks(head_base(OUT, b, h, sob, soh), i0, son, sod, idx_m, fv, N, D_V, out)
     lse = tl.where(empty, 0.0, row_max + tl.log2(tl.where(empty, 1.0, row_sum)))
     tl.store(LSE + bh.to(tl.int64) * N + rows, lse, mask=rows < N)
 
@@ -246,10 +261,10 @@ def _bwd_kv_tile(grad_k, grad_v, k, v, kept, q_base, do_base, i0, j0, idx_m, col
     they are (no transpose through shared memory)."""
     rows = i0 + idx_m
     in_rows = rows < N
-    q = load_tile(q_base, i0, sqn, sqd, idx_m, fk, N, D_K)
-    do = load_tile(do_base, i0, sgn, sgd, idx_m, fv, N, D_V)
+    q = load_blocks(q_base, i0, sqn, sqd, idx_m, fk, N, D_K)
+    do = load_blocks(do_base, i0, sgn, sgd, idx_m, fv, N, D_V)
     delta = tl.load(DELTA + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
-    s = tl.dot(k, tl.trans(q), input_precision=PRECISION).to(delta.dtype)  # (BLOCK_N keys, BLOCK_M queries)
+    s = dot_nt_blocks_apart(k, q, PRECISION).to(delta.dtype)  # (BLOCK_N keys, BLOCK_M queries)
     if NEAR:
         lse = tl.load(LSE + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
         query_bias = tl.load(a_row + rows * san, mask=in_rows, other=0.0).to(lse.dtype) + u_h
@@ -263,14 +278,14 @@ def _bwd_kv_tile(grad_k, grad_v, k, v, kept, q_base, do_base, i0, j0, idx_m, col
         # tile); the masked keys' rows are zeroed at the end (a key's mask decides only its own dK and dV rows here)
         far = tl.load(far_row + rows, mask=in_rows, other=0.0)
         p = tl.exp2(s * scale2 + far[None, :])
-    dp = tl.dot(v, tl.trans(do), input_precision=PRECISION).to(delta.dtype)
+    dp = dot_nt_blocks_apart(v, do, PRECISION).to(delta.dtype)
     if DROPOUT:
         dp, dropped = dropout_key_pass(seed, bh, rows, j0, N, M, drop_p, dp, p, BLOCK_M, BLOCK_N)
     else:
         dropped = p
     ds = p * (dp - delta[None, :])
-    grad_v = tl.dot(dropped.to(do.dtype), do, grad_v, input_precision=PRECISION)
-    grad_k = tl.dot(ds.to(q.dtype), q, grad_k, input_precision=PRECISION)
+    grad_v = dot_blocks_apart(dropped, do, grad_v, PRECISION)
+    grad_k = dot_blocks_apart(ds, q, grad_k, PRECISION)
     return grad_k, grad_v
 
 
@@ -280,7 +295,8 @@ def dman_bwd_kv(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, FAR, DK, DV,
                 H, N, M, D_K, D_V, num_tiles, D, q_offset, scale, scale2, drop_p, log_floor,
                 CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr, DROPOUT: tl.constexpr,
                 PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr):
+                BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr, TAIL_DK: tl.constexpr = 0,
+                TAIL_DV: tl.constexpr = 0):
     """``num_tiles · B · H`` programs: the gradients of one key tile (``BLOCK_N`` keys: k, v) over the query tiles
     (``BLOCK_M`` queries) that see it (far right of it, near, far left). DK, DV are contiguous ``(B·H, M, ·)``;
     FAR contiguous ``(B·H, 2, N)``: each query's ``log₂ M − lse`` far left (``t − s >= D``) and far right."""
@@ -291,10 +307,10 @@ def dman_bwd_kv(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, FAR, DK, DV,
     idx_m = tl.arange(0, BLOCK_M)
     idx_n = tl.arange(0, BLOCK_N)
     cols = j0 + idx_n
-    fk = tl.arange(0, BLOCK_DK)
-    fv = tl.arange(0, BLOCK_DV)
-    k = load_tile(head_base(K, b, h, skb, skh), j0, skn, skd, idx_n, fk, M, D_K)
-    v = load_tile(head_base(V, b, h, svb, svh), j0, svn, svd, idx_n, fv, M, D_V)
+    fk = feature_blocks(BLOCK_DK, TAIL_DK)
+    fv = feature_blocks(BLOCK_DV, TAIL_DV)
+    k = load_blocks(head_base(K, b, h, skb, skh), j0, skn, skd, idx_n, fk, M, D_K)
+    v = load_blocks(head_base(V, b, h, svb, svh), j0, svn, svd, idx_n, fv, M, D_V)
     kept = cols < M  # the key tile's keys inside the sequence and not padded
     if HAS_KPM:
         kept = kept & (tl.load(KPM + b.to(tl.int64) * M + cols, mask=cols < M, other=1) == 0)
@@ -305,13 +321,14 @@ def dman_bwd_kv(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, FAR, DK, DV,
     far_left = FAR + bh.to(tl.int64) * 2 * N
     far_right = far_left + N
     seed = tl.load(SEED) if DROPOUT else 0
-    grad_k = tl.zeros((BLOCK_N, BLOCK_DK), dtype=ACC)
-    grad_v = tl.zeros((BLOCK_N, BLOCK_DV), dtype=ACC)
+    grad_k = zeros_blocks(BLOCK_N, BLOCK_DK, TAIL_DK, ACC)
+    grad_v = zeros_blocks(BLOCK_N, BLOCK_DV, TAIL_DV, ACC)
     query_start = 0
     if CAUSAL:  # query tiles wholly before the key tile are skipped
         query_start = (tl.maximum(j0 - q_offset, 0) // BLOCK_M) * BLOCK_M
     near_start, far_left_start = _near_queries(j0, q_offset, D, BLOCK_M, BLOCK_N)
-    for i0 in range(tl.maximum(near_start, query_start), tl.minimum(far_left_start, N), BLOCK_M):  # near tiles
+    for i0 in tl.range(tl.maximum(near_start, query_start), tl.minimum(far_left_start, N), BLOCK_M,
+                       disable_licm=TAIL_DK + TAIL_DV > 0):  # near tiles
         grad_k, grad_v = _bwd_kv_tile(grad_k, grad_v, k, v, kept, q_base, do_base, i0, j0, idx_m, cols, fk, fv,
                                       a_row, u_h, far_left, P, sp, D, q_offset, log_floor, LSE, DELTA, san, sqn, sqd,
                                       sgn, sgd, N, M, D_K, D_V, seed, bh, scale2, drop_p, True, CAUSAL, HAS_FLOOR,
@@ -320,17 +337,17 @@ def dman_bwd_kv(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, FAR, DK, DV,
     n_right = tl.cdiv(tl.maximum(tl.minimum(near_start, N) - query_start, 0), BLOCK_M)
     left_start = tl.maximum(far_left_start, query_start)
     n_far = n_right + tl.cdiv(tl.maximum(N - left_start, 0), BLOCK_M)
-    for t in range(0, n_far):
+    for t in tl.range(0, n_far, disable_licm=TAIL_DK + TAIL_DV > 0):
         i0, right = _far_tile(t, n_right, query_start, left_start, BLOCK_M)
         grad_k, grad_v = _bwd_kv_tile(grad_k, grad_v, k, v, kept, q_base, do_base, i0, j0, idx_m, cols, fk, fv,
                                       a_row, u_h, tl.where(right, far_right, far_left), P, sp, D, q_offset,
                                       log_floor, LSE, DELTA, san, sqn, sqd, sgn, sgd, N, M, D_K, D_V, seed, bh, scale2,
                                       drop_p, False, CAUSAL, HAS_FLOOR, DROPOUT, PRECISION, BLOCK_M, BLOCK_N)
     key_base = bh.to(tl.int64) * M
-    grad_k = tl.where(kept[:, None], grad_k, 0.0)  # far tiles did not mask: a padded key's rows (even NaN) are 0
-    grad_v = tl.where(kept[:, None], grad_v, 0.0)
-    store_tile(DK + key_base * D_K, j0, D_K, 1, idx_n, fk, M, D_K, (grad_k * scale).to(DK.dtype.element_ty))
-    store_tile(DV + key_base * D_V, j0, D_V, 1, idx_n, fv, M, D_V, grad_v.to(DV.dtype.element_ty))
+    grad_k = keep_rows_blocks(grad_k, kept)  # far tiles did not mask: a padded key's rows (even NaN) are 0
+    grad_v = keep_rows_blocks(grad_v, kept)
+    store_blocks(DK + key_base * D_K, j0, D_K, 1, idx_n, fk, M, D_K, scale_blocks(grad_k, scale))
+    store_blocks(DV + key_base * D_V, j0, D_V, 1, idx_n, fv, M, D_V, grad_v)
 
 
 @triton.jit
@@ -369,9 +386,9 @@ def _bwd_q_tile(grad_q, left_ds, near_dz, right_ds, q, do, lse, delta, k_base, v
     of the first square, offset by ``−j0 / BLOCK_N`` slots here); a far tile adds ``Σ_j dS`` per row to
     ``left_ds`` or ``right_ds`` (``left``: a scalar; times the row's ``1 − σ(z)`` later)."""
     cols = j0 + idx_n
-    k = load_tile(k_base, j0, skn, skd, idx_n, fk, M, D_K)
-    v = load_tile(v_base, j0, svn, svd, idx_n, fv, M, D_V)
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(lse.dtype)
+    k = load_blocks(k_base, j0, skn, skd, idx_n, fk, M, D_K)
+    v = load_blocks(v_base, j0, svn, svd, idx_n, fv, M, D_V)
+    s = dot_nt_blocks_apart(q, k, PRECISION).to(lse.dtype)  # (BLOCK_M, BLOCK_N)
     if NEAR:
         score, grad_gate = _near_scores(_keep_keys(s * scale2, cols, M, kpm_row, HAS_KPM), query_bias, rows, cols,
                                         i0, j0, P, sp, D, q_offset, log_floor, CAUSAL, HAS_FLOOR, BLOCK_M, BLOCK_N)
@@ -381,11 +398,11 @@ def _bwd_q_tile(grad_q, left_ds, near_dz, right_ds, q, do, lse, delta, k_base, v
             s = _keep_keys(s, cols, M, kpm_row, HAS_KPM)
         p = tl.exp2(s * scale2 + (tl.where(left, left_log_m2, right_log_m2) - lse)[:, None])
         grad_gate = p  # unused on far tiles
-    dp = tl.dot(do, tl.trans(v), input_precision=PRECISION).to(lse.dtype)
+    dp = dot_nt_blocks_apart(do, v, PRECISION).to(lse.dtype)
     if DROPOUT:
         dp = tl.where(dropout_keep(seed, bh, rows, j0, N, M, drop_p, BLOCK_M, BLOCK_N), dp / (1.0 - drop_p), 0.0)
     ds = p * (dp - delta[:, None])
-    grad_q = tl.dot(ds.to(k.dtype), k, grad_q, input_precision=PRECISION)
+    grad_q = dot_blocks_apart(ds, k, grad_q, PRECISION)
     if NEAR:
         dz = ds * grad_gate
         near_dz += tl.sum(dz, axis=1)
@@ -404,7 +421,8 @@ def dman_bwd_q(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, DQ, ROW_GRAD, NEAR_G
                H, N, M, D_K, D_V, num_tiles, D, q_offset, R_MIN, N_SLOTS, scale, scale2, drop_p,
                log_floor, CAUSAL: tl.constexpr, HAS_KPM: tl.constexpr, HAS_FLOOR: tl.constexpr,
                DROPOUT: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr):
+               BLOCK_N: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr, TAIL_DK: tl.constexpr = 0,
+               TAIL_DV: tl.constexpr = 0):
     """``num_tiles · B · H`` programs: the gradient of one query tile over the key tiles it sees, and of its mask
     logits. ``BLOCK_M`` is a multiple of ``BLOCK_N``: the tile is ``G = BLOCK_M / BLOCK_N`` squares of ``BLOCK_N``
     queries. DQ is contiguous ``(B·H, N, D_K)``; ROW_GRAD ``(B·H, N)`` gets ``Σ_j dz`` per row; NEAR_GRAD
@@ -420,10 +438,10 @@ def dman_bwd_q(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, DQ, ROW_GRAD, NEAR_G
     idx_n = tl.arange(0, BLOCK_N)
     rows = i0 + idx_m
     in_rows = rows < N
-    fk = tl.arange(0, BLOCK_DK)
-    fv = tl.arange(0, BLOCK_DV)
-    q = load_tile(head_base(Q, b, h, sqb, sqh), i0, sqn, sqd, idx_m, fk, N, D_K)
-    do = load_tile(head_base(DO, b, h, sgb, sgh), i0, sgn, sgd, idx_m, fv, N, D_V)
+    fk = feature_blocks(BLOCK_DK, TAIL_DK)
+    fv = feature_blocks(BLOCK_DV, TAIL_DV)
+    q = load_blocks(head_base(Q, b, h, sqb, sqh), i0, sqn, sqd, idx_m, fk, N, D_K)
+    do = load_blocks(head_base(DO, b, h, sgb, sgh), i0, sgn, sgd, idx_m, fv, N, D_V)
     lse = tl.load(LSE + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
     delta = tl.load(DELTA + bh.to(tl.int64) * N + rows, mask=in_rows, other=0.0)
     query_bias = (tl.load(A + b.to(tl.int64) * sab + rows * san, mask=in_rows, other=0.0).to(ACC)
@@ -437,7 +455,7 @@ def dman_bwd_q(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, DQ, ROW_GRAD, NEAR_G
     # this program's squares of queries qt·G … qt·G + G − 1 (consecutive rows of NEAR_GRAD); key tile kt of
     # square qt·G + g sits at slot qt·G + g − kt − R_MIN
     squares = NEAR_GRAD + (bh.to(tl.int64) * num_tiles * G + qt * G) * N_SLOTS * (2 * BLOCK_N)
-    grad_q = tl.zeros((BLOCK_M, BLOCK_DK), dtype=ACC)
+    grad_q = zeros_blocks(BLOCK_M, BLOCK_DK, TAIL_DK, ACC)
     left_ds = tl.zeros((BLOCK_M,), dtype=ACC)
     near_dz = tl.zeros((BLOCK_M,), dtype=ACC)
     right_ds = tl.zeros((BLOCK_M,), dtype=ACC)
@@ -455,7 +473,7 @@ def dman_bwd_q(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, DQ, ROW_GRAD, NEAR_G
     near_out = squares + (qt * G - R_MIN) * (2 * BLOCK_N)  # + g·(N_SLOTS + 1) − kt slots: square g, key tile kt
     left_log_m2 = left_log_m * LOG2E
     right_log_m2 = right_log_m * LOG2E
-    for j0 in range(near_start, near_end, BLOCK_N):  # near tiles
+    for j0 in tl.range(near_start, near_end, BLOCK_N, disable_licm=TAIL_DK + TAIL_DV > 0):  # near tiles
         grad_q, left_ds, near_dz, right_ds = _bwd_q_tile(
             grad_q, left_ds, near_dz, right_ds, q, do, lse, delta, k_base, v_base, i0, j0, rows, idx_n, fk, fv,
             query_bias, left_log_m2, right_log_m2, P, sp, D, q_offset, log_floor, skn, skd, svn, svd, N, M, D_K, D_V,
@@ -463,7 +481,7 @@ def dman_bwd_q(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, DQ, ROW_GRAD, NEAR_G
             PRECISION, BLOCK_M, BLOCK_N)
     n_left = tl.cdiv(tl.minimum(near_start, key_end), BLOCK_N)  # far tiles: left [0, near_start), right from
     n_far = n_left + tl.cdiv(tl.maximum(key_end - far_right_start, 0), BLOCK_N)  # far_right_start, one range
-    for t in range(0, n_far):
+    for t in tl.range(0, n_far, disable_licm=TAIL_DK + TAIL_DV > 0):
         j0, left = _far_tile(t, n_left, 0, far_right_start, BLOCK_N)
         grad_q, left_ds, near_dz, right_ds = _bwd_q_tile(
             grad_q, left_ds, near_dz, right_ds, q, do, lse, delta, k_base, v_base, i0, j0, rows, idx_n, fk, fv,
@@ -476,4 +494,4 @@ def dman_bwd_q(Q, K, V, A, P, U, KPM, SEED, LSE, DELTA, DO, DQ, ROW_GRAD, NEAR_G
     far_out = FAR_GRAD + (bh.to(tl.int64) * num_tiles + qt) * 2
     tl.store(far_out, tl.sum(left_dz, axis=0))
     tl.store(far_out + 1, tl.sum(right_dz, axis=0))
-    store_tile(DQ + bh.to(tl.int64) * N * D_K, i0, D_K, 1, idx_m, fk, N, D_K, (grad_q * scale).to(DQ.dtype.element_ty))
+    store_blocks(DQ + bh.to(tl.int64) * N * D_K, i0, D_K, 1, idx_m, fk, N, D_K, scale_blocks(grad_q, scale))

@@ -352,3 +352,24 @@ def scale_blocks(acc, factor):
         return (acc[0] * factor,)
     else:
         return (acc[0] * factor, acc[1] * factor)
+
+
+@triton.jit
+def divide_rows_blocks(acc, total, empty):
+    """Each block of ``acc`` with its rows divided by ``total`` (one value per row), and 0 in the rows where
+    ``empty`` holds (their ``total`` is not divided by: a row with no allowed key)."""
+    if len(acc) == 1:
+        return (tl.where(empty[:, None], 0.0, acc[0] / tl.where(empty, 1.0, total)[:, None]),)
+    else:
+        safe = tl.where(empty, 1.0, total)
+        return (tl.where(empty[:, None], 0.0, acc[0] / safe[:, None]),
+                tl.where(empty[:, None], 0.0, acc[1] / safe[:, None]))
+
+
+@triton.jit
+def keep_rows_blocks(acc, keep):
+    """Each block of ``acc`` with 0 in the rows where ``keep`` (one value per row) does not hold."""
+    if len(acc) == 1:
+        return (tl.where(keep[:, None], acc[0], 0.0),)
+    else:
+        return (tl.where(keep[:, None], acc[0], 0.0), tl.where(keep[:, None], acc[1], 0.0))

@@ -161,7 +161,7 @@ class Tiles:
 #: passes (``*_bwd_kv``) ``block_n`` keys are held and ``block_m`` queries stream.
 _TABLE: dict[str, dict[int, tuple[tuple[Any, ...] | None, ...]]] = {
     # pass                    width: 99 KB            163 KB            227 KB
-    # 160 is a split width (runtime.feature_split: d 150's 128 + 32 features; MTSA's passes only): 8 warps hold
+    # 160 is a split width (runtime.feature_split: d 150's 128 + 32 features; MTSA's and DMAN's passes): 8 warps hold
     # 64 queries on the mma.sync classes (tensorized_jit's tail products apart: the value products' warps along the
     # features, none run twice) and 128 — two warpgroups of 64 — on the 227 KB class (wgmma; one stage: two spill
     # 8–24 bytes). Where a class has no entry (None) the pass runs one power-of-two block of 256 features
@@ -220,15 +220,26 @@ _TABLE: dict[str, dict[int, tuple[tuple[Any, ...] | None, ...]]] = {
     # The query pass's BLOCK_M is a multiple of its BLOCK_N (its diagonal sums of dz are per square of BLOCK_N
     # queries); at d 256 bwd_q takes 16 × 16 tiles (32 × 32 spill 4–8 bytes on sm_87 / sm_100 / sm_120). Below the
     # 227 KB class the query pass holds 128 queries at d 64 (one stage: two spill 12 bytes on sm_80) and 32 on 4
-    # warps at d 128 (8 warps ran every product of 32 rows twice; 64 or 128 rows spill 104–192 bytes)
+    # warps at d 128 (8 warps ran every product of 32 rows twice; 64 or 128 rows spill 104–192 bytes).
+    # At the split width 160 (d 150's 128 + 32 features; dman_jit's feature blocks) each class keeps its d-128 tiles
+    # where they fit, candidates from there to fewer stages and then other shapes, the first with no spill in either
+    # plain form, wgmma on sm_90 and no product run twice (tensor FLOPs per score 4 / 8 / 6 × 160): the forward on
+    # every class and sm_90's query pass as at d 128 (sm_90's 2 stages: the loops' invariants kept in the loop —
+    # hoisted, they spilled 76 and 12 bytes); sm_90's key pass with one stage (two spill 72–128 bytes: two 160-wide
+    # accumulators on 128 held keys; 64 streamed queries 436 B); the mma.sync classes' key pass as at d 128; their
+    # query pass 64 queries on 8 warps (the d-128 32 × 32 spills: 44 bytes with two stages on sm_80, 16 causal with
+    # one; 4 bytes on sm_120 / 121)
     "dman_fwd":              {64: ((128, 64, 8, 1), (128, 64, 8, 1), (128, 64, 8, 2)),
                               128: ((128, 32, 8, 1), (128, 32, 8, 1), (128, 64, 8, 2)),
+                              160: ((128, 32, 8, 1), (128, 32, 8, 1), (128, 64, 8, 2)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     "dman_bwd_q":            {64: ((128, 32, 8, 1), (128, 32, 8, 1), (128, 32, 8, 2)),
                               128: ((32, 32, 4, 1), (32, 32, 4, 2), (128, 32, 8, 2)),
+                              160: ((64, 32, 8, 1), (64, 32, 8, 1), (128, 32, 8, 2)),
                               256: ((16, 16, 4, 1), (16, 16, 4, 1), (16, 16, 2, 1))},
     "dman_bwd_kv":           {64: ((32, 32, 4, 2), (32, 32, 4, 1), (64, 128, 8, 2)),
                               128: ((64, 64, 8, 1), (64, 64, 8, 1), (32, 128, 8, 2)),
+                              160: ((64, 64, 8, 1), (64, 64, 8, 1), (32, 128, 8, 1)),
                               256: ((32, 32, 8, 1), (32, 32, 8, 1), (32, 32, 8, 1))},
     # the band's query pass at d 64 on the 227 KB class runs one stage: two spilled 480 bytes on sm_100 / sm_103 with
     # every option on (a wide band's tiles with dropout and padding; docs/gpu/compile-ci.md).
@@ -274,7 +285,7 @@ _TABLE: dict[str, dict[int, tuple[tuple[Any, ...] | None, ...]]] = {
 
 #: The tiles per kernel pass × shared-memory class × head width (the wider of the key and value heads in 16-bit units,
 #: rounded up to a power of two: 16 … 64 take the 64 entry; a float32 head of d features the 2d entry — or, for a
-#: pass with an entry at a split width, that width: MTSA's 160 for d 145–160, :func:`_table_width`), from
+#: pass with an entry at a split width, that width: MTSA's and DMAN's 160 for d 145–160, :func:`_table_width`), from
 #: :data:`_TABLE`: every entry is compiled by the offline check for each architecture of its class (CI). Passes: MTSA
 #: (``tensorized_*``), DMAN (``dman_*``) and the band (``band_*``; ``band_*_narrow`` for bands of at most 33
 #: positions, whose inner tiles are 32 wide).
@@ -288,7 +299,9 @@ TILE_TABLE: dict[tuple[str, str, int], Tiles] = {
 #: spills 16 bytes there at width 128 (32 streamed queries: none, 188 registers), and DMAN's key pass at width 64
 #: (64 × 128, 8 warps, 2 stages: 64 streamed queries on sm_90) 32 bytes causal (32 × 128: none, 206 registers).
 #: At the split width 160 sm_90's 128-query forward spills 12 bytes there (tcgen05 keeps the accumulators in tensor
-#: memory: 64 queries on 8 warps, 142 registers).
+#: memory: 64 queries on 8 warps, 142 registers), and the 99 KB class's DMAN key pass (64 × 64, 8 warps) 24 bytes
+#: causal on sm_120 / 121 (32 × 64 and 32 × 32 on 4 warps: 16 and 4 bytes; 32 × 32 on 8 warps: none, 209 registers,
+#: no product run twice — its sm_86 SASS has 8 × 160 tensor FLOPs per score).
 #: ``(kernel, arch, width)`` → tiles, compiled by the offline check like every entry (the launchers record them
 #: under :func:`assume_target`).
 _ARCH_TABLE: dict[tuple[str, int, int], tuple[int, int, int, int]] = {
@@ -297,6 +310,7 @@ _ARCH_TABLE: dict[tuple[str, int, int], tuple[int, int, int, int]] = {
     ("band_bwd_q", 100, 128): (64, 64, 8, 1), ("band_bwd_q", 103, 128): (64, 64, 8, 1),
     ("dman_bwd_kv", 100, 64): (32, 128, 8, 2), ("dman_bwd_kv", 103, 64): (32, 128, 8, 2),
     ("tensorized_fwd", 100, 160): (64, 32, 8, 2), ("tensorized_fwd", 103, 160): (64, 32, 8, 2),
+    ("dman_bwd_kv", 120, 160): (32, 32, 8, 1), ("dman_bwd_kv", 121, 160): (32, 32, 8, 1),
 }
 ARCH_TILES: dict[tuple[str, int, int], Tiles] = {key: Tiles(*tiles) for key, tiles in _ARCH_TABLE.items()}
 
@@ -366,8 +380,8 @@ def _split_width(head_dim: int, dtype: torch.dtype = torch.float16) -> int | Non
 
 def _table_width(kernel: str, cls: str, head_dim: int, dtype: torch.dtype) -> int:
     """The head width of ``kernel``'s :data:`TILE_TABLE` entry for ``head_dim`` features in ``dtype`` on class
-    ``cls``: the split shape's own (:func:`_split_width`) where the pass has one — MTSA's passes tile the feature
-    axis — else the power of two above (:func:`_width`)."""
+    ``cls``: the split shape's own (:func:`_split_width`) where the pass has one — MTSA's and DMAN's passes tile the
+    feature axis — else the power of two above (:func:`_width`)."""
     split = _split_width(head_dim, dtype)
     if split is not None and (kernel, cls, split) in TILE_TABLE:
         return split
@@ -427,9 +441,9 @@ def splits_features(kernel: str, head_dim: int, device: torch.device | str, dtyp
     """Whether pass ``kernel`` runs heads of ``head_dim`` features (the wider of the key and value heads) as a main and
     a tail feature block (:func:`feature_split`, :func:`feature_constants`) on ``device``: the padded width is not a
     power of two and — on a CUDA device — :data:`TILE_TABLE` has the split shape's own entry for the device's class
-    (:func:`_split_width`: MTSA's 160 = 128 + 32). Elsewhere the pass takes one power-of-two block (256 for 160) with
-    its features masked at the width, as :func:`launch_constants` says. Under the interpreter every such width
-    splits."""
+    (:func:`_split_width`: MTSA's and DMAN's 160 = 128 + 32). Elsewhere the pass takes one power-of-two block (256
+    for 160) with its features masked at the width, as :func:`launch_constants` says. Under the interpreter every
+    such width splits."""
     split = _split_width(head_dim, dtype)
     if split is None:
         return False
@@ -562,10 +576,11 @@ def padded_head_dim(head_dim: int) -> int:
 
 def feature_split(width: int) -> tuple[int, int]:
     """``(main, tail)``: the feature blocks of a padded head ``width`` (a multiple of 16) in kernels that tile the
-    feature axis (MTSA's: :func:`.jit_helpers.feature_blocks`) — the largest power of two at most ``width`` and the
-    next power of two (at least 16) at or above the rest, so 160 (d 150) is 128 + 32 and 80 (d 72, 80) 64 + 16, not
-    one block of 256 or 128. ``(width, 0)`` — one block, no tail — for a power of two, and ``(2^k, 0)`` where the two
-    blocks would cover as much as the power of two above (208 → 256: two ``tl.dot`` s for no saving)."""
+    feature axis (MTSA's and DMAN's: :func:`.jit_helpers.feature_blocks`) — the largest power of two at most
+    ``width`` and the next power of two (at least 16) at or above the rest, so 160 (d 150) is 128 + 32 and 80 (d 72,
+    80) 64 + 16, not one block of 256 or 128. ``(width, 0)`` — one block, no tail — for a power of two, and
+    ``(2^k, 0)`` where the two blocks would cover as much as the power of two above (208 → 256: two ``tl.dot`` s for
+    no saving)."""
     whole = max(FEATURE_MULTIPLE, next_power_of_2(width))
     if whole == width:
         return whole, 0
@@ -575,9 +590,10 @@ def feature_split(width: int) -> tuple[int, int]:
 
 
 def feature_width(head_dim: int) -> int:
-    """The feature width MTSA's kernels lay a head of ``head_dim`` features out at: :func:`padded_head_dim`, and for a
-    split width (:func:`feature_split`) main + tail — 160 for d 150, 80 for d 72, 192 for d 176 —, so no feature of a
-    block lies past the matrix and the blocks' loads and stores mask rows only (the wrappers' zeros fill the rest)."""
+    """The feature width MTSA's and DMAN's kernels lay a head of ``head_dim`` features out at: :func:`padded_head_dim`,
+    and for a split width (:func:`feature_split`) main + tail — 160 for d 150, 80 for d 72, 192 for d 176 —, so no
+    feature of a block lies past the matrix and the blocks' loads and stores mask rows only (the wrappers' zeros fill
+    the rest)."""
     main, tail = feature_split(padded_head_dim(head_dim))
     return main + tail if tail else padded_head_dim(head_dim)
 
