@@ -161,9 +161,9 @@ class Tiles:
 #: passes (``*_bwd_kv``) ``block_n`` keys are held and ``block_m`` queries stream.
 _TABLE: dict[str, dict[int, tuple[tuple[Any, ...] | None, ...]]] = {
     # pass                    width: 99 KB            163 KB            227 KB
-    # 160 is a split width (runtime.feature_split: d 150's 128 + 32 features; MTSA's and DMAN's passes): 8 warps hold
-    # 64 queries on the mma.sync classes (tensorized_jit's tail products apart: the value products' warps along the
-    # features, none run twice) and 128 — two warpgroups of 64 — on the 227 KB class (wgmma; one stage: two spill
+    # 160 is a split width (runtime.feature_split: d 150's 128 + 32 features; DMAN's and the band's entries say why
+    # theirs below). MTSA's: 8 warps hold 64 queries on the mma.sync classes (tensorized_jit's tail products apart:
+    # the value products' warps along the features, none run twice) and 128 — two warpgroups of 64 — on the 227 KB class (wgmma; one stage: two spill
     # 8–24 bytes). Where a class has no entry (None) the pass runs one power-of-two block of 256 features
     # (runtime.splits_features)
     "tensorized_fwd":        {64: ((64, 64, 4, 2), (64, 64, 4, 2), (64, 64, 4, 2)),
@@ -285,7 +285,7 @@ _TABLE: dict[str, dict[int, tuple[tuple[Any, ...] | None, ...]]] = {
 
 #: The tiles per kernel pass × shared-memory class × head width (the wider of the key and value heads in 16-bit units,
 #: rounded up to a power of two: 16 … 64 take the 64 entry; a float32 head of d features the 2d entry — or, for a
-#: pass with an entry at a split width, that width: MTSA's and DMAN's 160 for d 145–160, :func:`_table_width`), from
+#: pass with an entry at a split width, that width: 160 for d 145–160 in every family, :func:`_table_width`), from
 #: :data:`_TABLE`: every entry is compiled by the offline check for each architecture of its class (CI). Passes: MTSA
 #: (``tensorized_*``), DMAN (``dman_*``) and the band (``band_*``; ``band_*_narrow`` for bands of at most 33
 #: positions, whose inner tiles are 32 wide).
@@ -380,7 +380,7 @@ def _split_width(head_dim: int, dtype: torch.dtype = torch.float16) -> int | Non
 
 def _table_width(kernel: str, cls: str, head_dim: int, dtype: torch.dtype) -> int:
     """The head width of ``kernel``'s :data:`TILE_TABLE` entry for ``head_dim`` features in ``dtype`` on class
-    ``cls``: the split shape's own (:func:`_split_width`) where the pass has one — MTSA's and DMAN's passes tile the
+    ``cls``: the split shape's own (:func:`_split_width`) where the pass has one — every family's passes tile the
     feature axis — else the power of two above (:func:`_width`)."""
     split = _split_width(head_dim, dtype)
     if split is not None and (kernel, cls, split) in TILE_TABLE:
@@ -576,7 +576,7 @@ def padded_head_dim(head_dim: int) -> int:
 
 def feature_split(width: int) -> tuple[int, int]:
     """``(main, tail)``: the feature blocks of a padded head ``width`` (a multiple of 16) in kernels that tile the
-    feature axis (MTSA's and DMAN's: :func:`.jit_helpers.feature_blocks`) — the largest power of two at most
+    feature axis (MTSA's, DMAN's and the band's: :func:`.jit_helpers.feature_blocks`) — the largest power of two at most
     ``width`` and the next power of two (at least 16) at or above the rest, so 160 (d 150) is 128 + 32 and 80 (d 72,
     80) 64 + 16, not one block of 256 or 128. ``(width, 0)`` — one block, no tail — for a power of two, and
     ``(2^k, 0)`` where the two blocks would cover as much as the power of two above (208 → 256: two ``tl.dot`` s for
@@ -590,7 +590,7 @@ def feature_split(width: int) -> tuple[int, int]:
 
 
 def feature_width(head_dim: int) -> int:
-    """The feature width MTSA's and DMAN's kernels lay a head of ``head_dim`` features out at: :func:`padded_head_dim`,
+    """The feature width the kernels lay a head of ``head_dim`` features out at: :func:`padded_head_dim`,
     and for a split width (:func:`feature_split`) main + tail — 160 for d 150, 80 for d 72, 192 for d 176 —, so no
     feature of a block lies past the matrix and the blocks' loads and stores mask rows only (the wrappers' zeros fill
     the rest)."""
