@@ -290,6 +290,21 @@ def test_backward_is_deterministic():
         assert torch.equal(a, b)
 
 
+def check_tiles_against_reference_and_repeat(n, d, left, right):
+    """Heads of ``d`` features over a head area of 3 with log-sigmoid scores, a run of padded keys and length ``n``:
+    output and gradients match the float64 reference, and a second backward with dropout is bit-identical."""
+    q, k, v = make(2, 3, n, d, d, EXACT)
+    kpm = padding(2, n, "runs")
+    check_against_reference(q, k, v, left, right, 3, "truncate", kpm, True, tol(1e-10))
+    grads = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        out = triton(q, k, v, left, right, 3, "truncate", kpm, logsigmoid=True, dropout_p=0.2)
+        grads.append(torch.autograd.grad(out, (q, k, v), torch.ones_like(out)))
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("width, left, right, n", [(64, 40, 40, 150), (128, 40, 40, 150), (64, 5, 5, 70)],
                          ids=["wide-64", "wide-128", "narrow"])
 def test_the_gpus_tiles_match_float64_reference(monkeypatch, width, left, right, n):
@@ -300,16 +315,7 @@ def test_the_gpus_tiles_match_float64_reference(monkeypatch, width, left, right,
     bit-identical (no atomics; under the interpreter, where the programs run one after another in one order, only a
     dropout mask that is not reproduced can fail that: tests/test_triton_program_order.py reverses the order)."""
     use_table_tiles(monkeypatch, "band", "227K", width)
-    q, k, v = make(2, 3, n, 8, 8, EXACT)
-    kpm = padding(2, n, "runs")
-    check_against_reference(q, k, v, left, right, 3, "truncate", kpm, True, tol(1e-10))
-    grads = []
-    for _ in range(2):
-        torch.manual_seed(0)
-        out = triton(q, k, v, left, right, 3, "truncate", kpm, logsigmoid=True, dropout_p=0.2)
-        grads.append(torch.autograd.grad(out, (q, k, v), torch.ones_like(out)))
-    for a, b in zip(*grads):
-        assert torch.equal(a, b)
+    check_tiles_against_reference_and_repeat(n, 8, left, right)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -419,16 +425,7 @@ def test_d150_in_feature_blocks_with_the_gpus_tiles_matches_float64(monkeypatch,
     that ends inside every tile: output and every gradient match the float64 reference, and a second backward with
     dropout is bit-identical (no atomics)."""
     use_table_tiles(monkeypatch, "band", cls, 160)
-    q, k, v = make(2, 3, n, 150, 150, EXACT)
-    kpm = padding(2, n, "runs")
-    check_against_reference(q, k, v, left, right, 3, "truncate", kpm, True, tol(1e-10))
-    grads = []
-    for _ in range(2):
-        torch.manual_seed(0)
-        out = triton(q, k, v, left, right, 3, "truncate", kpm, logsigmoid=True, dropout_p=0.2)
-        grads.append(torch.autograd.grad(out, (q, k, v), torch.ones_like(out)))
-    for a, b in zip(*grads):
-        assert torch.equal(a, b)
+    check_tiles_against_reference_and_repeat(n, 150, left, right)
 
 
 @interpreter_only
